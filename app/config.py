@@ -1,0 +1,239 @@
+"""Configuration: one frozen dataclass per section, loaded once and validated with one-line errors.
+
+Defaults live in code, next to the component that uses them (audio/config.py, model/config.py,
+app/pipeline_config.py, ServerConfig below). `config.yaml` restates every default with its help
+text; `load_config` layers a YAML file and `--set section.key=value` overrides on top, checking
+every key, type and range. Field metadata carries the constraints:
+`metadata={"help": ..., "min": ..., "max": ..., "choices": (...)}`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app.pipeline_config import ConversationConfig, TraceConfig
+from audio.config import AudioConfig, ASRConfig, EchoConfig, TTSConfig, VADConfig
+from model.config import LMConfig
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config.yaml"
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; its message is one line naming the key and what is allowed."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The websocket server behind `python main.py serve`."""
+
+    host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
+    port: int = field(default=8765, metadata={"help": "TCP port", "min": 1, "max": 65535})
+    max_sessions: int = field(
+        default=4, metadata={"help": "concurrent voice sessions; more are refused", "min": 1}
+    )
+    max_message_bytes: int = field(
+        default=1 << 20, metadata={"help": "largest websocket message accepted", "min": 1024}
+    )
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration: one attribute per section."""
+
+    audio: AudioConfig = field(default_factory=AudioConfig)
+    vad: VADConfig = field(default_factory=VADConfig)
+    asr: ASRConfig = field(default_factory=ASRConfig)
+    tts: TTSConfig = field(default_factory=TTSConfig)
+    echo: EchoConfig = field(default_factory=EchoConfig)
+    lm: LMConfig = field(default_factory=LMConfig)
+    conversation: ConversationConfig = field(default_factory=ConversationConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+
+
+def _section_types() -> dict[str, type]:
+    hints = typing.get_type_hints(Config)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
+
+
+def _did_you_mean(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1)
+    return f"did you mean '{close[0]}'? " if close else ""
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (list, tuple):
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        return f"list of {_describe(args[0])}" if args else "list"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Return `value` as type `tp`, or raise ConfigError naming the key."""
+    wrong = ConfigError(f"config: {key} = {value!r} has the wrong type (expected {_describe(tp)})")
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            if arg is type(None) and value is None:
+                return None
+            try:
+                return _coerce(key, value, arg)
+            except ConfigError:
+                continue
+        raise wrong
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise wrong
+        (item_tp, *_) = [a for a in typing.get_args(tp) if a is not Ellipsis] or [Any]
+        items = [_coerce(key, v, item_tp) for v in value]
+        return tuple(items) if origin is tuple else items
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise wrong
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise wrong
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise wrong
+    if tp is str:
+        # YAML reads `input_device: 2` as an int; a string field takes it as its text.
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        raise wrong
+    raise wrong
+
+
+def _check_range(key: str, value: Any, meta: typing.Mapping[str, Any]) -> None:
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        allowed = ", ".join(repr(c) for c in choices)
+        raise ConfigError(f"config: {key} = {value!r} is not allowed (choose one of: {allowed})")
+    lo, hi = meta.get("min"), meta.get("max")
+    for v in value if isinstance(value, list | tuple) else [value]:
+        if not isinstance(v, int | float):
+            continue
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            span = f"{lo if lo is not None else '-inf'} .. {hi if hi is not None else 'inf'}"
+            raise ConfigError(f"config: {key} = {value!r} is out of range (allowed: {span})")
+
+
+def _build_section(name: str, cls: type, values: dict[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, raw in values.items():
+        full = f"{name}.{key}"
+        if key not in fields:
+            known = list(fields)
+            raise ConfigError(
+                f"config: unknown key '{full}' ({_did_you_mean(key, known)}"
+                f"known keys in {name}: {', '.join(known)})"
+            )
+        value = _coerce(full, raw, hints[key])
+        _check_range(full, value, fields[key].metadata)
+        kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"config: {name}: {exc}") from None
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """Split `section.key=value` into its parts; the value is parsed as YAML (1, 0.5, true, cpu)."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise ConfigError(f"config: --set {text!r} is malformed (expected section.key=value)")
+    path, raw = text.split("=", 1)
+    section, key = path.strip().split(".", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return section, key.strip(), value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults ← YAML file (default: the project's config.yaml, if present) ← `--set` overrides."""
+    data: dict[str, dict[str, Any]] = {}
+    if path is not None or DEFAULT_CONFIG_PATH.exists():
+        file = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+        try:
+            loaded = yaml.safe_load(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config: file not found: {file}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config: cannot read {file}: {exc}") from None
+        except yaml.YAMLError as exc:
+            where = getattr(exc, "problem_mark", None)
+            line = f" at line {where.line + 1}" if where is not None else ""
+            raise ConfigError(f"config: {file} is not valid YAML{line}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config: {file} must be a mapping of sections (audio:, lm:, ...)")
+        for section, values in loaded.items():
+            if values is None:
+                values = {}
+            if not isinstance(values, dict):
+                raise ConfigError(f"config: section '{section}' must be a mapping of key: value")
+            data[str(section)] = dict(values)
+    for text in overrides or []:
+        section, key, value = parse_override(text)
+        data.setdefault(section, {})[key] = value
+
+    sections = _section_types()
+    built: dict[str, Any] = {}
+    for section, values in data.items():
+        if section not in sections:
+            raise ConfigError(
+                f"config: unknown section '{section}' ({_did_you_mean(section, list(sections))}"
+                f"sections: {', '.join(sections)})"
+            )
+        built[section] = _build_section(section, sections[section], values)
+    return Config(**built)
+
+
+def _yaml_scalar(value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, width=1000).strip()
+    return text.removesuffix("\n...").removesuffix("...").strip()
+
+
+def render_yaml(cfg: Config) -> str:
+    """The configuration as commented YAML: every section, every key, its help and constraints."""
+    lines = [
+        "# Every setting with its default. Override with --config FILE or",
+        "# --set section.key=value. Generated by `python main.py config`; a test keeps it true.",
+    ]
+    for section in dataclasses.fields(Config):
+        obj = getattr(cfg, section.name)
+        doc = (type(obj).__doc__ or "").strip().splitlines()[0]
+        lines += ["", f"{section.name}:  # {doc}"]
+        for f in dataclasses.fields(obj):
+            meta = f.metadata
+            notes = [meta.get("help", "")]
+            if "choices" in meta:
+                notes.append("one of: " + ", ".join(str(c) for c in meta["choices"]))
+            if "min" in meta or "max" in meta:
+                notes.append(f"range: {meta.get('min', '-inf')} .. {meta.get('max', 'inf')}")
+            comment = "; ".join(n for n in notes if n)
+            value = _yaml_scalar(getattr(obj, f.name))
+            lines.append(f"  {f.name}: {value}" + (f"  # {comment}" if comment else ""))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Install everything the agent needs into .venv: Debian packages when missing, then the project.
+# Usage: scripts/install.sh [--dev]   (--dev adds the test tools and the browser for web tests)
+# Torch: with an NVIDIA GPU (nvidia-smi present) pip takes PyPI's CUDA build; without one it
+# takes the pinned CPU build (TORCH_CPU_SPEC), which is small and, on our machines, local.
+# Override either with TORCH_SPEC="torch==X" and TORCH_PIP_ARGS="--index-url ...".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEV=0
+[[ "${1:-}" == "--dev" ]] && DEV=1
+PYTHON="${PYTHON:-python3}"
+VENV=.venv
+APT_PKGS=(libportaudio2)
+(( DEV )) && APT_PKGS+=(espeak-ng sox chromium)
+
+missing=()
+for pkg in "${APT_PKGS[@]}"; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if (( ${#missing[@]} )); then
+    if ! command -v apt-get >/dev/null; then
+        echo "install: please install these system packages: ${missing[*]}" >&2
+        exit 1
+    fi
+    SUDO=""
+    (( EUID != 0 )) && SUDO="sudo"
+    echo "install: apt-get install ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
+    echo "install: Python >= 3.11 is required (set PYTHON=python3.11)" >&2
+    exit 1
+}
+[[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+
+if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
+    if command -v nvidia-smi >/dev/null; then
+        TORCH_SPEC="${TORCH_SPEC:-torch}"
+    else
+        TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
+    fi
+    echo "install: $TORCH_SPEC"
+    # shellcheck disable=SC2086
+    "${PIP[@]}" "$TORCH_SPEC" ${TORCH_PIP_ARGS:-}
+fi
+
+if (( DEV )); then
+    echo "install: project + dev extras"
+    "${PIP[@]}" -e ".[dev]"
+else
+    echo "install: project"
+    "${PIP[@]}" -e .
+fi
