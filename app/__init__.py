@@ -1,0 +1,1 @@
+"""The voice agent application: streaming pipeline, turn-taking, latency trace, CLI front ends."""

@@ -1,0 +1,110 @@
+"""Configuration of the conversation pipeline: turn-taking, speculation, barge-in, trace.
+
+Two frozen dataclasses, defaults in code; the lead's ``app/config.py`` nests them in the root
+``Config`` as ``.conversation`` and ``.trace``. Range and choice constraints live in field
+metadata so the config loader can validate a YAML file before anything is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a friendly voice assistant. Answer in one or two short spoken sentences, "
+    "without lists or markdown."
+)
+
+# Words a listener says to show they are following, not to take the turn. Compared after
+# normalization (lower case, punctuation and hyphens removed).
+DEFAULT_BACKCHANNELS = (
+    "mm hmm",
+    "mhm",
+    "mm",
+    "hmm",
+    "uh huh",
+    "uh",
+    "um",
+    "ah",
+    "oh",
+    "yeah",
+    "yes",
+    "yep",
+    "right",
+    "okay",
+    "ok",
+    "sure",
+    "i see",
+    "got it",
+)
+
+
+@dataclass(frozen=True)
+class ConversationConfig:
+    """Turn-taking: what the agent is, what it remembers, when it starts and stops talking."""
+
+    system_prompt: str = field(
+        default=DEFAULT_SYSTEM_PROMPT, metadata={"help": "system message of every conversation"}
+    )
+    history_tokens: int = field(
+        default=1024,
+        metadata={
+            "min": 0,
+            "max": 1_000_000,
+            "help": "token budget of past turns sent to the LM; the oldest turns go first",
+        },
+    )
+    speculation: bool = field(
+        default=True,
+        metadata={"help": "start answering on a pause, from the stable partial transcript"},
+    )
+    speculation_min_words: int = field(
+        default=2,
+        metadata={"min": 1, "max": 50, "help": "stable words needed before speculating"},
+    )
+    speculation_tts: bool = field(
+        default=True,
+        metadata={"help": "also synthesize the speculative first clause (audio held)"},
+    )
+    barge_in: bool = field(
+        default=True, metadata={"help": "let the user interrupt the agent by talking"}
+    )
+    barge_in_min_speech_ms: int = field(
+        default=90,
+        metadata={
+            "min": 0,
+            "max": 2000,
+            "help": "user speech (from its onset) that pauses the agent's playback at once",
+        },
+    )
+    barge_in_confirm_ms: int = field(
+        default=300,
+        metadata={
+            "min": 0,
+            "max": 5000,
+            "help": "user speech that cancels the answer; shorter bursts resume playback",
+        },
+    )
+    echo_guard_ms: int = field(
+        default=0,
+        metadata={
+            "min": 0,
+            "max": 2000,
+            "help": "extra speech required while the agent's audio plays (speakers + mic "
+            "without echo cancellation); 0 for headsets, files and the web client",
+        },
+    )
+    backchannels: tuple[str, ...] = field(
+        default=DEFAULT_BACKCHANNELS,
+        metadata={"help": "utterances that never interrupt the agent and never start a turn"},
+    )
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    """The latency trace: one JSONL event per stage of every turn."""
+
+    enabled: bool = field(default=True, metadata={"help": "write the latency trace"})
+    path: str = field(
+        default="",
+        metadata={"help": "JSONL file; '' = runs/trace-<UTC time>.jsonl"},
+    )

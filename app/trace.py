@@ -1,0 +1,127 @@
+"""Latency trace: JSONL events ``{"session","turn","gen","event","t_ms", ...attrs}``.
+
+``t_ms`` is monotonic milliseconds (``time.monotonic() * 1000``), the same clock the pipeline
+uses, so trace times and in-pipeline times compare directly. Every line is written and flushed
+under a lock, so a crash loses at most the event being written; ``close()`` runs explicitly and
+from ``atexit``. A Tracer without a path keeps events only in memory (tests, disabled trace) and
+``listeners`` see every event (the websocket server forwards them to the client).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+# The events the pipeline writes, in the order they happen within a turn.
+EVENTS = (
+    "speech_start",
+    "asr_partial",
+    "pause",
+    "resume",
+    "speculation_start",
+    "speech_end",
+    "asr_final",
+    "speculation",
+    "lm_start",
+    "lm_first_token",
+    "lm_first_clause",
+    "tts_first_audio",
+    "audio_out_first",
+    "lm_done",
+    "barge_in_hold",
+    "barge_in_resume",
+    "barge_in",
+    "playback_stopped",
+    "turn_done",
+    "error",
+)
+
+
+def now_ms() -> float:
+    """The pipeline clock: monotonic milliseconds."""
+    return time.monotonic() * 1000.0
+
+
+def default_trace_path(directory: str = "runs") -> str:
+    """``runs/trace-<UTC time>.jsonl`` (what ``TraceConfig.path = ""`` means)."""
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
+    return str(Path(directory) / f"trace-{stamp}.jsonl")
+
+
+class Tracer:
+    """Thread-safe JSONL event writer; ``path=None`` keeps events in memory only."""
+
+    def __init__(self, path: str | None, session: str = "s0", keep: bool = False) -> None:
+        self.path = path
+        self.session = session
+        self.events: list[dict[str, Any]] = []
+        self._keep = keep or path is None
+        self._lock = threading.Lock()
+        self._file: TextIO | None = None
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+            atexit.register(self.close)
+
+    def event(self, name: str, *, turn: int, gen: int, t_ms: float | None = None, **attrs: Any):
+        """Record one event now (or at ``t_ms``); returns the event dict."""
+        ev: dict[str, Any] = {
+            "session": self.session,
+            "turn": turn,
+            "gen": gen,
+            "event": name,
+            "t_ms": round(now_ms() if t_ms is None else t_ms, 3),
+        }
+        ev.update(attrs)
+        line = json.dumps(ev, ensure_ascii=False, default=str)
+        with self._lock:
+            if self._keep:
+                self.events.append(ev)
+            if self._file is not None:
+                self._file.write(line + "\n")
+                self._file.flush()
+        for listener in list(self.listeners):
+            listener(ev)
+        return ev
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+
+    def close(self) -> None:
+        """Flush and close the file; safe to call twice and from atexit."""
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+                self._file.close()
+                self._file = None
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> Tracer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_trace(path: str) -> list[dict[str, Any]]:
+    """All events of a JSONL trace; a torn last line (crash mid-write) is skipped."""
+    events = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return events

@@ -1,0 +1,345 @@
+"""Turn manager: the pure, synchronous core of turn-taking, speculation and barge-in.
+
+The asyncio pipeline feeds it what happened (VAD events, transcripts, the agent's playback state)
+and carries out the actions it returns; it never touches a model, a clock or a thread, so every
+decision is testable with plain pytest.
+
+Speculation (the user pauses ~200 ms mid-turn):
+  pause        -> ask ASR for a partial of the audio so far (``RequestPartial``)
+  that partial -> ``StartSpeculation``: the LM answers it, first clause synthesized, audio held
+  resume       -> ``DropSpeculation`` (miss); the LM session keeps the shared KV prefix itself
+  final == speculated text (normalized) -> ``ReleaseSpeculation`` (hit): play it at once
+  final != speculated text             -> ``StartAnswer(refine_of=spec gen)``: the pipeline hands
+                                          the speculative answer's tokens as first drafts
+Barge-in (the user talks while the agent is thinking or speaking), in two steps so playback stops
+within ~100 ms yet a cough or "mm-hmm" does not throw the answer away:
+  speech for ``barge_in_min_speech_ms`` (+ echo guard while audio plays) -> ``HoldPlayback``
+  a transcript that is not a backchannel, once speech lasted ``barge_in_confirm_ms``
+                                          -> ``CancelAnswer``: the user has the turn
+  speech that stops earlier, or transcribes as a backchannel -> ``ResumePlayback``
+History keeps only what the user heard of an interrupted answer, marked interrupted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app.pipeline_config import ConversationConfig
+
+_NON_WORD = re.compile(r"[^\w' ]+")
+_SPACES = re.compile(r"\s+")
+
+
+def normalize(text: str) -> str:
+    """Lower case, punctuation and hyphens dropped, spaces collapsed: 'Mm-hmm.' -> 'mm hmm'."""
+    text = _NON_WORD.sub(" ", text.lower().replace("-", " "))
+    return _SPACES.sub(" ", text).strip(" '")
+
+
+def approx_tokens(text: str) -> int:
+    """Token estimate when no tokenizer is at hand: ~4 characters per BPE token in English."""
+    return len(text) // 4 + 1
+
+
+# ---- actions the pipeline carries out ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Action:
+    gen: int
+
+
+@dataclass(frozen=True)
+class RequestPartial(Action):
+    """Run an ASR partial pass on the utterance so far (now, not at the regular cadence)."""
+
+
+@dataclass(frozen=True)
+class StartSpeculation(Action):
+    """Start answering ``user_text`` with audio held; ``messages`` is the LM prompt."""
+
+    user_text: str
+    messages: list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class DropSpeculation(Action):
+    """Cancel the speculative answer of generation ``gen``."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReleaseSpeculation(Action):
+    """The final transcript matches: the speculative answer ``gen`` becomes the answer."""
+
+
+@dataclass(frozen=True)
+class StartAnswer(Action):
+    """Answer ``user_text``; ``refine_of`` = speculative generation whose tokens are drafts."""
+
+    user_text: str
+    messages: list[dict[str, str]]
+    refine_of: int | None = None
+
+
+@dataclass(frozen=True)
+class HoldPlayback(Action):
+    """Stop playing the answer now (flush the sink), keep its unplayed audio."""
+
+
+@dataclass(frozen=True)
+class ResumePlayback(Action):
+    """The interruption was a backchannel or noise: play on from where the user stopped hearing."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class CancelAnswer(Action):
+    """Barge-in: cancel LM + TTS of ``gen``, drop its audio; report what was heard."""
+
+
+# ---- history ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Message:
+    role: str  # user | assistant
+    content: str
+    interrupted: bool = False
+
+    def as_chat(self) -> dict[str, str]:
+        # An interrupted answer ends in an ellipsis: the convention for speech cut off mid-way,
+        # which the LM reads as "the user stopped me here".
+        text = self.content + ("..." if self.interrupted and self.content else "")
+        return {"role": self.role, "content": text}
+
+
+class History:
+    """The conversation's past turns, trimmed to a token budget (oldest turns first)."""
+
+    def __init__(self, budget_tokens: int, count_tokens: Callable[[str], int] = approx_tokens):
+        self.budget_tokens = budget_tokens
+        self.count_tokens = count_tokens
+        self.messages: list[Message] = []
+
+    def add_user(self, text: str) -> None:
+        # A user message with no answer yet (the answer was cancelled before a word was played)
+        # absorbs the next one: the user simply went on talking.
+        if self.messages and self.messages[-1].role == "user":
+            self.messages[-1].content = f"{self.messages[-1].content} {text}".strip()
+        else:
+            self.messages.append(Message("user", text))
+
+    def add_assistant(self, text: str, interrupted: bool) -> None:
+        if not text.strip():
+            return
+        self.messages.append(Message("assistant", text.strip(), interrupted))
+
+    def prompt(self, system: str, user_text: str = "") -> list[dict[str, str]]:
+        """System + the newest past turns that fit the budget + the user message.
+
+        The user message is ``user_text`` appended to a stored unanswered user message (the
+        one just added, or one whose answer was cancelled unheard).
+        """
+        pending = Message("user", user_text)
+        past = self.messages
+        if past and past[-1].role == "user":
+            pending = Message("user", f"{past[-1].content} {user_text}".strip())
+            past = past[:-1]
+        kept: list[Message] = []
+        used = self.count_tokens(pending.content)
+        for msg in reversed(past):
+            used += self.count_tokens(msg.content)
+            if used > self.budget_tokens:
+                break
+            kept.append(msg)
+        # Never start the kept history with an assistant message cut from its question.
+        while kept and kept[-1].role == "assistant":
+            kept.pop()
+        chat = [{"role": "system", "content": system}] if system else []
+        chat += [m.as_chat() for m in reversed(kept)]
+        chat.append(pending.as_chat())
+        return chat
+
+
+# ---- the manager ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Speculation:
+    gen: int
+    text: str  # as spoken to the LM
+    turn: int
+
+
+@dataclass
+class _Barge:
+    onset_ms: float
+    held: bool = False
+    last_ms: float = 0.0
+
+
+@dataclass
+class TurnManager:
+    """Decides, from what happened, what the pipeline does next. Audio times in ms."""
+
+    cfg: ConversationConfig
+    count_tokens: Callable[[str], int] = approx_tokens
+    # What the user heard of answer `gen` (the pipeline's playback knows): read when an answer
+    # is cancelled, so history holds the heard text before the interrupting user message.
+    heard: Callable[[int], str] = lambda gen: ""
+    gen: int = 0
+    turn: int = 0
+    agent: str = "idle"  # idle | thinking | speaking
+    answer_gen: int | None = None  # generation of the answer being thought/spoken
+    answer_turn: int = 0
+    user_speaking: bool = False
+    paused: bool = False
+    spec: _Speculation | None = None
+    barge: _Barge | None = None
+    history: History = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.history = History(self.cfg.history_tokens, self.count_tokens)
+        self._backchannels = {normalize(b) for b in self.cfg.backchannels}
+
+    def is_backchannel(self, text: str) -> bool:
+        words = normalize(text)
+        return not words or words in self._backchannels
+
+    def _next_gen(self) -> int:
+        self.gen += 1
+        return self.gen
+
+    def _drop_spec(self, reason: str) -> list[Action]:
+        if self.spec is None:
+            return []
+        dropped, self.spec = self.spec, None
+        return [DropSpeculation(dropped.gen, reason)]
+
+    # -- user speech ---------------------------------------------------------------------------
+
+    def on_speech_start(self, onset_ms: float) -> list[Action]:
+        self.user_speaking, self.paused = True, False
+        self.turn += 1
+        if self.agent != "idle" and self.cfg.barge_in:
+            self.barge = _Barge(onset_ms, last_ms=onset_ms)
+        return []
+
+    def on_speech_progress(self, audio_ms: float) -> list[Action]:
+        """Called for every input frame while the user speaks during an agent answer."""
+        b = self.barge
+        if b is None or self.answer_gen is None or self.paused:
+            return []
+        b.last_ms = audio_ms
+        guard = self.cfg.echo_guard_ms if self.agent == "speaking" else 0
+        if not b.held and audio_ms - b.onset_ms >= self.cfg.barge_in_min_speech_ms + guard:
+            b.held = True
+            return [HoldPlayback(self.answer_gen)]
+        return []
+
+    def _barge_needs_transcript(self) -> bool:
+        b = self.barge
+        guard = self.cfg.echo_guard_ms if self.agent == "speaking" else 0
+        return b is not None and b.last_ms - b.onset_ms >= self.cfg.barge_in_confirm_ms + guard
+
+    def _reject_barge(self, reason: str) -> list[Action]:
+        b, self.barge = self.barge, None
+        if b is None or not b.held or self.answer_gen is None:
+            return []
+        return [ResumePlayback(self.answer_gen, reason)]
+
+    def _confirm_barge(self) -> list[Action]:
+        self.barge = None
+        if self.answer_gen is None:
+            return []
+        gen = self.answer_gen
+        self.history.add_assistant(self.heard(gen), interrupted=True)
+        self.answer_gen, self.agent = None, "idle"
+        self._next_gen()
+        return [CancelAnswer(gen)]
+
+    def on_pause(self) -> list[Action]:
+        self.paused = True
+        if self.barge is not None:
+            if not self._barge_needs_transcript():
+                return self._reject_barge("short")  # a cough, a click, a short "mm"
+            return [RequestPartial(self.gen)]
+        return [RequestPartial(self.gen)] if self._may_speculate() else []
+
+    def on_resume(self) -> list[Action]:
+        self.paused = False
+        return self._drop_spec("resume")
+
+    def on_partial(self, text: str) -> list[Action]:
+        """A partial transcript of the current utterance."""
+        if self.barge is not None:
+            if self._barge_needs_transcript() and not self.is_backchannel(text):
+                return self._confirm_barge()
+            return []
+        if not (self.paused and self._may_speculate()):
+            return []
+        if len(normalize(text).split()) < self.cfg.speculation_min_words:
+            return []
+        if self.spec is not None and normalize(self.spec.text) == normalize(text):
+            return []
+        actions = self._drop_spec("changed")
+        self.spec = _Speculation(self._next_gen(), text, self.turn)
+        prompt = self.history.prompt(self.cfg.system_prompt, text)
+        return [*actions, StartSpeculation(self.spec.gen, text, prompt)]
+
+    def _may_speculate(self) -> bool:
+        return self.cfg.speculation and self.user_speaking and self.agent == "idle"
+
+    def on_speech_end(self) -> list[Action]:
+        self.user_speaking, self.paused = False, False
+        if self.barge is not None and not self._barge_needs_transcript():
+            return self._reject_barge("short")
+        return []
+
+    def on_final(self, text: str) -> list[Action]:
+        """The final transcript of the utterance that just ended."""
+        if self.barge is not None:
+            if self.is_backchannel(text):
+                return [*self._drop_spec("backchannel"), *self._reject_barge("backchannel")]
+            actions = self._confirm_barge()
+        else:
+            actions = []
+        if self.agent != "idle" or self.is_backchannel(text):
+            # An answer is still playing (barge-in disabled) or the user only said "mm-hmm".
+            return [*actions, *self._drop_spec("ignored")]
+        spec, self.spec = self.spec, None
+        self.history.add_user(text)
+        self.agent, self.answer_turn = "thinking", self.turn
+        if spec is not None and normalize(spec.text) == normalize(text):
+            self.answer_gen = spec.gen
+            return [*actions, ReleaseSpeculation(spec.gen)]
+        gen = self._next_gen()
+        self.answer_gen = gen
+        prompt = self.history.prompt(self.cfg.system_prompt)
+        return [*actions, StartAnswer(gen, text, prompt, spec.gen if spec else None)]
+
+    # -- agent ---------------------------------------------------------------------------------
+
+    def on_audio_started(self, gen: int) -> None:
+        if gen == self.answer_gen:
+            self.agent = "speaking"
+
+    def on_answer_done(self, gen: int, text: str) -> list[Action]:
+        """The answer ``gen`` played to its end (cancelled answers were recorded on cancel)."""
+        if gen != self.answer_gen:
+            return []
+        self.history.add_assistant(text, interrupted=False)
+        self.answer_gen, self.agent = None, "idle"
+        return self._reject_barge("answer finished") if self.barge else []
+
+    def cancel_answer(self) -> list[Action]:
+        """An explicit cancel (client ``response.cancel``)."""
+        self.barge = None
+        if self.answer_gen is None:
+            return self._drop_spec("cancelled")
+        return self._confirm_barge()

@@ -1,0 +1,197 @@
+"""Turn manager decisions: speculation hit/refine/miss, barge-in hold/confirm/reject, history."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from app.pipeline_config import ConversationConfig
+from app.turns import (
+    CancelAnswer,
+    DropSpeculation,
+    History,
+    HoldPlayback,
+    ReleaseSpeculation,
+    RequestPartial,
+    ResumePlayback,
+    StartAnswer,
+    StartSpeculation,
+    TurnManager,
+    normalize,
+)
+
+CFG = ConversationConfig(system_prompt="Be brief.", barge_in_min_speech_ms=90)
+
+
+def kinds(actions):
+    return [type(a).__name__ for a in actions]
+
+
+def user_turn(tm: TurnManager, text: str, onset: float = 0.0):
+    """speech_start .. speech_end .. final, no pause; returns the final's actions."""
+    tm.on_speech_start(onset)
+    tm.on_speech_end()
+    return tm.on_final(text)
+
+
+def test_normalize():
+    assert normalize("What is the capital of France?") == "what is the capital of france"
+    assert normalize("  Mm-hmm. ") == "mm hmm"
+    assert normalize("It's 3.5, OK!") == "it's 3 5 ok"
+
+
+def test_plain_turn_starts_answer_with_system_and_user():
+    tm = TurnManager(CFG)
+    (act,) = user_turn(tm, "Hello there")
+    assert isinstance(act, StartAnswer) and act.refine_of is None
+    assert act.messages == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hello there"},
+    ]
+    assert tm.agent == "thinking" and tm.answer_gen == act.gen
+
+
+def test_speculation_hit_releases_prepared_answer():
+    tm = TurnManager(CFG)
+    tm.on_speech_start(0)
+    assert kinds(tm.on_pause()) == ["RequestPartial"]
+    (spec,) = tm.on_partial("What is the capital of France")
+    assert isinstance(spec, StartSpeculation)
+    assert spec.messages[-1] == {"role": "user", "content": "What is the capital of France"}
+    tm.on_speech_end()
+    (rel,) = tm.on_final("What is the capital of France?")
+    assert rel == ReleaseSpeculation(spec.gen)
+    assert tm.answer_gen == spec.gen
+
+
+def test_speculation_changed_final_refines_with_spec_gen():
+    tm = TurnManager(CFG)
+    tm.on_speech_start(0)
+    tm.on_pause()
+    (spec,) = tm.on_partial("What is the capital")
+    tm.on_speech_end()
+    (ans,) = tm.on_final("What is the capital of Spain?")
+    assert isinstance(ans, StartAnswer) and ans.refine_of == spec.gen
+    assert ans.gen != spec.gen
+    assert ans.messages[-1]["content"] == "What is the capital of Spain?"
+
+
+def test_resume_drops_speculation_as_miss_then_speculates_again():
+    tm = TurnManager(CFG)
+    tm.on_speech_start(0)
+    tm.on_pause()
+    (spec,) = tm.on_partial("Tell me about")
+    assert tm.on_resume() == [DropSpeculation(spec.gen, "resume")]
+    assert tm.on_partial("Tell me about the moon") == []  # not paused: no speculation
+    tm.on_pause()
+    (spec2,) = tm.on_partial("Tell me about the moon")
+    assert spec2.gen > spec.gen
+    tm.on_speech_end()
+    assert tm.on_final("tell me about the moon") == [ReleaseSpeculation(spec2.gen)]
+
+
+def test_speculation_needs_min_words_and_can_be_disabled():
+    tm = TurnManager(replace(CFG, speculation_min_words=3))
+    tm.on_speech_start(0)
+    tm.on_pause()
+    assert tm.on_partial("Hello there") == []
+    tm = TurnManager(replace(CFG, speculation=False))
+    tm.on_speech_start(0)
+    assert tm.on_pause() == []
+    assert tm.on_partial("What is the capital of France") == []
+
+
+def start_speaking(tm: TurnManager, text="Hi") -> int:
+    (ans,) = user_turn(tm, text)
+    tm.on_audio_started(ans.gen)
+    return ans.gen
+
+
+def test_barge_in_holds_then_confirms_on_words():
+    played = {}
+    tm = TurnManager(CFG, heard=lambda gen: played.get(gen, ""))
+    gen = start_speaking(tm)
+    played[gen] = "Hello, how"
+    tm.on_speech_start(1000)
+    assert tm.on_speech_progress(1060) == []
+    assert tm.on_speech_progress(1090) == [HoldPlayback(gen)]
+    assert tm.on_speech_progress(1120) == []  # held once
+    assert tm.on_partial("wait") == []  # too short yet to take the turn
+    tm.on_speech_progress(1400)
+    assert tm.on_partial("wait a second") == [CancelAnswer(gen)]
+    assert tm.agent == "idle" and tm.gen > gen
+    tm.on_speech_end()
+    (ans,) = tm.on_final("Wait a second, tell me more.")
+    assert isinstance(ans, StartAnswer)
+    assert ans.messages[-2:] == [
+        {"role": "assistant", "content": "Hello, how..."},
+        {"role": "user", "content": "Wait a second, tell me more."},
+    ]
+    assert tm.history.messages[-2].interrupted
+
+
+def test_short_noise_and_backchannel_resume_playback():
+    tm = TurnManager(CFG)
+    gen = start_speaking(tm)
+    tm.on_speech_start(1000)
+    assert tm.on_speech_progress(1150) == [HoldPlayback(gen)]
+    assert tm.on_pause() == [ResumePlayback(gen, "short")]  # a cough: 150 ms
+    # "mm-hmm", long enough to need a transcript
+    tm.on_speech_start(3000)
+    tm.on_speech_progress(3100)
+    tm.on_speech_progress(3500)
+    assert tm.on_partial("Mm-hmm.") == []
+    assert tm.on_pause() == [RequestPartial(tm.gen)]
+    tm.on_speech_end()
+    assert tm.on_final("Mm-hmm.") == [ResumePlayback(gen, "backchannel")]
+    assert tm.agent == "speaking" and tm.answer_gen == gen
+    tm.on_answer_done(gen, "Hello there, nice to meet you.")
+    assert tm.agent == "idle"
+    assert [m.role for m in tm.history.messages] == ["user", "assistant"]
+
+
+def test_echo_guard_raises_hold_threshold_only_while_speaking():
+    tm = TurnManager(replace(CFG, echo_guard_ms=200))
+    gen = start_speaking(tm)
+    tm.on_speech_start(0)
+    assert tm.on_speech_progress(150) == []
+    assert tm.on_speech_progress(290) == [HoldPlayback(gen)]
+
+
+def test_talking_while_agent_thinks_merges_user_messages():
+    tm = TurnManager(CFG)
+    (ans,) = user_turn(tm, "What is")
+    tm.on_speech_start(0)
+    assert tm.on_speech_progress(100) == [HoldPlayback(ans.gen)]
+    tm.on_speech_progress(600)
+    tm.on_speech_end()
+    acts = tm.on_final("the capital of France?")
+    assert kinds(acts) == ["CancelAnswer", "StartAnswer"]
+    assert acts[1].messages[-1] == {"role": "user", "content": "What is the capital of France?"}
+
+
+def test_answer_done_records_history_and_explicit_cancel():
+    tm = TurnManager(CFG, heard=lambda gen: "Paris is")
+    gen = start_speaking(tm, "Capital of France?")
+    assert tm.cancel_answer() == [CancelAnswer(gen)]
+    assert tm.history.messages[-1].content == "Paris is"
+    assert tm.on_answer_done(gen, "Paris is the capital.") == []  # already recorded
+    assert len(tm.history.messages) == 2
+
+
+def test_history_budget_drops_oldest_whole_turns():
+    h = History(budget_tokens=12, count_tokens=lambda t: len(t.split()))
+    for i in range(5):
+        h.add_user(f"question number {i}")
+        h.add_assistant(f"answer number {i}", interrupted=False)
+    msgs = h.prompt("sys", "last question here")
+    assert msgs[0]["role"] == "system" and msgs[-1]["content"] == "last question here"
+    body = msgs[1:-1]
+    assert body[0]["role"] == "user"  # never an orphan answer first
+    assert sum(len(m["content"].split()) for m in msgs[1:]) <= 12
+    assert body[-1]["content"] == "answer number 4"
+
+
+def test_backchannel_alone_never_starts_a_turn():
+    tm = TurnManager(CFG)
+    assert user_turn(tm, "Mm-hmm.") == []
+    assert tm.agent == "idle" and tm.history.messages == []
