@@ -1,0 +1,1 @@
+"""Everything between air and text: sources, sinks, VAD, streaming ASR and TTS, echo control."""
