@@ -1,0 +1,219 @@
+"""Self-distillation data for the drafter: the base model answers model/prompts.py, batched.
+
+Round 0 answers every conversation greedily (held-out ones included, for evaluation); rounds
+1..R-1 sample the training conversations again at `--temperature` for volume. Each record keeps
+the full token sequence (prompt + answer, stop token included), the base's greedy choice at each
+answer position (so sampled answers still give exact greedy targets, see train_drafter.py) and,
+optionally, the base's hidden states at the input of layer `n_layers - FEATURE_DEPTH` (fp16), so
+training never runs the 27 lower layers again.
+
+Batches are cached under --out as one file per batch (written atomically), so an interrupted run
+resumes where it stopped; meta.json pins the settings a resume must match.
+
+CPU (2 shared cores here; ~320 answers in 5 min on 2 idle cores):
+    nice -n 10 .venv/bin/python -m model.gen_data --out data/drafter --rounds 2 --threads 1
+One H200 (>= 1e7 tokens in a few minutes; see train_drafter.py for the one-command recipe):
+    .venv/bin/python -m model.gen_data --out data/drafter_gpu --rounds 72 --batch 1024 \\
+        --device cuda --dtype bfloat16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from model import prompts
+from model.loader import load
+from model.tokenizer import Tokenizer
+from model.transformer import Transformer
+
+# Hidden states are stored at the input of layer n_layers - 3: drafters with up to 3 layers can
+# be trained from them (the trainer runs the frozen top layers to rebuild context keys/values).
+FEATURE_DEPTH = 3
+
+
+@dataclass(frozen=True)
+class Job:
+    conv: int  # index into prompts.conversations("all")
+    sample: int  # 0 = greedy; >= 1 = sampled with seed derived from (conv, sample)
+    heldout: bool
+
+
+def plan_jobs(tok: Tokenizer, rounds: int) -> tuple[list[Job], list[list[int]]]:
+    """All jobs in generation order, and the prompt ids of each conversation.
+
+    Within a round, jobs are sorted by prompt length so a batch pads little."""
+    convs = prompts.conversations("all")
+    held_keys = {tuple(m["content"] for m in c) for c in prompts.conversations("heldout")}
+    held_idx = {i for i, c in enumerate(convs) if tuple(m["content"] for m in c) in held_keys}
+    ids = [tok.apply_chat(c) for c in convs]
+    order = sorted(range(len(convs)), key=lambda i: len(ids[i]))
+    jobs = [Job(i, 0, i in held_idx) for i in order]
+    for r in range(1, rounds):
+        jobs += [Job(i, r, False) for i in order if i not in held_idx]
+    return jobs, ids
+
+
+@torch.no_grad()
+def generate_batch(
+    model: Transformer,
+    tok: Tokenizer,
+    prompt_ids: list[list[int]],
+    *,
+    temperatures: list[float],
+    seeds: list[int],
+    max_new_tokens: int,
+    store_hidden: bool,
+) -> list[dict[str, torch.Tensor | int]]:
+    """Answer B prompts at once (left padding, explicit masks); one record per prompt."""
+    dev = model.embed.weight.device
+    bsz, plen = len(prompt_ids), max(len(p) for p in prompt_ids)
+    pads = torch.tensor([plen - len(p) for p in prompt_ids], device=dev)  # (B,)
+    x = torch.zeros(bsz, plen, dtype=torch.long, device=dev)
+    for b, p in enumerate(prompt_ids):
+        x[b, plen - len(p) :] = torch.tensor(p)
+    cache = model.new_cache(plen + max_new_tokens, batch=bsz)
+
+    feats: list[torch.Tensor] = []
+    layer = model.layers[model.args.n_layers - FEATURE_DEPTH]
+    hook = (
+        layer.register_forward_pre_hook(lambda _m, a: feats.append(a[0].to(torch.float16).cpu()))
+        if store_hidden
+        else None
+    )
+    gens = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
+    temps = torch.tensor(temperatures, device=dev).clamp_min(1e-6)[:, None]  # (B, 1)
+    try:
+        # Prefill: row i of sequence b sees columns pad_b..i; pad rows see only themselves.
+        cols = torch.arange(plen, device=dev)
+        causal = cols[None, :] <= cols[:, None]  # (T, T)
+        mask = causal[None] & (cols[None, None, :] >= pads[:, None, None])  # (B, T, T)
+        mask |= torch.eye(plen, dtype=torch.bool, device=dev)[None]
+        pos = (cols[None, :] - pads[:, None]).clamp_min(0)  # (B, T)
+        logits = model(x, cache=cache, mask=mask, positions=pos, logits="last").logits[:, -1]
+        answers: list[list[int]] = [[] for _ in range(bsz)]
+        greedy: list[list[int]] = [[] for _ in range(bsz)]
+        done = torch.zeros(bsz, dtype=torch.bool, device=dev)
+        stops = torch.tensor(sorted(tok.stop_ids), device=dev)
+        for step in range(max_new_tokens):
+            arg = logits.argmax(-1)  # (B,)
+            probs = torch.softmax(logits / temps, dim=-1)  # (B, V)
+            nxt = torch.stack(
+                [
+                    torch.multinomial(probs[b], 1, generator=gens[b])[0]
+                    if temperatures[b] > 0
+                    else arg[b]
+                    for b in range(bsz)
+                ]
+            )  # (B,)
+            arg_l, nxt_l, done_l = arg.tolist(), nxt.tolist(), done.tolist()
+            for b in range(bsz):
+                if not done_l[b]:
+                    answers[b].append(nxt_l[b])
+                    greedy[b].append(arg_l[b])
+            done |= torch.isin(nxt, stops)
+            if bool(done.all()) or step == max_new_tokens - 1:
+                break
+            s = cache.length
+            mask = (torch.arange(s + 1, device=dev)[None, :] >= pads[:, None])[:, None]  # (B,1,S+1)
+            pos = (s - pads)[:, None]  # (B, 1)
+            logits = model(
+                nxt[:, None], cache=cache, mask=mask, positions=pos, logits="last"
+            ).logits[:, -1]
+    finally:
+        if hook is not None:
+            hook.remove()
+
+    hidden = torch.cat(feats, dim=1) if store_hidden else None  # (B, plen + steps, dim)
+    out = []
+    for b, p in enumerate(prompt_ids):
+        n = len(p) + len(answers[b])
+        rec: dict[str, torch.Tensor | int] = {
+            "ids": torch.tensor(p + answers[b], dtype=torch.int32),
+            "greedy": torch.tensor(greedy[b], dtype=torch.int32),  # argmax at answer positions
+            "prompt_len": len(p),
+        }
+        if hidden is not None:
+            # Rows of every forwarded position (all but the last token), padding stripped.
+            rec["hidden"] = hidden[b, plen - len(p) : plen - len(p) + n - 1].clone()
+        out.append(rec)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", default="data/drafter", help="cache folder (gitignored data/)")
+    ap.add_argument("--model", default="", help="lm.path ('' = bundled SmolLM2)")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--rounds", type=int, default=2, help="1 greedy round + sampled rounds")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--max-new-tokens", type=int, default=160)
+    ap.add_argument("--temperature", type=float, default=0.8, help="for rounds >= 1")
+    ap.add_argument("--no-hidden", action="store_true", help="do not store base features")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    ap.add_argument("--max-batches", type=int, default=0, help="stop after N new batches")
+    a = ap.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {
+        "model": a.model,
+        "batch": a.batch,
+        "max_new_tokens": a.max_new_tokens,
+        "temperature": a.temperature,
+        "hidden": not a.no_hidden,
+        "feature_depth": FEATURE_DEPTH,
+        "n_conversations": len(prompts.conversations()),
+    }
+    meta_file = out / "meta.json"
+    if meta_file.exists():
+        old = json.loads(meta_file.read_text())
+        if {k: v for k, v in old.items() if k != "rounds"} != settings:
+            raise SystemExit(f"{out} holds data made with other settings {old}; use another --out")
+    meta_file.write_text(json.dumps({**settings, "rounds": a.rounds}, indent=1))
+
+    model, tok = load(a.model, a.device, a.dtype)
+    jobs, ids = plan_jobs(tok, a.rounds)
+    n_batches = (len(jobs) + a.batch - 1) // a.batch
+    made, tokens, t0 = 0, 0, time.time()
+    for k in range(n_batches):
+        f = out / f"b{k:05d}.pt"
+        if f.exists():
+            continue
+        batch = jobs[k * a.batch : (k + 1) * a.batch]
+        recs = generate_batch(
+            model,
+            tok,
+            [ids[j.conv] for j in batch],
+            temperatures=[0.0 if j.sample == 0 else a.temperature for j in batch],
+            seeds=[j.conv * 1000 + j.sample for j in batch],
+            max_new_tokens=a.max_new_tokens,
+            store_hidden=not a.no_hidden,
+        )
+        for j, r in zip(batch, recs, strict=True):
+            r.update(conv=j.conv, sample=j.sample, heldout=int(j.heldout))
+        tmp = f.with_suffix(".tmp")
+        torch.save(recs, tmp)
+        tmp.rename(f)
+        made += 1
+        tokens += sum(len(r["greedy"]) for r in recs)
+        el = time.time() - t0
+        print(
+            f"batch {k + 1}/{n_batches}: {tokens} answer tokens in {el:.0f} s "
+            f"({tokens / el:.1f} tok/s)",
+            flush=True,
+        )
+        if a.max_batches and made >= a.max_batches:
+            break
+
+
+if __name__ == "__main__":
+    main()
