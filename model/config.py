@@ -1,0 +1,59 @@
+"""LM configuration: the `lm:` section of config.yaml as one frozen dataclass.
+
+Defaults live here; the lead's loader validates values against the field metadata
+(`choices`, `min`, `max`). The hybrid-decoder issue adds its own fields (draft_len, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    path: str = field(
+        default="",
+        metadata={
+            "help": "weights: '' = bundled SmolLM2-135M-Instruct GGUF, or a .gguf file, "
+            "or a Hugging Face dir (config.json + *.safetensors)"
+        },
+    )
+    device: str = field(
+        default="auto",
+        metadata={
+            "help": "compute device (auto = cuda if available)",
+            "choices": ("auto", "cpu", "cuda"),
+        },
+    )
+    dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "weight/activation dtype (auto = float32 on cpu, bfloat16 on cuda)",
+            "choices": ("auto", "float32", "bfloat16", "float16"),
+        },
+    )
+    decoder: str = field(
+        default="ar",
+        metadata={"help": "decoding mode", "choices": ("ar", "hybrid", "parallel")},
+    )
+    max_new_tokens: int = field(
+        default=160, metadata={"help": "answer length cap in tokens", "min": 1, "max": 8192}
+    )
+    temperature: float = field(
+        default=0.0, metadata={"help": "sampling temperature, 0 = greedy", "min": 0.0, "max": 5.0}
+    )
+    top_p: float = field(
+        default=1.0, metadata={"help": "nucleus sampling mass", "min": 0.01, "max": 1.0}
+    )
+    seed: int = field(default=0, metadata={"help": "sampling seed", "min": 0})
+    context_tokens: int = field(
+        default=2048,
+        metadata={
+            "help": "context budget; oldest non-system turns are dropped beyond it",
+            "min": 64,
+            "max": 131072,
+        },
+    )
+    threads: int = field(
+        default=0, metadata={"help": "torch CPU threads, 0 = torch default", "min": 0, "max": 256}
+    )

