@@ -119,7 +119,11 @@ def summarize(events: list[Event]) -> dict[str, Any]:
     per_stage["barge_in_stop"] = [
         e["stop_ms"] for e in events if e["event"] == "playback_stopped" and "stop_ms" in e
     ]
-    results = [e.get("result") for e in events if e["event"] == "speculation"]
+    results = [
+        e["result"]
+        for e in events
+        if e["event"] == "speculation" and e.get("result") in ("hit", "refined", "miss")
+    ]
     hits = sum(r == "hit" for r in results)
     return {
         "turns": len(rows),

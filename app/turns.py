@@ -263,9 +263,12 @@ class TurnManager:
         self._next_gen()
         return [CancelAnswer(gen)]
 
-    def on_pause(self) -> list[Action]:
+    def on_pause(self, end_ms: float | None = None) -> list[Action]:
+        """``end_ms``: audio time of the end of the last voiced frame."""
         self.paused = True
         if self.barge is not None:
+            if end_ms is not None:
+                self.barge.last_ms = end_ms
             if not self._barge_needs_transcript():
                 return self._reject_barge("short")  # a cough, a click, a short "mm"
             return [RequestPartial(self.gen)]
@@ -295,8 +298,10 @@ class TurnManager:
     def _may_speculate(self) -> bool:
         return self.cfg.speculation and self.user_speaking and self.agent == "idle"
 
-    def on_speech_end(self) -> list[Action]:
+    def on_speech_end(self, end_ms: float | None = None) -> list[Action]:
         self.user_speaking, self.paused = False, False
+        if self.barge is not None and end_ms is not None:
+            self.barge.last_ms = end_ms
         if self.barge is not None and not self._barge_needs_transcript():
             return self._reject_barge("short")
         return []

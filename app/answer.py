@@ -1,0 +1,352 @@
+"""One agent answer (one generation id): LM worker -> clause chunker -> TTS worker -> playback.
+
+An ``Answer`` owns three strands:
+
+* the LM job, run in the shared LM executor: iterates ``ChatSession.generate`` and chunks the
+  text into clauses in that thread. A speculative answer *parks* after its first clause (the
+  iterator is kept, the thread freed for others) and continues where it stopped on release.
+* the TTS task: synthesizes each clause in the shared TTS executor, PCM pieces tagged with their
+  clause, resampled to the sink's rate.
+* the playback task: once released and not held, writes the audio to the sink in short slices
+  and tracks where the answer's sample 0 sits in the sink's played-sample count, so that after a
+  flush ``heard_text()`` knows which words the user actually heard.
+
+Everything here runs on the event loop except the two executor jobs, which only hand results
+back through ``loop.call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from app.frames import ClauseFrame, EndOfAnswerFrame, TTSAudioFrame
+from app.trace import now_ms
+
+if TYPE_CHECKING:
+    from app.pipeline import VoiceSession
+
+log = logging.getLogger(__name__)
+
+# Sink writes are cut to 20 ms slices so a hold or cancel lands between two slices at worst.
+SLICE_MS = 20
+
+
+@dataclass
+class _Segment:
+    start: int  # answer sample offset
+    pcm: np.ndarray
+    text: str
+    clause: int
+
+
+class Answer:
+    """The agent's answer of generation ``gen`` to the prompt ``messages``."""
+
+    def __init__(
+        self,
+        session: VoiceSession,
+        gen: int,
+        turn: int,
+        messages: list[dict[str, str]],
+        *,
+        speculative: bool,
+        drafts: list[int] | None = None,
+    ) -> None:
+        self.s = session
+        self.gen, self.turn, self.messages = gen, turn, messages
+        self.speculative = speculative
+        self.drafts = drafts
+        self.cancel_event = threading.Event()
+        self.cancelled = False
+        self.status = "in_progress"
+        self.text = ""  # committed LM text
+        self.token_ids: list[int] = []
+        self.stats: Any = None
+        self.times: dict[str, float] = {}
+        self.released = asyncio.Event()
+        if not speculative:
+            self.released.set()
+        self.held = False
+        self._unheld = asyncio.Event()
+        self._unheld.set()
+        self._epoch = 0  # bumped by every hold, so an in-flight write knows it was flushed
+        self._clauses: asyncio.Queue[ClauseFrame | EndOfAnswerFrame] = asyncio.Queue()
+        self._segments: list[_Segment] = []
+        self._n_clauses = 0
+        self.total_samples = 0
+        self.cursor = 0  # answer offset of the next sample to write
+        self.base: int | None = None  # sink played-sample position of answer offset 0
+        self.tts_done = False
+        self._new_audio = asyncio.Event()
+        self.finished = asyncio.Event()
+        self._generation: Any = None
+        self._iter: Iterator[str] | None = None
+        self._chunker: Any = None
+        self._lm_future: asyncio.Future[str] | None = None
+        self._tasks = [
+            asyncio.create_task(self._tts_loop(), name=f"tts-{gen}"),
+            asyncio.create_task(self._play_loop(), name=f"play-{gen}"),
+        ]
+
+    # ---- LM ------------------------------------------------------------------------------------
+
+    def start_lm(self, park_after_clause: bool) -> None:
+        """Run (or continue) the generation in the LM worker."""
+        loop = asyncio.get_running_loop()
+        if "lm_start" not in self.times:
+            self.times["lm_start"] = now_ms()
+            self.s.trace(
+                "lm_start", self.turn, self.gen, speculative=self.speculative,
+                drafts=len(self.drafts or []),
+            )  # fmt: skip
+        post = loop.call_soon_threadsafe
+        self._lm_future = loop.run_in_executor(
+            self.s.c.lm_executor, self._lm_job, park_after_clause, post
+        )
+        self._lm_future.add_done_callback(self._lm_job_done)
+
+    def _lm_job(self, park_after_clause: bool, post: Callable[..., Any]) -> str:
+        """Runs in the LM thread: pull text, chunk it, hand both to the loop."""
+        if self.cancel_event.is_set():
+            return "cancelled"
+        if self._iter is None:
+            self._chunker = self.s.c.new_chunker(self.s.cfg.tts)
+            self._generation = self.s.lm_session.generate(
+                self.messages, cancel=self.cancel_event, drafts=self.drafts
+            )
+            self._iter = iter(self._generation)
+        for piece in self._iter:
+            chunks = self._chunker.push(piece)
+            post(self._on_text, piece, chunks, list(self._generation.token_ids))
+            if park_after_clause and chunks:
+                return "parked"
+        if self.cancel_event.is_set():
+            return "cancelled"
+        post(self._on_text, "", self._chunker.flush(), list(self._generation.token_ids))
+        post(self._on_lm_end, self._generation.stats)
+        return "done"
+
+    def _lm_job_done(self, fut: asyncio.Future[str]) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None and not self.cancelled:
+            log.error("LM failed in answer %d: %s", self.gen, exc, exc_info=exc)
+            self.s.trace("error", self.turn, self.gen, stage="lm", message=str(exc))
+            self.s.emit({"type": "error", "error": {"type": "lm_error", "message": str(exc)}})
+            self._clauses.put_nowait(EndOfAnswerFrame(self.gen, "error"))
+
+    def _on_text(self, piece: str, chunks: list[str], token_ids: list[int]) -> None:
+        if self.cancelled:
+            return
+        self.token_ids = token_ids
+        if piece:
+            if "lm_first_token" not in self.times:
+                self.times["lm_first_token"] = now_ms()
+                self.s.trace("lm_first_token", self.turn, self.gen)
+                self.s.on_first_token(self)
+            self.text += piece
+            self.s.emit_text(self, piece)
+        for chunk in chunks:
+            if not chunk.strip():
+                continue
+            if "lm_first_clause" not in self.times:
+                self.times["lm_first_clause"] = now_ms()
+                self.s.trace("lm_first_clause", self.turn, self.gen, text=chunk.strip())
+            self._clauses.put_nowait(ClauseFrame(self.gen, chunk.strip(), self._n_clauses))
+            self._n_clauses += 1
+
+    def _on_lm_end(self, stats: Any) -> None:
+        self.stats = stats
+        if self.cancelled:
+            return
+        self.s.trace("lm_done", self.turn, self.gen, **_stats_dict(stats))
+        self._clauses.put_nowait(EndOfAnswerFrame(self.gen, getattr(stats, "stop_reason", "")))
+
+    # ---- TTS -----------------------------------------------------------------------------------
+
+    async def _tts_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        if not self.s.cfg.conversation.speculation_tts:
+            await self.released.wait()
+        while True:
+            frame = await self._clauses.get()
+            if isinstance(frame, EndOfAnswerFrame) or frame.stale(self.gen) or self.cancelled:
+                break
+            if frame.index > 0:  # speculation prepares the first clause only
+                await self.released.wait()
+            post = loop.call_soon_threadsafe
+            await loop.run_in_executor(self.s.c.tts_executor, self._tts_job, frame, post)
+        self.tts_done = True
+        self._new_audio.set()
+
+    def _tts_job(self, clause: ClauseFrame, post: Callable[..., Any]) -> None:
+        """Runs in the TTS thread."""
+        tts = self.s.c.tts
+        pieces = tts.synthesize(clause.text, cancel=self.cancel_event)
+        for pcm in pieces:
+            if self.cancel_event.is_set():
+                return
+            post(self._on_audio, TTSAudioFrame(self.gen, pcm, clause.text, clause.index, False))
+
+    def _on_audio(self, frame: TTSAudioFrame) -> None:
+        if self.cancelled or frame.stale(self.gen):
+            return
+        pcm = self.s.to_sink_rate(frame.pcm)
+        if len(pcm) == 0:
+            return
+        if "tts_first_audio" not in self.times:
+            self.times["tts_first_audio"] = now_ms()
+            self.s.trace("tts_first_audio", self.turn, self.gen)
+        self._segments.append(_Segment(self.total_samples, pcm, frame.text, frame.clause))
+        self.total_samples += len(pcm)
+        self._new_audio.set()
+
+    # ---- playback ------------------------------------------------------------------------------
+
+    def _slice(self, n: int) -> np.ndarray:
+        for seg in reversed(self._segments):
+            if seg.start <= self.cursor:
+                off = self.cursor - seg.start
+                return seg.pcm[off : off + n]
+        return np.zeros(0, dtype=np.int16)
+
+    async def _play_loop(self) -> None:
+        sink = self.s.sink
+        slice_n = max(1, sink.sample_rate_hz * SLICE_MS // 1000)
+        await self.released.wait()
+        while not self.cancelled:
+            if self.held:
+                await self._unheld.wait()
+                continue
+            if self.cursor < self.total_samples:
+                pcm = self._slice(slice_n)
+                if self.base is None:
+                    self.base = self.s.sink_cursor - self.cursor
+                    self.times["audio_out_first"] = now_ms()
+                    self.s.on_audio_started(self)
+                epoch = self._epoch
+                await sink.write(pcm)
+                if self._epoch != epoch or self.cancelled:
+                    self._stop_playback()  # the slice may have landed after the flush
+                    continue
+                self.cursor += len(pcm)
+                self.s.sink_cursor += len(pcm)
+            elif self.tts_done:
+                if self.base is None or sink.played_samples >= self.base + self.total_samples:
+                    self._finish("completed")
+                    return
+                await asyncio.sleep(0.01)
+            else:
+                self._new_audio.clear()
+                await self._new_audio.wait()
+
+    def _stop_playback(self) -> None:
+        """Flush the sink and rewind the cursor to the first sample the user did not hear."""
+        sink = self.s.sink
+        sink.flush()
+        played = sink.played_samples
+        self.s.sink_cursor = played
+        if self.base is not None:
+            heard = min(max(played - self.base, 0), self.cursor)
+            self.cursor = heard
+            self.base = played - heard
+
+    def heard_samples(self) -> int:
+        if self.base is None:
+            return 0
+        return min(max(self.s.sink.played_samples - self.base, 0), self.cursor)
+
+    def heard_text(self) -> str:
+        """The words the user heard: whole clauses, plus the played share of the current one."""
+        heard = self.heard_samples()
+        clauses: dict[int, list[int]] = {}  # clause -> [samples, samples heard]
+        texts: dict[int, str] = {}
+        for seg in self._segments:
+            c = clauses.setdefault(seg.clause, [0, 0])
+            c[0] += len(seg.pcm)
+            c[1] += min(max(heard - seg.start, 0), len(seg.pcm))
+            texts[seg.clause] = seg.text
+        words: list[str] = []
+        for idx in sorted(clauses):
+            total, got = clauses[idx]
+            w = texts[idx].split()
+            if got >= total:
+                words += w
+            else:
+                # Piper speaks at a near-even word rate, so the played share of the clause's
+                # samples picks the word being spoken (kept: the user heard it start).
+                words += w[: int(np.ceil(len(w) * got / max(total, 1)))]
+                break
+        return " ".join(words)
+
+    # ---- control -------------------------------------------------------------------------------
+
+    def release(self) -> None:
+        """Speculation hit: play it, and let the LM go on past the first clause."""
+        self.speculative = False
+        self.released.set()
+        lm = self._lm_future
+        if lm is not None and lm.done() and not lm.cancelled() and lm.result() == "parked":
+            self.start_lm(park_after_clause=False)
+
+    def hold(self) -> None:
+        self.held = True
+        self._unheld.clear()
+        self._epoch += 1
+        self._stop_playback()
+
+    def resume(self) -> None:
+        self.held = False
+        self._unheld.set()
+
+    def cancel(self) -> None:
+        """Stop the LM and TTS, drop unplayed audio; safe to call twice."""
+        if self.cancelled:
+            return
+        self.cancelled = True
+        self.cancel_event.set()
+        if self.base is not None:
+            self._stop_playback()
+        self._unheld.set()
+        self._new_audio.set()
+        self.released.set()
+        self._clauses.put_nowait(EndOfAnswerFrame(self.gen, "cancelled"))
+        self._finish("cancelled")
+
+    def _finish(self, status: str) -> None:
+        if self.finished.is_set():
+            return
+        self.status = status
+        self.finished.set()
+        self.s.on_answer_finished(self)
+
+    async def wait_closed(self) -> None:
+        """Wait for this answer's tasks and worker jobs to end (after finish or cancel)."""
+        for task in self._tasks:
+            if not task.done() and self.cancelled:
+                task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._lm_future is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._lm_future
+
+
+def _stats_dict(stats: Any) -> dict[str, Any]:
+    if stats is None:
+        return {}
+    keys = ("prompt_tokens", "cached_tokens", "new_tokens", "forwards", "ttft_ms", "total_ms")
+    out = {k: getattr(stats, k) for k in keys if hasattr(stats, k)}
+    out["tokens_per_s"] = round(float(getattr(stats, "tokens_per_s", 0.0)), 1)
+    out["stop_reason"] = getattr(stats, "stop_reason", "")
+    return out

@@ -1,0 +1,72 @@
+"""The models a voice session needs, loaded once, each with its own worker thread.
+
+One single-thread executor per model, shared by every session: on 2 CPU cores a second thread
+per model only fights the first, and a model call is never re-entered from two threads.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Components:
+    """The loaded models and their worker threads, shared by all sessions."""
+
+    lm: Any
+    asr: Any
+    tts: Any
+    lm_executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="lm")
+    )
+    asr_executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="asr")
+    )
+    tts_executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="tts")
+    )
+
+    @classmethod
+    def load(cls, cfg: Any, warmup: bool = True) -> Components:
+        """Load LM, ASR and TTS from the root config; ``warmup`` runs each once (first calls of
+        onnxruntime / CTranslate2 / torch are 2-5x slower and would land in the first turn)."""
+        from audio.asr import WhisperASR
+        from audio.tts import PiperTTS
+        from model.engine import LM
+
+        comps = cls(lm=LM.load(cfg.lm), asr=WhisperASR(cfg.asr), tts=PiperTTS(cfg.tts))
+        if warmup:
+            comps.warmup()
+        return comps
+
+    def warmup(self) -> None:
+        pcm = next(iter(self.tts.synthesize("Hello there.")), np.zeros(1600, np.int16))
+        from audio.resample import resample
+
+        self.asr.transcribe(resample(pcm, self.tts.sample_rate_hz, 16000), final=True)
+        gen = self.lm.session().generate([{"role": "user", "content": "Hi"}], max_new_tokens=2)
+        for _ in gen:
+            pass
+
+    def new_transcriber(self, cfg: Any) -> Any:
+        """Per-utterance streaming ASR state over the shared Whisper model."""
+        from audio.asr import StreamingTranscriber
+
+        return StreamingTranscriber(self.asr, cfg)
+
+    def new_chunker(self, cfg: Any) -> Any:
+        """Cuts the LM's text stream into speakable clauses."""
+        from audio.tts import ClauseChunker
+
+        return ClauseChunker(cfg)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.lm.tokenizer.encode(text))
+
+    def close(self) -> None:
+        for ex in (self.lm_executor, self.asr_executor, self.tts_executor):
+            ex.shutdown(wait=True, cancel_futures=True)

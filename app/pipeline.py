@@ -1,0 +1,476 @@
+"""The streaming voice pipeline: source -> VAD -> ASR -> turn manager -> LM -> TTS -> sink.
+
+``Components`` loads the three models once and gives each its own single-thread executor,
+shared by every session (one LM worker, one ASR worker, one TTS worker: on 2 CPU cores more
+threads per model only fight each other). ``VoiceSession`` is one conversation: it reads frames
+from a source, runs the VAD (cheap, on the loop), sends utterance audio to the ASR worker, asks
+the pure ``TurnManager`` what to do and carries out its actions on ``Answer`` objects (one per
+generation id, see app/answer.py). Events go to the tracer and to ``on_event`` as JSON-able dicts
+named after the OpenAI Realtime API.
+
+Cancellation: cancelling ``run()`` (or the source ending) cancels every answer, waits for their
+tasks and for this session's jobs in the shared executors, so nothing of the session runs after
+``run()`` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import numpy as np
+
+from app.answer import Answer
+from app.components import Components
+from app.trace import Tracer, now_ms
+from app.trace_tools import turn_rows
+from app.turns import (
+    Action,
+    CancelAnswer,
+    DropSpeculation,
+    HoldPlayback,
+    ReleaseSpeculation,
+    RequestPartial,
+    ResumePlayback,
+    StartAnswer,
+    StartSpeculation,
+    TurnManager,
+)
+
+__all__ = ["Components", "VoiceSession"]
+log = logging.getLogger(__name__)
+EventFn = Callable[[dict[str, Any]], None]
+
+
+class VoiceSession:
+    """One conversation over a source and a sink; drive it with ``await run()``."""
+
+    def __init__(
+        self,
+        components: Components,
+        cfg: Any,
+        source: AsyncIterator[np.ndarray],
+        sink: Any,
+        tracer: Tracer | None = None,
+        on_event: EventFn | None = None,
+    ) -> None:
+        from audio.vad import Endpointer
+
+        self.c, self.cfg = components, cfg
+        self.source, self.sink = source, sink
+        self.tracer = tracer or Tracer(None)
+        self.on_event = on_event
+        self.lm_session = components.lm.session()
+        self.vad = Endpointer(cfg.vad, cfg.audio.sample_rate_hz)
+        self.transcriber = components.new_transcriber(cfg.asr)
+        self.tm = TurnManager(cfg.conversation, components.count_tokens, heard=self._heard)
+        self.answers: dict[int, Answer] = {}
+        self.closing: list[Answer] = []
+        self.sink_cursor = 0  # sink sample position where the next written sample will play
+        self.audio_ms = 0.0
+        self._arrivals: deque[tuple[float, float]] = deque(maxlen=2000)  # (audio ms, t_ms)
+        self._utt = 0  # utterance counter: ASR results of an older utterance are dropped
+        self._asr_jobs: set[asyncio.Future[Any]] = set()
+        self._partial_busy = False
+        self._partial_again = False
+        self._final_pending = False
+        self._onset_t: float | None = None
+        self._end_t: float | None = None
+        self._speculation_t: dict[int, float] = {}
+        self._refines: dict[int, float] = {}  # refined gen -> ttft of the dropped speculation
+        self._turn_events: dict[int, list[dict[str, Any]]] = {}
+        self.state = "listening"
+        self.last_audio_out_t: float | None = None
+        self.tracer.listeners.append(self._collect)
+
+    # ---- properties the server and UIs read ---------------------------------------------------
+
+    @property
+    def gen(self) -> int:
+        """Generation id of the audio being played (or the latest generation)."""
+        return self.tm.answer_gen if self.tm.answer_gen is not None else self.tm.gen
+
+    def idle(self) -> bool:
+        """No user speech in progress, no transcript pending, no answer running."""
+        return (
+            not self.vad.in_speech
+            and not self._final_pending
+            and not self.answers
+            and not self.closing
+        )
+
+    # ---- events --------------------------------------------------------------------------------
+
+    def emit(self, event: dict[str, Any]) -> None:
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(event)
+        except Exception:  # noqa: BLE001 - a broken UI callback must not end the conversation
+            log.exception("on_event callback failed for %s", event.get("type"))
+
+    def trace(self, name: str, turn: int, gen: int, **attrs: Any) -> None:
+        self.tracer.event(name, turn=turn, gen=gen, **attrs)
+
+    def _collect(self, ev: dict[str, Any]) -> None:
+        self._turn_events.setdefault(int(ev["turn"]), []).append(ev)
+        self.emit({"type": "trace", "event": ev})
+
+    def _set_state(self, state: str) -> None:
+        if state != self.state:
+            self.state = state
+            self.emit({"type": "agent.state", "state": state})
+
+    def t_of(self, audio_ms: float) -> float:
+        """Monotonic time at which the audio at ``audio_ms`` arrived (source clock mapping)."""
+        for a_ms, t in reversed(self._arrivals):
+            if a_ms <= audio_ms + 1e-6:
+                return t + (audio_ms - a_ms)
+        return self._arrivals[0][1] if self._arrivals else now_ms()
+
+    # ---- the input side ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Consume the source to its end, finish the last turn, then release everything."""
+        try:
+            async for frame in self.source:
+                self._on_frame(np.asarray(frame))
+            if self.vad.in_speech:  # the source ended mid-utterance: end the turn there
+                self._on_vad("speech_end", self.audio_ms, self.audio_ms)
+            while not self.idle():
+                await asyncio.sleep(0.02)
+                self._reap()
+        finally:
+            await self.aclose()
+
+    def _on_frame(self, frame: np.ndarray) -> None:
+        t = now_ms()
+        frame_ms = 1000.0 * len(frame) / self.cfg.audio.sample_rate_hz
+        self._arrivals.append((self.audio_ms, t - frame_ms))  # audio start of this frame
+        self.audio_ms += frame_ms
+        was_speaking = self.vad.in_speech
+        events = self.vad.process(frame)
+        if was_speaking and self.vad.in_speech:
+            self.transcriber.feed(frame)
+        for ev in events:
+            self._on_vad(ev.kind, ev.audio_ms, getattr(ev, "detected_ms", self.audio_ms))
+        if self.vad.in_speech:
+            self._do(self.tm.on_speech_progress(self.audio_ms))
+            if not self._partial_busy and self.transcriber.partial_due():
+                self._request_partial()
+        self._reap()
+
+    def _on_vad(self, kind: str, audio_ms: float, detected_ms: float) -> None:
+        turn = self.tm.turn
+        if kind == "speech_start":
+            self._utt += 1
+            self._onset_t = self.t_of(audio_ms)
+            # A fresh transcriber per utterance: the previous one's final may still be queued
+            # in the ASR worker.
+            self.transcriber = self.c.new_transcriber(self.cfg.asr)
+            self.transcriber.feed(self.vad.speech_audio())
+            self._do(self.tm.on_speech_start(audio_ms))
+            self.trace("speech_start", self.tm.turn, self.tm.gen, onset_ms=self._onset_t)
+            self.emit({"type": "input_audio_buffer.speech_started", "audio_start_ms": audio_ms})
+            self._set_state("listening" if self.tm.agent == "idle" else self.state)
+        elif kind == "pause":
+            self.trace("pause", turn, self.tm.gen, end_ms=self.t_of(audio_ms))
+            self._do(self.tm.on_pause(audio_ms))
+        elif kind == "resume":
+            self.trace("resume", turn, self.tm.gen)
+            self._do(self.tm.on_resume())
+        elif kind == "speech_end":
+            self._end_t = self.t_of(audio_ms)
+            self.trace("speech_end", turn, self.tm.gen, end_ms=self._end_t, audio_ms=audio_ms)
+            self.emit({"type": "input_audio_buffer.speech_stopped", "audio_end_ms": audio_ms})
+            self._do(self.tm.on_speech_end(audio_ms))
+            self._request_final()
+
+    # ---- ASR -----------------------------------------------------------------------------------
+
+    def _submit_asr(self, fn: Callable[[], Any], done: Callable[[Any], None]) -> None:
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(self.c.asr_executor, fn)
+        self._asr_jobs.add(fut)
+        utt = self._utt
+
+        def finished(f: asyncio.Future[Any]) -> None:
+            self._asr_jobs.discard(f)
+            if f.cancelled():
+                return
+            if f.exception() is not None:
+                log.error("ASR failed: %s", f.exception())
+                self.emit(
+                    {"type": "error", "error": {"type": "asr_error", "message": str(f.exception())}}
+                )
+                done(None)
+                return
+            done(f.result() if utt == self._utt else None)
+
+        fut.add_done_callback(finished)
+
+    def _request_partial(self) -> None:
+        if self._partial_busy:
+            self._partial_again = True
+            return
+        self._partial_busy = True
+        self._submit_asr(self.transcriber.partial, self._on_partial)
+
+    def _on_partial(self, tr: Any) -> None:
+        self._partial_busy = False
+        if tr is not None and not self._final_pending:
+            self.trace(
+                "asr_partial", self.tm.turn, self.tm.gen, text=tr.text, stable=tr.stable,
+                compute_ms=round(tr.compute_ms, 1),
+            )  # fmt: skip
+            self.emit(
+                {
+                    "type": "conversation.item.input_audio_transcription.delta",
+                    "transcript": tr.text,
+                    "stable": tr.stable,
+                }
+            )
+            self._do(self.tm.on_partial(tr.text))
+        if self._partial_again and self.vad.in_speech:
+            self._partial_again = False
+            self._request_partial()
+
+    def _request_final(self) -> None:
+        self._final_pending = True
+        self._partial_again = False
+        self._submit_asr(self.transcriber.final, self._on_final)
+
+    def _on_final(self, tr: Any) -> None:
+        self._final_pending = False
+        if tr is None:
+            return
+        turn = self.tm.turn
+        self.trace("asr_final", turn, self.tm.gen, text=tr.text, compute_ms=round(tr.compute_ms, 1))
+        self.emit(
+            {"type": "conversation.item.input_audio_transcription.completed", "transcript": tr.text}
+        )
+        self._do(self.tm.on_final(tr.text))
+
+    # ---- carrying out the turn manager's actions -----------------------------------------------
+
+    def _do(self, actions: list[Action]) -> None:
+        for a in actions:
+            self._do_one(a)
+
+    def _do_one(self, a: Action) -> None:
+        handler = {
+            RequestPartial: lambda a: self._request_partial(),
+            StartSpeculation: self._speculate,
+            DropSpeculation: self._drop,
+            ReleaseSpeculation: self._release,
+            StartAnswer: self._answer,
+            HoldPlayback: lambda a: self._hold(a.gen),
+            ResumePlayback: self._resume,
+            CancelAnswer: self._barge_in,
+        }[type(a)]
+        handler(a)
+
+    def _speculate(self, a: StartSpeculation) -> None:
+        ans = Answer(self, a.gen, self.tm.turn, a.messages, speculative=True)
+        self.answers[a.gen] = ans
+        self._speculation_t[a.gen] = now_ms()
+        self.trace("speculation_start", self.tm.turn, a.gen, text=a.user_text)
+        ans.start_lm(park_after_clause=True)
+
+    def _drop(self, a: DropSpeculation) -> None:
+        self.trace("speculation", self.tm.turn, a.gen, result="miss", reason=a.reason, saved_ms=0)
+        self.emit({"type": "response.speculation.dropped", "gen": a.gen, "reason": a.reason})
+        self._cancel(a.gen)
+
+    def _release(self, a: ReleaseSpeculation) -> None:
+        ans = self.answers[a.gen]
+        # Saved = the work done before the final transcript arrived: LM prefill and first
+        # clause, and its audio when ready.
+        t = now_ms()
+        ready = ans.times.get("tts_first_audio", ans.times.get("lm_first_clause", t))
+        saved = min(ready, t) - self._speculation_t[a.gen]
+        self.trace("speculation", self.tm.turn, a.gen, result="hit", saved_ms=round(saved, 1))
+        self._start_response(ans)
+        ans.release()
+        if ans.text:
+            self.emit_text(ans, ans.text)
+
+    def _answer(self, a: StartAnswer) -> None:
+        drafts = None
+        spec = self.answers.get(a.refine_of) if a.refine_of is not None else None
+        if spec is not None:
+            drafts = spec.token_ids or None
+            t = now_ms()
+            self._refines[a.gen] = spec.times.get("lm_first_token", t) - spec.times["lm_start"]
+            self.emit(
+                {"type": "response.speculation.dropped", "gen": spec.gen, "reason": "refined"}
+            )
+            spec.cancel()
+        elif self.cfg.conversation.speculation:
+            self.trace("speculation", self.tm.turn, a.gen, result="none", saved_ms=0)
+        ans = Answer(self, a.gen, self.tm.answer_turn, a.messages, speculative=False, drafts=drafts)
+        self.answers[a.gen] = ans
+        self._start_response(ans)
+        ans.start_lm(park_after_clause=False)
+
+    def _resume(self, a: ResumePlayback) -> None:
+        if (ans := self.answers.get(a.gen)) is not None:
+            self.trace("barge_in_resume", ans.turn, a.gen, reason=a.reason)
+            ans.resume()
+
+    def _barge_in(self, a: CancelAnswer) -> None:
+        if (ans := self.answers.get(a.gen)) is not None:
+            self.trace("barge_in", ans.turn, a.gen, heard=ans.heard_text())
+            ans.cancel()
+
+    def _start_response(self, ans: Answer) -> None:
+        self._set_state("thinking")
+        self.emit(
+            {
+                "type": "response.created",
+                "response": {"id": f"resp_{ans.gen}", "gen": ans.gen, "status": "in_progress"},
+            }
+        )
+
+    def _hold(self, gen: int) -> None:
+        ans = self.answers.get(gen)
+        if ans is None:
+            return
+        was_playing = ans.base is not None and not ans.held
+        ans.hold()
+        t = now_ms()
+        onset = self._onset_t if self._onset_t is not None else t
+        self.trace("barge_in_hold", ans.turn, gen, onset_ms=onset)
+        if was_playing:
+            self.trace("playback_stopped", ans.turn, gen, stop_ms=round(t - onset, 1))
+
+    def _cancel(self, gen: int) -> None:
+        ans = self.answers.get(gen)
+        if ans is not None:
+            ans.cancel()
+
+    def _heard(self, gen: int) -> str:
+        ans = self.answers.get(gen)
+        return ans.heard_text() if ans is not None else ""
+
+    def cancel_response(self) -> None:
+        """The client asked to stop the current answer (``response.cancel``)."""
+        self._do(self.tm.cancel_answer())
+
+    # ---- callbacks from answers ------------------------------------------------------------------
+
+    def emit_text(self, ans: Answer, piece: str) -> None:
+        if ans.speculative:
+            self.emit(
+                {
+                    "type": "response.speculation.delta",
+                    "gen": ans.gen,
+                    "delta": piece,
+                    "text": ans.text,
+                }
+            )
+        else:
+            self.emit(
+                {
+                    "type": "response.audio_transcript.delta",
+                    "response_id": f"resp_{ans.gen}",
+                    "gen": ans.gen,
+                    "delta": piece,
+                }
+            )
+
+    def on_first_token(self, ans: Answer) -> None:
+        if ans.gen in self._refines:
+            ttft = ans.times["lm_first_token"] - ans.times["lm_start"]
+            saved = max(0.0, self._refines.pop(ans.gen) - ttft)
+            self.trace(
+                "speculation",
+                ans.turn,
+                ans.gen,
+                result="refined",
+                saved_ms=round(saved, 1),
+                drafts=len(ans.drafts or []),
+            )
+
+    def on_audio_started(self, ans: Answer) -> None:
+        t = ans.times["audio_out_first"]
+        v2v = t - self._end_t if self._end_t is not None else None
+        self.trace(
+            "audio_out_first", ans.turn, ans.gen, v2v_ms=round(v2v, 1) if v2v is not None else None
+        )
+        self.last_audio_out_t = t
+        self.tm.on_audio_started(ans.gen)
+        self._set_state("speaking")
+
+    def on_answer_finished(self, ans: Answer) -> None:
+        self.answers.pop(ans.gen, None)
+        self.closing.append(ans)
+        if ans.speculative and ans.status == "cancelled":
+            return  # a dropped speculation: never announced as a response
+        heard = ans.heard_text() if ans.status == "cancelled" else ans.text.strip()
+        if ans.status == "completed":
+            self._do(self.tm.on_answer_done(ans.gen, ans.text.strip()))
+        self.trace(
+            "turn_done", ans.turn, ans.gen, status=ans.status, text=ans.text.strip(), heard=heard
+        )
+        self.emit(
+            {
+                "type": "response.done",
+                "response": {
+                    "id": f"resp_{ans.gen}",
+                    "gen": ans.gen,
+                    "status": ans.status,
+                    "output_text": ans.text.strip(),
+                    "heard_text": heard,
+                },
+            }
+        )
+        rows = [r for r in turn_rows(self._turn_events.get(ans.turn, [])) if r["gen"] == ans.gen]
+        if rows:
+            row = rows[-1]
+            self.emit(
+                {
+                    "type": "latency",
+                    "turn": ans.turn,
+                    "gen": ans.gen,
+                    "voice_to_voice_ms": row["stages"].get("voice_to_voice"),
+                    "speculation": row["speculation"],
+                    "stages": row["stages"],
+                }
+            )
+        for old in [k for k in self._turn_events if k < ans.turn - 4]:
+            del self._turn_events[old]
+        if not self.answers:
+            self._set_state("listening")
+
+    def _reap(self) -> None:
+        """Forget finished answers once their tasks have ended."""
+        if self.closing:
+            self.closing = [a for a in self.closing if not all(t.done() for t in a._tasks)]
+
+    # ---- shutdown ------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Cancel every answer and wait for this session's tasks and worker jobs to end."""
+        for ans in list(self.answers.values()):
+            ans.cancel()
+        pending = list(self.closing)
+        self.closing = []
+        for ans in pending:
+            await ans.wait_closed()
+        for fut in list(self._asr_jobs):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await fut
+        self.tracer.flush()
+
+    def to_sink_rate(self, pcm: np.ndarray) -> np.ndarray:
+        src, dst = self.c.tts.sample_rate_hz, self.sink.sample_rate_hz
+        if src == dst:
+            return np.asarray(pcm, dtype=np.int16)
+        from audio.resample import resample
+
+        return resample(np.asarray(pcm, dtype=np.int16), src, dst)

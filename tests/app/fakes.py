@@ -1,0 +1,244 @@
+"""Small fakes of the models and sink for fast pipeline-logic tests (the real ones run in
+test_end_to_end.py). They keep the contracts' shapes: generate() streams text pieces and honours
+cancel, synthesize() streams PCM pieces, the sink paces "playback" by the wall clock."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.components import Components
+from app.trace import now_ms
+
+SR = 16000
+
+
+def buzz(ms: int, f0: float = 140.0, level: int = 8000) -> np.ndarray:
+    """A voiced-sounding harmonic buzz (webrtcvad calls it speech), int16 at 16 kHz."""
+    t = np.arange(SR * ms // 1000) / SR
+    x = sum(np.sin(2 * np.pi * f0 * h * t) / h for h in range(1, 20))
+    x = x * (0.6 + 0.4 * np.sin(2 * np.pi * 4 * t))
+    return (x / np.abs(x).max() * level).astype(np.int16)
+
+
+def silence(ms: int) -> np.ndarray:
+    return np.zeros(SR * ms // 1000, dtype=np.int16)
+
+
+@dataclass(frozen=True)
+class Transcript:
+    text: str
+    stable: str
+    final: bool
+    audio_ms: float
+    compute_ms: float
+
+
+class FakeASR:
+    """Scripted transcripts: utterance i reads ``script[i]`` = text or (partial, final)."""
+
+    def __init__(self, script: list[str | tuple[str, str]], compute_s: float = 0.03):
+        self.script = list(script)
+        self.compute_s = compute_s
+        self.used = 0
+        self.lock = threading.Lock()
+
+    def take(self) -> tuple[str, str]:
+        with self.lock:
+            item = self.script[self.used] if self.used < len(self.script) else ""
+            self.used += 1
+        return (item, item) if isinstance(item, str) else item
+
+
+class FakeTranscriber:
+    def __init__(self, asr: FakeASR, interval_ms: int = 400):
+        self.asr, self.interval_ms = asr, interval_ms
+        self.item: tuple[str, str] | None = None
+        self.fed_ms = 0.0
+        self.last_partial_ms = 0.0
+
+    def _item(self) -> tuple[str, str]:
+        if self.item is None:
+            self.item = self.asr.take()
+        return self.item
+
+    def feed(self, pcm: np.ndarray) -> None:
+        self.fed_ms += 1000.0 * len(pcm) / SR
+
+    def partial_due(self) -> bool:
+        return self.fed_ms - self.last_partial_ms >= self.interval_ms
+
+    def partial(self) -> Transcript:
+        time.sleep(self.asr.compute_s)
+        self.last_partial_ms = self.fed_ms
+        text = self._item()[0]
+        return Transcript(text, text, False, self.fed_ms, self.asr.compute_s * 1000)
+
+    def final(self) -> Transcript:
+        time.sleep(self.asr.compute_s)
+        text = self._item()[1]
+        return Transcript(text, text, True, self.fed_ms, self.asr.compute_s * 1000)
+
+
+@dataclass
+class Stats:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    new_tokens: int = 0
+    forwards: int = 0
+    ttft_ms: float = 0.0
+    total_ms: float = 0.0
+    tokens_per_s: float = 0.0
+    stop_reason: str = ""
+
+
+class FakeGeneration:
+    def __init__(self, words: list[str], cancel: threading.Event | None, step_s: float):
+        self.words, self.cancel, self.step_s = words, cancel, step_s
+        self.text = ""
+        self.token_ids: list[int] = []
+        self.stats = Stats()
+
+    def __iter__(self) -> Iterator[str]:
+        t0 = time.monotonic()
+        for i, word in enumerate(self.words):
+            time.sleep(self.step_s)  # one "forward"
+            self.stats.forwards += 1
+            if self.cancel is not None and self.cancel.is_set():
+                self.stats.stop_reason = "cancelled"
+                return
+            piece = word if i == 0 else " " + word
+            self.text += piece
+            self.token_ids.append(1000 + i)
+            self.stats.new_tokens += 1
+            if i == 0:
+                self.stats.ttft_ms = (time.monotonic() - t0) * 1000
+            yield piece
+        self.stats.stop_reason = "eos"
+        self.stats.total_ms = (time.monotonic() - t0) * 1000
+
+
+@dataclass
+class FakeLM:
+    """Answers "You said: <last user message>. <tail>" word by word."""
+
+    tail: str = "That is a fine question, and here is a longer answer to it."
+    step_s: float = 0.01
+    calls: list[dict] = field(default_factory=list)
+
+    class tokenizer:  # noqa: N801 - mirrors LM.tokenizer
+        @staticmethod
+        def encode(text: str) -> list[int]:
+            return list(range(len(text.split())))
+
+    def session(self) -> FakeLM:
+        return self
+
+    def generate(self, messages, *, cancel=None, max_new_tokens=None, decoder=None, drafts=None):
+        self.calls.append({"messages": messages, "drafts": drafts})
+        user = messages[-1]["content"].rstrip(".?!")
+        words = f"You said: {user}. {self.tail}".split()
+        return FakeGeneration(words[: max_new_tokens or len(words)], cancel, self.step_s)
+
+
+class FakeTTS:
+    """100 ms PCM pieces, ``ms_per_word`` of audio per word, a little compute per piece."""
+
+    sample_rate_hz = 22050
+
+    def __init__(self, ms_per_word: int = 200, compute_s: float = 0.005):
+        self.ms_per_word, self.compute_s = ms_per_word, compute_s
+
+    def synthesize(self, text: str, cancel: threading.Event | None = None) -> Iterator[np.ndarray]:
+        total = len(text.split()) * self.ms_per_word * self.sample_rate_hz // 1000
+        piece = self.sample_rate_hz // 10
+        t = np.arange(piece) / self.sample_rate_hz
+        tone = (3000 * np.sin(2 * np.pi * 220 * t)).astype(np.int16)
+        for start in range(0, total, piece):
+            if cancel is not None and cancel.is_set():
+                return
+            time.sleep(self.compute_s)
+            yield tone[: min(piece, total - start)]
+
+
+class FakeChunker:
+    """Clause cuts after , . ? ! (the real ClauseChunker is tested in tests/audio)."""
+
+    def __init__(self) -> None:
+        self.buf = ""
+
+    def push(self, text: str) -> list[str]:
+        self.buf += text
+        out = []
+        while m := re.search(r"[,.?!:](\s)", self.buf):
+            out.append(self.buf[: m.end()].strip())
+            self.buf = self.buf[m.end() :]
+        return out
+
+    def flush(self) -> list[str]:
+        out, self.buf = ([self.buf.strip()] if self.buf.strip() else []), ""
+        return out
+
+
+class FakeComponents(Components):
+    def __init__(self, script, **kw):
+        super().__init__(lm=FakeLM(**kw.pop("lm", {})), asr=FakeASR(script), tts=FakeTTS(**kw))
+
+    def new_transcriber(self, cfg):
+        return FakeTranscriber(self.asr, cfg.partial_interval_ms)
+
+    def new_chunker(self, cfg):
+        return FakeChunker()
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+
+class ClockSink:
+    """A sink that "plays" in real time: played_samples follows the wall clock, a flush drops
+    the unplayed rest, ``played`` keeps exactly the samples that were played."""
+
+    def __init__(self, sample_rate_hz: int = 22050, buffer_ms: int = 40):
+        self.sample_rate_hz = sample_rate_hz
+        self.buffer = sample_rate_hz * buffer_ms // 1000
+        self._queue: list[np.ndarray] = []
+        self._written = 0
+        self._played = 0
+        self._t = now_ms()
+        self.flushes: list[float] = []
+
+    def _advance(self) -> None:
+        t = now_ms()
+        self._played = min(
+            self._written, self._played + int((t - self._t) * self.sample_rate_hz / 1000)
+        )
+        self._t = t
+
+    @property
+    def played_samples(self) -> int:
+        self._advance()
+        return self._played
+
+    async def write(self, pcm: np.ndarray) -> None:
+        self._advance()
+        self._written += len(pcm)
+        while self._written - self.played_samples > self.buffer:
+            await asyncio.sleep(0.005)
+
+    def flush(self) -> None:
+        self._advance()
+        self._written = self._played
+        self.flushes.append(now_ms())
+
+    async def drain(self) -> None:
+        while self.played_samples < self._written:
+            await asyncio.sleep(0.005)
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,156 @@
+"""VoiceSession logic with fake models on a real-time timeline: speculation hit / refined /
+miss, barge-in stop and history truncation, backchannel rejection, clean cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import replace
+
+import pytest
+
+from app.config import Config
+from app.pipeline import VoiceSession
+from app.runner import Segment, TimelineSource, run_session
+from app.trace import Tracer
+from tests.app.fakes import ClockSink, FakeComponents, buzz, silence
+
+CFG = Config()
+
+
+SHORT = {"lm": {"tail": "Fine, thanks."}, "ms_per_word": 100}
+
+
+def run(script, segments, realtime=True, cfg=CFG, **kw):
+    comps = FakeComponents(script, **(kw or SHORT))
+    events: list[dict] = []
+    tracer = Tracer(None, session="t")
+    sink = ClockSink(comps.tts.sample_rate_hz)
+    source = TimelineSource(segments, realtime=realtime, tail_ms=cfg.vad.speech_end_ms + 300)
+    try:
+        session = asyncio.run(
+            asyncio.wait_for(run_session(comps, cfg, source, sink, tracer, events.append), 30)
+        )
+    finally:
+        comps.close()
+    return session, comps, tracer.events, [e for e in events if e["type"] != "trace"]
+
+
+def names(trace, turn=None):
+    return [e["event"] for e in trace if turn is None or e["turn"] == turn]
+
+
+def done(events):
+    return [e["response"] for e in events if e["type"] == "response.done"]
+
+
+def test_plain_turn_fast_source_answers_and_traces_in_order():
+    _, comps, trace, events = run(["What is the capital of France?"], [Segment(buzz(900))], False)
+    (resp,) = done(events)
+    assert resp["status"] == "completed"
+    assert resp["output_text"].startswith("You said: What is the capital of France.")
+    seq = [n for n in names(trace, 1) if n not in ("asr_partial", "pause", "speculation")]
+    assert seq == [
+        "speech_start", "speech_end", "asr_final", "lm_start", "lm_first_token",
+        "lm_first_clause", "tts_first_audio", "audio_out_first", "lm_done", "turn_done",
+    ]  # fmt: skip
+    (lat,) = [e for e in events if e["type"] == "latency"]
+    assert lat["voice_to_voice_ms"] > 0 and lat["speculation"] == "none"
+
+
+def test_speculation_hit_releases_prepared_answer():
+    _, comps, trace, events = run(["What is the capital of France"], [Segment(buzz(900))])
+    spec = [e for e in trace if e["event"] == "speculation"]
+    assert [e["result"] for e in spec] == ["hit"] and spec[0]["saved_ms"] > 0
+    assert len(comps.lm.calls) == 1  # the speculative generation became the answer
+    assert [e["type"] for e in events].count("response.speculation.delta") >= 1
+    (resp,) = done(events)
+    assert resp["status"] == "completed" and "capital of France" in resp["output_text"]
+    assert names(trace).index("speculation_start") < names(trace).index("speech_end")
+
+
+def test_speculation_refined_hands_drafts():
+    script = [("What is the capital", "What is the capital of Spain?")]
+    _, comps, trace, events = run(script, [Segment(buzz(900))])
+    assert [e["result"] for e in trace if e["event"] == "speculation"] == ["refined"]
+    spec_call, final_call = comps.lm.calls
+    assert spec_call["messages"][-1]["content"] == "What is the capital"
+    assert final_call["messages"][-1]["content"] == "What is the capital of Spain?"
+    assert final_call["drafts"]  # the speculative answer's tokens
+    (resp,) = done(events)
+    assert "Spain" in resp["output_text"]
+
+
+def test_resumed_speech_is_a_miss_then_a_hit():
+    seg = Segment(np_concat(buzz(700), silence(320), buzz(600)))
+    _, comps, trace, events = run(["Tell me about the moon"], [seg])
+    assert names(trace).count("resume") == 1
+    assert [e["result"] for e in trace if e["event"] == "speculation"] == ["miss", "hit"]
+    assert done(events)[0]["status"] == "completed"
+
+
+def np_concat(*parts):
+    import numpy as np
+
+    return np.concatenate(parts)
+
+
+def test_barge_in_stops_audio_truncates_history_and_answers_next():
+    script = ["Hi", "Wait, what about Spain?"]
+    segments = [Segment(buzz(700)), Segment(buzz(900), barge_in_at_ms=800)]
+    session, comps, trace, events = run(script, segments, ms_per_word=200)
+    first, second = done(events)
+    assert first["status"] == "cancelled" and second["status"] == "completed"
+    (stop,) = [e for e in trace if e["event"] == "playback_stopped"]
+    assert stop["stop_ms"] <= 150
+    assert 0 < len(first["heard_text"]) < len(first["output_text"])
+    assert first["output_text"].startswith(first["heard_text"].rstrip(".,"))
+    prompt = comps.lm.calls[-1]["messages"]
+    assert prompt[-2] == {"role": "assistant", "content": first["heard_text"] + "..."}
+    assert prompt[-1]["content"] == "Wait, what about Spain?"
+    assert names(trace).count("barge_in") == 1
+
+
+@pytest.mark.parametrize(
+    ("script2", "pcm_ms", "reason"), [("", 150, "short"), ("Mm-hmm.", 600, "backchannel")]
+)
+def test_cough_and_backchannel_do_not_cancel(script2, pcm_ms, reason):
+    segments = [Segment(buzz(700)), Segment(buzz(pcm_ms), barge_in_at_ms=600)]
+    _, comps, trace, events = run(["Hi", script2], segments, ms_per_word=200)
+    (resp,) = done(events)
+    assert resp["status"] == "completed"
+    assert [e["reason"] for e in trace if e["event"] == "barge_in_resume"] == [reason]
+    assert "barge_in" not in names(trace)
+    assert len(comps.lm.calls) == 1
+
+
+def test_cancel_mid_answer_leaves_no_tasks_or_threads():
+    comps = FakeComponents(["Hi"])
+    before = set(threading.enumerate())
+
+    async def main():
+        sink = ClockSink(comps.tts.sample_rate_hz)
+        source = TimelineSource([Segment(buzz(700))], realtime=True)
+        session = VoiceSession(comps, CFG, source, sink, Tracer(None), None)
+        source.bind(session)
+        task = asyncio.create_task(session.run())
+        async with asyncio.timeout(20):
+            while session.last_audio_out_t is None:
+                await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not session.answers and not session.closing and not session._asr_jobs
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+
+    asyncio.run(main())
+    comps.close()
+    assert set(threading.enumerate()) <= before
+
+
+def test_barge_in_disabled_ignores_user_speech():
+    cfg = replace(CFG, conversation=replace(CFG.conversation, barge_in=False))
+    segments = [Segment(buzz(700)), Segment(buzz(900), barge_in_at_ms=300)]
+    _, comps, trace, events = run(["Hi", "Stop please"], segments, cfg=cfg, ms_per_word=200)
+    (resp,) = done(events)
+    assert resp["status"] == "completed" and len(comps.lm.calls) == 1
