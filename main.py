@@ -29,8 +29,9 @@ def _cmd_ask(cfg: Config, args: argparse.Namespace) -> int:
     from model.cli import ask
 
     lm_cfg = cfg.lm if args.decoder is None else _replace(cfg.lm, decoder=args.decoder)
-    return ask(lm_cfg, " ".join(args.question), system=cfg.conversation.system_prompt,
-               json_stats=args.json)
+    return ask(
+        lm_cfg, " ".join(args.question), system=cfg.conversation.system_prompt, json_stats=args.json
+    )
 
 
 def _cmd_run(cfg: Config, args: argparse.Namespace) -> int:
@@ -69,13 +70,23 @@ def _replace(section: object, **changes: object) -> object:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
-                        help="YAML configuration (default: config.yaml beside main.py)")
-    common.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append",
-                        default=argparse.SUPPRESS, dest="overrides",
-                        help="override one setting, e.g. --set lm.decoder=hybrid (repeatable)")
+    common.add_argument(
+        "--config",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help="YAML configuration (default: config.yaml beside main.py)",
+    )
+    common.add_argument(
+        "--set",
+        metavar="SECTION.KEY=VALUE",
+        action="append",
+        default=argparse.SUPPRESS,
+        dest="overrides",
+        help="override one setting, e.g. --set lm.decoder=hybrid (repeatable)",
+    )
     parser = argparse.ArgumentParser(
-        prog="main.py", parents=[common],
+        prog="main.py",
+        parents=[common],
         description="Real-time voice agent with a hybrid diffusion LM. "
         "Without a subcommand: a live microphone conversation (chat).",
     )
@@ -90,16 +101,28 @@ def build_parser() -> argparse.ArgumentParser:
     add("serve", _cmd_serve, "websocket server + web page: talk to the agent in a browser")
     p = add("ask", _cmd_ask, "text in, streamed answer out")
     p.add_argument("question", nargs="+", help="the question")
-    p.add_argument("--decoder", choices=("ar", "hybrid", "parallel"), default=None,
-                   help="decoding mode (default: lm.decoder)")
+    p.add_argument(
+        "--decoder",
+        choices=("ar", "hybrid", "parallel"),
+        default=None,
+        help="decoding mode (default: lm.decoder)",
+    )
     p.add_argument("--json", action="store_true", help="print generation stats as JSON after")
     p = add("run", _cmd_run, "voice turn(s) from WAV files, reply to a WAV file")
-    p.add_argument("--input", action="append", required=True, metavar="WAV",
-                   help="a user utterance; repeat for consecutive turns")
+    p.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        metavar="WAV",
+        help="a user utterance; repeat for consecutive turns",
+    )
     p.add_argument("--output", metavar="WAV", help="write the agent's reply audio here")
     p.add_argument("--trace", metavar="JSONL", help="write the latency trace here")
-    p.add_argument("--realtime", action="store_true",
-                   help="pace input and output in real time, as a microphone would")
+    p.add_argument(
+        "--realtime",
+        action="store_true",
+        help="pace input and output in real time, as a microphone would",
+    )
     p = add("trace", _cmd_trace, "latency trace tools: summary table, Chrome/HTML export")
     p.add_argument("action", choices=("summary", "export"))
     p.add_argument("file", metavar="TRACE.jsonl")

@@ -35,7 +35,9 @@ class ServerConfig:
     """The websocket server behind `python main.py serve`."""
 
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
-    port: int = field(default=8765, metadata={"help": "TCP port", "min": 1, "max": 65535})
+    port: int = field(
+        default=8765, metadata={"help": "TCP port, 0 = any free port", "min": 0, "max": 65535}
+    )
     max_sessions: int = field(
         default=4, metadata={"help": "concurrent voice sessions; more are refused", "min": 1}
     )
