@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from app.pipeline_config import ConversationConfig, TraceConfig
-from audio.config import AudioConfig, ASRConfig, EchoConfig, TTSConfig, VADConfig
+from audio.config import ASRConfig, AudioConfig, EchoConfig, TTSConfig, VADConfig
 from model.config import LMConfig
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config.yaml"
