@@ -1,0 +1,94 @@
+"""Sound devices through sounddevice (PortAudio): import guard, listing, selection.
+
+PortAudio missing or no device present becomes one AudioDeviceError line that says how to fix
+it, so `main.py run` fails clearly and `serve` (browser audio) needs no sound device at all.
+"""
+
+import logging
+from types import ModuleType
+from typing import Any
+
+from audio.errors import AudioDeviceError
+
+log = logging.getLogger(__name__)
+
+_NO_PORTAUDIO = (
+    "PortAudio is missing (sounddevice cannot load it): apt-get install libportaudio2, "
+    "or use `python main.py serve` (browser audio) / `run` with WAV input and output"
+)
+
+
+def sounddevice() -> ModuleType:
+    """The sounddevice module, or AudioDeviceError when PortAudio cannot be loaded."""
+    try:
+        import sounddevice as sd
+    except (OSError, ImportError) as e:
+        raise AudioDeviceError(_NO_PORTAUDIO) from e
+    return sd
+
+
+def _all_devices(sd: ModuleType) -> list[dict[str, Any]]:
+    try:
+        return [dict(d) for d in sd.query_devices()]
+    except Exception as e:  # PortAudioError subclasses Exception only
+        raise AudioDeviceError(f"cannot query sound devices ({e}); {_NO_PORTAUDIO}") from e
+
+
+def resolve_device(spec: str, kind: str) -> tuple[int, dict[str, Any]]:
+    """Device index and info for `spec` ("" = default, an index, or a name substring).
+
+    kind: "input" or "output". Raises AudioDeviceError naming the devices that exist.
+    """
+    sd = sounddevice()
+    devices = _all_devices(sd)
+    channels_key = f"max_{kind}_channels"
+    usable = [(i, d) for i, d in enumerate(devices) if d.get(channels_key, 0) > 0]
+    if not usable:
+        raise AudioDeviceError(
+            f"no {kind} sound device found; plug one in, or use `python main.py serve` "
+            "(browser audio) / `run` with WAV files"
+        )
+    if spec == "":
+        try:
+            info = dict(sd.query_devices(kind=kind))
+        except Exception as e:
+            raise AudioDeviceError(
+                f"no default {kind} device ({e}); set audio.{kind}_device"
+            ) from e
+        index = next((i for i, d in usable if d["name"] == info["name"]), usable[0][0])
+        return index, info
+    if spec.strip().isdigit():
+        index = int(spec)
+        for i, d in usable:
+            if i == index:
+                return i, d
+        raise AudioDeviceError(f"{kind} device {index} does not exist; `python main.py devices`")
+    matches = [(i, d) for i, d in usable if spec.lower() in d["name"].lower()]
+    if not matches:
+        names = ", ".join(repr(d["name"]) for _, d in usable)
+        raise AudioDeviceError(f"no {kind} device matches {spec!r}; available: {names}")
+    return matches[0]
+
+
+def list_devices() -> str:
+    """A table of sound devices for `python main.py devices` (marks the defaults)."""
+    sd = sounddevice()
+    devices = _all_devices(sd)
+    try:
+        default_in, default_out = sd.default.device
+    except Exception:
+        default_in, default_out = -1, -1
+    if not devices:
+        return "no sound devices found (PortAudio sees none)"
+    lines = [f"{'idx':>3}  {'in':>3} {'out':>3}  {'rate':>6}  name"]
+    for i, d in enumerate(devices):
+        mark = (">" if i == default_in else " ") + ("<" if i == default_out else " ")
+        lines.append(
+            f"{i:>3}{mark}{d['max_input_channels']:>3} {d['max_output_channels']:>3}  "
+            f"{int(d['default_samplerate']):>6}  {d['name']}"
+        )
+    lines.append(
+        "> default input, < default output; select with audio.input_device / "
+        "audio.output_device (index or name substring)"
+    )
+    return "\n".join(lines)

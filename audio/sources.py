@@ -1,0 +1,257 @@
+"""Audio sources: async iterators of int16 mono frames at 16 kHz, frame_ms long.
+
+WavSource reads a WAV (8/16/24/32-bit PCM, any rate, any channels) block by block, down-mixes,
+resamples, and paces in real time or not. MicSource opens a sounddevice input at the device's
+own rate (44.1/48 kHz stereo is the norm) and converts in the event loop. PushSource is fed by
+the websocket server with PCM16LE bytes (odd byte counts are carried over) or arrays.
+All: `async for frame in source:` and `await source.aclose()`.
+"""
+
+import asyncio
+import logging
+import time
+import wave
+from collections import deque
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+
+from audio.config import AudioConfig
+from audio.devices import resolve_device, sounddevice
+from audio.errors import AudioDeviceError, AudioFormatError
+from audio.resample import Resampler, to_float32, to_int16, to_mono
+
+log = logging.getLogger(__name__)
+
+RATE_HZ = 16000
+
+
+def _check_frame_ms(frame_ms: int) -> int:
+    if frame_ms not in (10, 20, 30):
+        raise AudioFormatError(f"frame_ms must be 10, 20 or 30 (webrtcvad), got {frame_ms}")
+    return RATE_HZ * frame_ms // 1000
+
+
+class _Framer:
+    """Float or int16 blocks at src_hz -> exact int16 frames at 16 kHz."""
+
+    def __init__(self, src_hz: int, frame_len: int) -> None:
+        self._rs = Resampler(src_hz, RATE_HZ)
+        self._len = frame_len
+        self._pending = np.zeros(0, np.int16)
+
+    def _cut(self, pcm: np.ndarray) -> list[np.ndarray]:
+        pcm = np.concatenate([self._pending, pcm])
+        n = len(pcm) // self._len
+        self._pending = pcm[n * self._len :]
+        return [pcm[i * self._len : (i + 1) * self._len] for i in range(n)]
+
+    def feed(self, mono: np.ndarray) -> list[np.ndarray]:
+        if self._rs.up == self._rs.down:
+            return self._cut(to_int16(mono))
+        return self._cut(to_int16(self._rs.process(to_float32(mono))))
+
+    def flush(self) -> list[np.ndarray]:
+        """Remaining audio, the last frame zero-padded."""
+        frames = self._cut(to_int16(self._rs.flush()))
+        if len(self._pending):
+            pad = np.zeros(self._len - len(self._pending), np.int16)
+            frames.append(np.concatenate([self._pending, pad]))
+            self._pending = np.zeros(0, np.int16)
+        return frames
+
+
+def _pcm_from_wav_bytes(data: bytes, width: int, channels: int) -> np.ndarray:
+    if width == 3:  # 24-bit little-endian -> int32 with the sign in the top byte
+        b = np.frombuffer(data[: len(data) - len(data) % 3], np.uint8).reshape(-1, 3)
+        pcm = (b[:, 0].astype(np.int32) << 8) | (b[:, 1].astype(np.int32) << 16)
+        pcm = pcm | (b[:, 2].astype(np.int8).astype(np.int32) << 24)
+    else:
+        dtype = {1: np.uint8, 2: np.dtype("<i2"), 4: np.dtype("<i4")}[width]
+        pcm = np.frombuffer(data[: len(data) - len(data) % width], dtype)
+    return to_mono(pcm, channels)
+
+
+class WavSource:
+    """Frames of a WAV file, in real time (realtime=True) or as fast as the consumer reads."""
+
+    def __init__(self, path: str | Path, frame_ms: int = 30, realtime: bool = False) -> None:
+        self.path = Path(path)
+        self.frame_len = _check_frame_ms(frame_ms)
+        self.frame_ms = frame_ms
+        self.realtime = realtime
+        try:
+            self._wav = wave.open(str(self.path), "rb")  # noqa: SIM115 (open while iterated)
+        except FileNotFoundError as e:
+            raise AudioFormatError(f"no such WAV file: {self.path}") from e
+        except (wave.Error, EOFError) as e:
+            raise AudioFormatError(
+                f"{self.path} is not a PCM WAV ({e}); convert it: sox in -b 16 -c 1 out.wav"
+            ) from e
+        self.src_hz = self._wav.getframerate()
+        self._width = self._wav.getsampwidth()
+        self._channels = self._wav.getnchannels()
+        if self._width not in (1, 2, 3, 4) or self.src_hz <= 0:
+            self._wav.close()
+            raise AudioFormatError(f"{self.path}: unsupported {8 * self._width}-bit WAV")
+        self.duration_s = self._wav.getnframes() / self.src_hz
+        self._closed = False
+
+    def __aiter__(self) -> AsyncIterator[np.ndarray]:
+        return self._frames()
+
+    async def _frames(self) -> AsyncIterator[np.ndarray]:
+        framer = _Framer(self.src_hz, self.frame_len)
+        block = max(1, self.src_hz // 2)  # read 0.5 s at a time: bounded memory for long files
+        start = time.monotonic()
+        sent = 0
+        while not self._closed:
+            data = self._wav.readframes(block)
+            frames = (
+                framer.feed(_pcm_from_wav_bytes(data, self._width, self._channels))
+                if data
+                else framer.flush()
+            )
+            for frame in frames:
+                if self._closed:
+                    return
+                if self.realtime:
+                    due = start + sent * self.frame_ms / 1000.0
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                elif sent % 64 == 0:
+                    await asyncio.sleep(0)  # let the loop breathe on long files
+                sent += 1
+                yield frame
+            if not data:
+                break
+        self._wav.close()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._wav.close()
+
+
+class PushSource:
+    """Frames pushed by a producer in the same event loop (the websocket server).
+
+    push() takes PCM16LE bytes (an odd trailing byte waits for the next push) or an array
+    (int16 or float in [-1, 1]) at src_rate_hz. Beyond max_buffer_ms of unread audio the oldest
+    frames are dropped (logged) so a stalled consumer cannot grow memory without bound.
+    """
+
+    def __init__(
+        self, frame_ms: int = 30, src_rate_hz: int = RATE_HZ, max_buffer_ms: int = 10000
+    ) -> None:
+        self.frame_len = _check_frame_ms(frame_ms)
+        self._framer = _Framer(src_rate_hz, self.frame_len)
+        self._odd = b""
+        self._frames: deque[np.ndarray] = deque()
+        self._max_frames = max(1, max_buffer_ms // frame_ms)
+        self._ready = asyncio.Event()
+        self._closed = False
+        self.dropped_frames = 0
+
+    def push(self, pcm: bytes | bytearray | memoryview | np.ndarray) -> None:
+        if self._closed:
+            return
+        if isinstance(pcm, bytes | bytearray | memoryview):
+            data = self._odd + bytes(pcm)
+            cut = len(data) - len(data) % 2
+            self._odd = data[cut:]
+            mono = np.frombuffer(data[:cut], dtype="<i2").astype(np.int16)
+        else:
+            arr = np.asarray(pcm)
+            if arr.ndim != 1:
+                arr = to_mono(arr)
+            mono = to_int16(arr)
+        self._enqueue(self._framer.feed(mono))
+
+    def _enqueue(self, frames: list[np.ndarray]) -> None:
+        self._frames.extend(frames)
+        over = len(self._frames) - self._max_frames
+        if over > 0:
+            for _ in range(over):
+                self._frames.popleft()
+            self.dropped_frames += over
+            log.warning("audio: push source overflow, %d old frames dropped", over)
+        if self._frames:
+            self._ready.set()
+
+    def close(self) -> None:
+        """End of stream: the remaining audio (last frame zero-padded) is still delivered."""
+        if not self._closed:
+            self._enqueue(self._framer.flush())
+            self._closed = True
+            self._ready.set()
+
+    def __aiter__(self) -> AsyncIterator[np.ndarray]:
+        return self._iter()
+
+    async def _iter(self) -> AsyncIterator[np.ndarray]:
+        while True:
+            while self._frames:
+                yield self._frames.popleft()
+            if self._closed:
+                return
+            self._ready.clear()
+            await self._ready.wait()
+
+    async def aclose(self) -> None:
+        self.close()
+        self._frames.clear()
+
+
+class MicSource:
+    """Microphone frames via sounddevice; conversion runs in the event loop, not the callback."""
+
+    def __init__(self, cfg: AudioConfig) -> None:
+        self.frame_len = _check_frame_ms(cfg.frame_ms)
+        sd = sounddevice()
+        self.device, info = resolve_device(cfg.input_device, "input")
+        self.src_hz = int(info["default_samplerate"])
+        self.channels = min(2, int(info["max_input_channels"]))
+        self._framer = _Framer(self.src_hz, self.frame_len)
+        self._blocks: asyncio.Queue[np.ndarray | None] = asyncio.Queue()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.overflows = 0
+        try:
+            self._stream = sd.InputStream(
+                device=self.device,
+                samplerate=self.src_hz,
+                channels=self.channels,
+                dtype="float32",
+                blocksize=self.src_hz * cfg.frame_ms // 1000,
+                latency="low",
+                callback=self._callback,
+            )
+        except Exception as e:  # sounddevice.PortAudioError
+            raise AudioDeviceError(
+                f"cannot open input device {info['name']!r} ({e}); "
+                "pick another with audio.input_device (`python main.py devices`)"
+            ) from e
+        log.info("mic: %r at %d Hz x%d", info["name"], self.src_hz, self.channels)
+
+    def _callback(self, indata: np.ndarray, frames: int, t: object, status: object) -> None:
+        if status:
+            self.overflows += 1
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._blocks.put_nowait, indata.copy())
+
+    def __aiter__(self) -> AsyncIterator[np.ndarray]:
+        return self._iter()
+
+    async def _iter(self) -> AsyncIterator[np.ndarray]:
+        self._loop = asyncio.get_running_loop()
+        self._stream.start()
+        try:
+            while (block := await self._blocks.get()) is not None:
+                for frame in self._framer.feed(to_mono(block)):
+                    yield frame
+        finally:
+            self._stream.stop()
+
+    async def aclose(self) -> None:
+        self._stream.stop()
+        self._stream.close()
+        self._blocks.put_nowait(None)
