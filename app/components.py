@@ -62,7 +62,7 @@ class Components:
         """Cuts the LM's text stream into speakable clauses."""
         from audio.tts import ClauseChunker
 
-        return ClauseChunker(cfg)
+        return ClauseChunker.from_config(cfg)
 
     def count_tokens(self, text: str) -> int:
         return len(self.lm.tokenizer.encode(text))

@@ -155,7 +155,7 @@ class VoiceSession:
         was_speaking = self.vad.in_speech
         events = self.vad.process(frame)
         if was_speaking and self.vad.in_speech:
-            self.transcriber.feed(frame)
+            self._feed(frame)
         for ev in events:
             self._on_vad(ev.kind, ev.audio_ms, getattr(ev, "detected_ms", self.audio_ms))
         if self.vad.in_speech:
@@ -172,7 +172,7 @@ class VoiceSession:
             # A fresh transcriber per utterance: the previous one's final may still be queued
             # in the ASR worker.
             self.transcriber = self.c.new_transcriber(self.cfg.asr)
-            self.transcriber.feed(self.vad.speech_audio())
+            self._feed(self.vad.speech_audio())
             self._do(self.tm.on_speech_start(audio_ms))
             self.trace("speech_start", self.tm.turn, self.tm.gen, onset_ms=self._onset_t)
             self.emit({"type": "input_audio_buffer.speech_started", "audio_start_ms": audio_ms})
@@ -191,6 +191,14 @@ class VoiceSession:
             self._request_final()
 
     # ---- ASR -----------------------------------------------------------------------------------
+
+    def _feed(self, pcm: np.ndarray) -> None:
+        # The transcriber has one owner, the ASR worker: feeding it from the loop while a pass
+        # reads its buffer would race, so feeds queue in the same single-thread executor.
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(self.c.asr_executor, self.transcriber.feed, pcm.copy())
+        self._asr_jobs.add(fut)
+        fut.add_done_callback(self._asr_jobs.discard)
 
     def _submit_asr(self, fn: Callable[[], Any], done: Callable[[Any], None]) -> None:
         loop = asyncio.get_running_loop()

@@ -210,9 +210,8 @@ def run_wavs(
     components: Any = None,
 ) -> int:
     """``python main.py run --input q.wav [--input q2.wav@1500 ...]``; returns the exit code."""
-    from audio.sinks import CallbackSink, WavSink
-
     from app.components import Components
+    from audio.sinks import CallbackSink, WavSink
 
     console = Console(highlight=False)
     segments = asyncio.run(load_segments(inputs, cfg))

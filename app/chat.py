@@ -1,0 +1,145 @@
+"""``python main.py`` (chat): a live microphone conversation with a rich terminal display.
+
+The display shows what the agent is doing (listening / thinking / speaking), the user's partial
+transcript, the answer drafted during a pause (dim: speculative, may be dropped) and the answer
+being spoken (bright), and each turn's latency line. Ctrl+C ends the session cleanly: answers
+cancelled, workers idle, the trace flushed and closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from app.trace import Tracer, default_trace_path
+
+_STATE_STYLE = {"listening": "green", "thinking": "yellow", "speaking": "cyan"}
+
+
+class ChatDisplay:
+    """Turns session events into a small live view; ``render()`` is called by rich.Live."""
+
+    def __init__(self, keep_turns: int = 4) -> None:
+        self.state = "listening"
+        self.user_speaking = False
+        self.partial = ""
+        self.tentative = ""
+        self.answer = ""
+        self.latency = ""
+        self.log: list[tuple[str, str, str]] = []  # (user, agent, note)
+        self.keep_turns = keep_turns
+        self._user = ""
+
+    def on_event(self, ev: dict[str, Any]) -> None:
+        kind = ev["type"]
+        if kind == "agent.state":
+            self.state = ev["state"]
+        elif kind == "input_audio_buffer.speech_started":
+            self.user_speaking, self.partial = True, ""
+        elif kind == "input_audio_buffer.speech_stopped":
+            self.user_speaking = False
+        elif kind == "conversation.item.input_audio_transcription.delta":
+            self.partial = ev["transcript"]
+        elif kind == "conversation.item.input_audio_transcription.completed":
+            self._user, self.partial = ev["transcript"], ev["transcript"]
+        elif kind == "response.speculation.delta":
+            self.tentative = ev["text"]
+        elif kind == "response.speculation.dropped":
+            self.tentative = ""
+        elif kind == "response.created":
+            self.answer = ""
+        elif kind == "response.audio_transcript.delta":
+            self.tentative, self.answer = "", self.answer + ev["delta"]
+        elif kind == "response.done":
+            r = ev["response"]
+            cut = r["status"] == "cancelled"
+            agent = r["heard_text"] if cut else r["output_text"]
+            self.log.append((self._user, agent, "interrupted" if cut else ""))
+            self.log = self.log[-self.keep_turns :]
+            self.answer, self.partial = "", ""
+        elif kind == "latency":
+            v2v = ev.get("voice_to_voice_ms")
+            st = ev["stages"]
+            parts = [f"{k} {st[k]:.0f}" for k in ("asr_final", "lm_clause", "tts_first") if k in st]
+            head = f"voice-to-voice {v2v:.0f} ms" if v2v is not None else "no audio"
+            self.latency = f"{head} ({', '.join(parts)} ms), speculation {ev['speculation']}"
+
+    def render(self) -> Group:
+        lines: list[Text] = []
+        for user, agent, note in self.log:
+            lines.append(Text.assemble(("you:   ", "bold"), user))
+            lines.append(
+                Text.assemble(("agent: ", "bold"), agent, (f"  ({note})" if note else "", "red"))
+            )
+        state = "you are speaking" if self.user_speaking else self.state
+        lines.append(Text(f"● {state}", style=_STATE_STYLE.get(self.state, "white") + " bold"))
+        if self.partial:
+            lines.append(Text.assemble(("you:   ", "bold"), (self.partial, "italic")))
+        if self.tentative or self.answer:
+            lines.append(
+                Text.assemble(
+                    ("agent: ", "bold"), (self.answer, "bright_white"), (self.tentative, "dim")
+                )
+            )
+        if self.latency:
+            lines.append(Text(self.latency, style="dim"))
+        lines.append(Text("Ctrl+C to quit", style="dim"))
+        return Group(*lines)
+
+
+def chat(cfg: Any, components: Any = None) -> int:
+    """Live conversation through the default (or configured) microphone and speaker."""
+    from app.components import Components
+    from app.pipeline import VoiceSession
+    from audio.errors import AudioDeviceError
+    from audio.sinks import SpeakerSink
+    from audio.sources import MicSource
+
+    console = Console(highlight=False)
+    try:
+        source = MicSource(cfg.audio)
+        comps = components or Components.load(cfg)
+        sink = SpeakerSink(cfg.audio, comps.tts.sample_rate_hz)
+    except AudioDeviceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    path = (cfg.trace.path or default_trace_path()) if cfg.trace.enabled else None
+    tracer = Tracer(path, session="chat")
+    display = ChatDisplay()
+
+    async def main() -> None:
+        session = VoiceSession(comps, cfg, source, sink, tracer, display.on_event)
+        with Live(display.render(), console=console, refresh_per_second=15) as live:
+            ticker = asyncio.create_task(_refresh(live, display))
+            try:
+                await session.run()
+            finally:
+                ticker.cancel()
+                await sink.aclose()
+                await source.aclose()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass  # asyncio.run cancelled the session, which cancelled its answers
+    except AudioDeviceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        tracer.close()
+        if components is None:
+            comps.close()
+    if path:
+        console.print(f"[dim]trace: {path}  (python main.py trace summary {path})[/dim]")
+    return 0
+
+
+async def _refresh(live: Live, display: ChatDisplay) -> None:
+    while True:
+        live.update(display.render())
+        await asyncio.sleep(1 / 15)
