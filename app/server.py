@@ -16,6 +16,7 @@ import http
 import json
 import logging
 import signal
+import socket
 import struct
 import uuid
 from collections.abc import Awaitable, Callable
@@ -28,7 +29,7 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from app.config import Config
+from app.config import Config, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +256,18 @@ class VoiceServer:
             await stop.wait()
 
 
+def _check_port(host: str, port: int) -> None:
+    """Fail in one line, before minutes of model loading, when the address is taken."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(
+                f"serve: cannot listen on {host}:{port} ({exc.strerror}); "
+                "pick another with --set server.port=N"
+            ) from None
+
+
 def serve(cfg: Config) -> int:
     """`python main.py serve`: load the models once, then serve until Ctrl+C."""
     from rich.console import Console
@@ -262,6 +275,7 @@ def serve(cfg: Config) -> int:
     from app.pipeline import Components
 
     console = Console()
+    _check_port(cfg.server.host, cfg.server.port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     with console.status("loading models (LM, Whisper, Piper)..."):
         components = Components.load(cfg)
