@@ -9,6 +9,7 @@ cancelled, workers idle, the trace flushed and closed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 from typing import Any
 
@@ -18,6 +19,9 @@ from rich.text import Text
 
 from app.trace import Tracer, default_trace_path
 
+# Extra speech needed to pause the agent while it plays through speakers (chat mode): the echo
+# reaches the mic ~20-60 ms after playback at a level webrtcvad calls speech.
+ECHO_GUARD_MS = 250
 _STATE_STYLE = {"listening": "green", "thinking": "yellow", "speaking": "cyan"}
 
 
@@ -103,11 +107,16 @@ def chat(cfg: Any, components: Any = None) -> int:
     console = Console(highlight=False)
     try:
         source = MicSource(cfg.audio)
-        comps = components or Components.load(cfg)
-        sink = SpeakerSink(cfg.audio, comps.tts.sample_rate_hz)
+        sink = SpeakerSink(cfg.audio)
     except AudioDeviceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if cfg.echo.mode != "off" and not cfg.conversation.echo_guard_ms:
+        # Speakers + mic without echo cancellation in the pipeline: require more speech before
+        # pausing the agent, and ignore "interruptions" that transcribe as its own words.
+        conv = dataclasses.replace(cfg.conversation, echo_guard_ms=ECHO_GUARD_MS)
+        cfg = dataclasses.replace(cfg, conversation=conv)
+    comps = components or Components.load(cfg, tts_rate_hz=sink.sample_rate_hz)
     path = (cfg.trace.path or default_trace_path()) if cfg.trace.enabled else None
     tracer = Tracer(path, session="chat")
     display = ChatDisplay()

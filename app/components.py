@@ -31,14 +31,15 @@ class Components:
     )
 
     @classmethod
-    def load(cls, cfg: Any, warmup: bool = True) -> Components:
+    def load(cls, cfg: Any, warmup: bool = True, tts_rate_hz: int = 0) -> Components:
         """Load LM, ASR and TTS from the root config; ``warmup`` runs each once (first calls of
-        onnxruntime / CTranslate2 / torch are 2-5x slower and would land in the first turn)."""
+        onnxruntime / CTranslate2 / torch are 2-5x slower and would land in the first turn).
+        ``tts_rate_hz``: synthesize at this rate (the speaker's), 0 = the voice's own."""
         from audio.asr import WhisperASR
         from audio.tts import PiperTTS
         from model.engine import LM
 
-        comps = cls(lm=LM.load(cfg.lm), asr=WhisperASR(cfg.asr), tts=PiperTTS(cfg.tts))
+        comps = cls(lm=LM.load(cfg.lm), asr=WhisperASR(cfg.asr), tts=PiperTTS(cfg.tts, tts_rate_hz))
         if warmup:
             comps.warmup()
         return comps

@@ -211,6 +211,16 @@ class TurnManager:
         words = normalize(text)
         return not words or words in self._backchannels
 
+    def _not_for_us(self, text: str) -> bool:
+        """A backchannel, or (echo guard on) mostly the words the agent itself just said."""
+        if self.is_backchannel(text):
+            return True
+        if not self.cfg.echo_guard_ms or self.answer_gen is None:
+            return False
+        said = set(normalize(self.heard(self.answer_gen)).split()[-30:])
+        words = normalize(text).split()
+        return sum(w in said for w in words) >= 0.6 * len(words)
+
     def _next_gen(self) -> int:
         self.gen += 1
         return self.gen
@@ -281,7 +291,7 @@ class TurnManager:
     def on_partial(self, text: str) -> list[Action]:
         """A partial transcript of the current utterance."""
         if self.barge is not None:
-            if self._barge_needs_transcript() and not self.is_backchannel(text):
+            if self._barge_needs_transcript() and not self._not_for_us(text):
                 return self._confirm_barge()
             return []
         if not (self.paused and self._may_speculate()):
@@ -309,7 +319,7 @@ class TurnManager:
     def on_final(self, text: str) -> list[Action]:
         """The final transcript of the utterance that just ended."""
         if self.barge is not None:
-            if self.is_backchannel(text):
+            if self._not_for_us(text):
                 return [*self._drop_spec("backchannel"), *self._reject_barge("backchannel")]
             actions = self._confirm_barge()
         else:

@@ -195,3 +195,14 @@ def test_backchannel_alone_never_starts_a_turn():
     tm = TurnManager(CFG)
     assert user_turn(tm, "Mm-hmm.") == []
     assert tm.agent == "idle" and tm.history.messages == []
+
+
+def test_echo_guard_rejects_the_agents_own_words():
+    cfg = replace(CFG, echo_guard_ms=100)
+    tm = TurnManager(cfg, heard=lambda gen: "The capital of France is Paris, a city")
+    gen = start_speaking(tm)
+    tm.on_speech_start(0)
+    assert tm.on_speech_progress(200) == [HoldPlayback(gen)]
+    tm.on_speech_progress(700)
+    assert tm.on_partial("France is Paris") == []  # the agent's voice through the speakers
+    assert tm.on_partial("No, I meant Spain") == [CancelAnswer(gen)]
