@@ -98,3 +98,55 @@ def write_speech_wav(
 ) -> Path:
     """A WAV of `text` with silence around it (enough tail for speech_end to fire)."""
     return write_wav(path, speech_pcm(text, voice, rate_hz, lead_ms, tail_ms), rate_hz)
+
+
+def echo_path(far: np.ndarray, delay_ms: int = 40, gain_db: float = -10.0, seed: int = 0):
+    """What a mic hears of the speaker: delayed, attenuated, with a 100 ms decaying reverb tail."""
+    rng = np.random.default_rng(seed)
+    taps = rng.standard_normal(1600) * np.exp(-np.arange(1600) / 300.0)
+    taps[0] = 4.0
+    taps *= 10 ** (gain_db / 20) / np.sqrt(np.sum(taps**2))
+    wet = np.convolve(far.astype(np.float64), taps)[: len(far)]
+    delay = 16 * delay_ms
+    return np.concatenate([np.zeros(delay), wet[: len(far) - delay]])
+
+
+def loopback_run(
+    far: np.ndarray,
+    user: np.ndarray | None,
+    user_at_ms: int,
+    mode: str,
+    noise_dbfs: float = -60.0,
+) -> list[float]:
+    """Play `far` (agent, 16 kHz) into a simulated room; returns barge-in times (audio ms).
+
+    mode: "off" (plain VAD, no echo handling), "guard", or "aec" (AEC3 + guard).
+    The mic hears the echo, optional `user` speech starting at user_at_ms, and white noise.
+    """
+    from audio.config import BargeInConfig, EchoConfig, VADConfig
+    from audio.echo import BargeInDetector, EchoCanceller
+    from audio.vad import Endpointer
+
+    rng = np.random.default_rng(1)
+    n = len(far)
+    mic = echo_path(far) + rng.standard_normal(n) * 32768 * 10 ** (noise_dbfs / 20)
+    if user is not None:
+        start = 16 * user_at_ms
+        seg = user[: max(0, n - start)].astype(np.float64)
+        mic[start : start + len(seg)] += seg
+    mic = np.clip(mic, -32768, 32767).astype(np.int16)
+    echo_cfg = EchoConfig(mode="aec" if mode == "aec" else "guard")
+    ec = EchoCanceller(echo_cfg)
+    vad = Endpointer(VADConfig())
+    barge = BargeInDetector(
+        BargeInConfig() if mode != "off" else BargeInConfig(guard_min_speech_ms=240),
+        echo_cfg if mode != "off" else EchoConfig(guard_margin_db=0.0, echo_gain_db=-120.0),
+    )
+    hits = []
+    for i in range(0, n - 479, 480):
+        ec.push_far(far[i : i + 480], 16000)
+        clean = ec.process(mic[i : i + 480])
+        voiced = vad.is_voiced(clean)
+        if barge.update(clean, voiced, ec.far_dbfs, agent_speaking=True):
+            hits.append(i / 16.0)
+    return hits
