@@ -309,6 +309,8 @@ def hybrid_attention(
     """
     desc, S = _check(q, k, v, desc, kv_len, check_desc)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    if backend.use_triton(q):
+    # "auto" keeps head dims the kernel does not tile (> 128) on torch; a forced "triton" raises.
+    fits = q.shape[-1] <= MAX_TRITON_HEAD_DIM or backend.get_backend() == "triton"
+    if fits and backend.use_triton(q):
         return hybrid_attention_triton(q, k, v, desc, S, scale)
     return hybrid_attention_torch(q, k, v, desc, S, scale)

@@ -187,3 +187,33 @@ def test_backend_switch(monkeypatch):
             backend.use_triton(torch.zeros(1))
     finally:
         backend.set_backend(previous)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_full_hybrid_step_shape(backend_name, dtype):
+    """SmolLM2 shapes: 600 cached tokens, 5 verify rows + 5 draft blocks of 4 (T = 25)."""
+    gen = torch.Generator().manual_seed(7)
+    desc = block_desc(600, 5, 4, range(5))
+    T = desc.shape[0]
+    q, k, v = make_qkv(1, 9, 3, T, 600 + T + 40, 64, dtype, gen)
+    out = hybrid_attention(q, k, v, desc.to(DEVICE), kv_len=600 + T)
+    ref = reference(q.cpu(), k.cpu(), v.cpu(), desc, 600 + T, 1 / 8)
+    torch.testing.assert_close(out.cpu().double(), ref, atol=TOL[dtype], rtol=TOL[dtype])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_compiled_triton_matches_torch_on_gpu(dtype):
+    gen = torch.Generator().manual_seed(8)
+    for T, S in [(1, 1), (5, 700), (25, 2048)]:
+        desc = causal_desc(T, S) if T < 25 else block_desc(S - T, 5, 4, range(5))
+        q, k, v = make_qkv(1, 9, 3, T, S + 64, 64, dtype, gen)
+        previous = backend.set_backend("triton")
+        try:
+            out = hybrid_attention(q, k, v, desc.cuda(), kv_len=S)
+        finally:
+            backend.set_backend(previous)
+        ref = reference(q.cpu(), k.cpu(), v.cpu(), desc, S, 1 / 8)
+        torch.testing.assert_close(out.cpu().double(), ref, atol=TOL[dtype], rtol=TOL[dtype])

@@ -149,3 +149,16 @@ def test_bad_inputs_raise(kwargs, match):
     args.update(kwargs)
     with pytest.raises(KernelInputError, match=match):
         verify_select(**args)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_triton_on_gpu(dtype):
+    from kernels.verify_select import verify_select_triton
+
+    for K, V, n_match in [(4, 49152, 2), (8, 49152, 8), (0, 1000, 0)]:
+        logits, drafts = logits_with_drafts(K, V, dtype, seed=K, n_match=n_match)
+        check(verify_select_triton(logits, drafts, 0.0, None), logits, drafts)
+        u = torch.rand(K, device=DEVICE)
+        check(verify_select_triton(logits, drafts, 0.9, u), logits, drafts, 0.9, u.cpu().double())
