@@ -1,0 +1,127 @@
+"""Decoders: the token loops behind ChatSession.generate, and their registry.
+
+A decoder is a generator function taking a DecodeRequest and yielding, once per forward pass,
+the list of token ids that pass committed (possibly empty, e.g. a prefill chunk). Contract:
+- on entry the cache holds `prompt[:cache.length]` (the reused prefix, at least one token short
+  of the prompt); the decoder prefills the rest;
+- whenever it yields, the cache holds a prefix of `prompt + every token yielded so far`
+  (rejected draft rows already rolled back), so the session can reuse it next turn;
+- it may be abandoned at any yield (EOS, stop string, max tokens, cancel): the engine owns
+  those decisions and never resumes it after.
+Decoders run inside torch.inference_mode (entered by the engine around every step).
+`ar` lives here; issue 4 registers `hybrid` and `parallel` with @register.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from model.config import LMConfig
+from model.errors import UnknownDecoderError
+from model.kv_cache import KVCache
+from model.transformer import Transformer
+
+# Prompt rows per prefill forward. Bounds the time between cancel checks (a 256-row chunk is
+# ~0.4 s on 2 busy cores) at no measurable throughput cost versus one big prefill.
+PREFILL_CHUNK = 256
+
+
+class Sampler:
+    """Greedy (temperature 0) or seeded temperature + top-p sampling over one logits row."""
+
+    def __init__(self, temperature: float, top_p: float, seed: int, device: torch.device) -> None:
+        self.temperature, self.top_p = temperature, top_p
+        self.greedy = temperature <= 0.0
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(seed)
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """(..., V) logits -> (..., V) float32 probabilities after temperature and top-p."""
+        if self.greedy:
+            return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+        p = torch.softmax(logits.float() / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            sorted_p, order = p.sort(dim=-1, descending=True)
+            # Keep the smallest head whose mass reaches top_p (the top token is always kept).
+            drop = sorted_p.cumsum(-1) - sorted_p >= self.top_p
+            sorted_p = sorted_p.masked_fill(drop, 0.0)
+            p = torch.zeros_like(p).scatter_(-1, order, sorted_p)
+            p = p / p.sum(-1, keepdim=True)
+        return p
+
+    def sample_probs(self, p: torch.Tensor) -> int:
+        return int(torch.multinomial(p, 1, generator=self.generator))
+
+    def __call__(self, logits: torch.Tensor) -> int:
+        """One token id from a (V,) logits row."""
+        if self.greedy:
+            return int(logits.argmax())
+        return self.sample_probs(self.probs(logits))
+
+
+@dataclass
+class DecodeRequest:
+    model: Transformer
+    cache: KVCache
+    prompt: list[int]
+    sampler: Sampler
+    max_new_tokens: int
+    stop_ids: frozenset[int]
+    cfg: LMConfig
+    drafts: list[int] | None = None  # an earlier answer's ids as first drafts (refinement)
+
+
+Decoder = Callable[[DecodeRequest], Iterator[list[int]]]
+DECODERS: dict[str, Decoder] = {}
+
+
+def register(name: str) -> Callable[[Decoder], Decoder]:
+    def deco(fn: Decoder) -> Decoder:
+        DECODERS[name] = fn
+        return fn
+
+    return deco
+
+
+def get_decoder(name: str) -> Decoder:
+    if name not in DECODERS:
+        raise UnknownDecoderError(
+            f"decoder {name!r} is not available (available: {', '.join(sorted(DECODERS))})"
+        )
+    return DECODERS[name]
+
+
+def prefill(req: DecodeRequest) -> Iterator[torch.Tensor | None]:
+    """Feed prompt[cache.length:] in chunks; yields None after each non-final chunk, and the
+    last prompt row's (V,) logits at the end."""
+    model, cache = req.model, req.cache
+    rest = req.prompt[cache.length :]
+    assert rest, "the engine always leaves at least one prompt token to prefill"
+    dev = model.embed.weight.device
+    for i in range(0, len(rest), PREFILL_CHUNK):
+        chunk = torch.tensor([rest[i : i + PREFILL_CHUNK]], device=dev)  # (1, T)
+        last = i + PREFILL_CHUNK >= len(rest)
+        out = model(chunk, cache=cache, logits="last" if last else "none")
+        if last:
+            yield out.logits[0, -1]
+        else:
+            yield None
+
+
+@register("ar")
+def decode_ar(req: DecodeRequest) -> Iterator[list[int]]:
+    """Plain autoregressive decoding: one token per forward pass."""
+    logits = None
+    for logits in prefill(req):
+        if logits is None:
+            yield []
+    assert logits is not None
+    token = torch.empty(1, 1, dtype=torch.long, device=req.model.embed.weight.device)  # (1, 1)
+    for _ in range(req.max_new_tokens):
+        t = req.sampler(logits)
+        yield [t]
+        token.fill_(t)
+        logits = req.model(token, cache=req.cache).logits[0, -1]

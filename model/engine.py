@@ -1,0 +1,243 @@
+"""The LM API the app uses: LM (weights + tokenizer), ChatSession (one KV cache per
+conversation), Generation (a lazy, cancellable stream of committed text) and its stats.
+
+A generation runs in whatever thread iterates it. Per forward pass it advances the decoder one
+step, then handles what the decoder committed: stop tokens, max tokens, stop strings, UTF-8-safe
+detokenization; `cancel` is checked before every forward. KV reuse: the session remembers which
+token ids its cache holds; a new call keeps the longest common prefix with the new prompt and
+prefills only the rest, whatever changed (new turn, edited history, dropped old turns).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from model import decode, loader
+from model.config import LMConfig
+from model.errors import ContextOverflowError
+from model.tokenizer import Tokenizer
+from model.transformer import Transformer
+
+# Cache rows beyond the context budget: room for a hybrid decoder's verify rows at the very end
+# of an answer (they are written, then rolled back).
+CACHE_SLACK = 64
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from the session's KV cache
+    new_tokens: int = 0
+    forwards: int = 0  # forward passes, prefill chunks included
+    ttft_ms: float = 0.0  # first iteration -> first committed token
+    total_ms: float = 0.0
+    tokens_per_s: float = 0.0  # decode rate after the first token: (new - 1) / (total - ttft)
+    stop_reason: str = ""  # eos | stop | length | cancelled
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return asdict(self)
+
+
+class LM:
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, cfg: LMConfig) -> None:
+        self.model, self.tokenizer, self.cfg = model, tokenizer, cfg
+        self.device = model.embed.weight.device
+
+    @classmethod
+    def load(cls, cfg: LMConfig) -> LM:
+        """Weights + tokenizer from cfg.path; ModelLoadError with a one-line reason on failure."""
+        decode.get_decoder(cfg.decoder)  # fail at startup, not at the first answer
+        if cfg.threads > 0:
+            torch.set_num_threads(cfg.threads)
+        model, tok = loader.load(cfg.path, cfg.device, cfg.dtype)
+        return cls(model, tok, cfg)
+
+    def session(self) -> ChatSession:
+        return ChatSession(self)
+
+
+class ChatSession:
+    """One conversation: one KV cache and the token ids it holds. Not thread-safe: one
+    generation at a time; starting a new one ends the previous one (stop_reason cancelled)."""
+
+    def __init__(self, lm: LM) -> None:
+        self.lm = lm
+        self.cache = lm.model.new_cache(lm.cfg.context_tokens + CACHE_SLACK)
+        self._seq: list[int] = []  # the cache holds self._seq[: cache.length]
+        self._active: Generation | None = None
+
+    @property
+    def cached_ids(self) -> list[int]:
+        return self._seq[: self.cache.length]
+
+    def fit_budget(self, messages: Sequence[dict[str, str]], max_new: int) -> list[int]:
+        """Prompt ids for `messages`, dropping the oldest non-system turns (a user message and
+        the assistant reply after it) until prompt + max_new fits lm.context_tokens."""
+        budget = self.lm.cfg.context_tokens - max_new
+        msgs = list(messages)
+        ids = self.lm.tokenizer.apply_chat(msgs)
+        while len(ids) > budget:
+            first = next((i for i, m in enumerate(msgs) if m["role"] != "system"), len(msgs))
+            if first >= len(msgs) - 1:
+                raise ContextOverflowError(
+                    f"prompt of {len(ids)} tokens + {max_new} new tokens exceeds "
+                    f"lm.context_tokens={self.lm.cfg.context_tokens}; raise it or shorten the input"
+                )
+            del msgs[first]
+            if first < len(msgs) - 1 and msgs[first]["role"] == "assistant":
+                del msgs[first]
+            ids = self.lm.tokenizer.apply_chat(msgs)
+        return ids
+
+    def generate(
+        self,
+        messages: Sequence[dict[str, str]],
+        *,
+        cancel: threading.Event | None = None,
+        max_new_tokens: int | None = None,
+        decoder: str | None = None,
+        drafts: list[int] | None = None,
+        stop: Sequence[str] = (),
+    ) -> Generation:
+        """Stream the assistant's answer to `messages`; nothing runs until iterated.
+
+        stop: extra stop strings (the text is cut before them); stop tokens (EOS, <|im_end|>)
+        always apply. drafts: an earlier answer's token ids for refining decoders (ar ignores).
+        """
+        cfg = self.lm.cfg
+        max_new = cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
+        dec = decode.get_decoder(decoder or cfg.decoder)
+        prompt = self.fit_budget(messages, max_new)
+        gen = Generation(self, prompt, dec, max_new, cancel, drafts, tuple(stop))
+        self._active = gen
+        return gen
+
+
+class Generation:
+    """Iterator of committed text increments (valid UTF-8 pieces); see module docstring."""
+
+    def __init__(
+        self,
+        session: ChatSession,
+        prompt: list[int],
+        decoder: decode.Decoder,
+        max_new: int,
+        cancel: threading.Event | None,
+        drafts: list[int] | None,
+        stop: tuple[str, ...],
+    ) -> None:
+        self.session, self.prompt = session, prompt
+        self.text = ""
+        self.token_ids: list[int] = []
+        self.stats = GenerationStats(prompt_tokens=len(prompt))
+        self._cancel = cancel
+        self._stop = stop
+        self._it = self._run(decoder, max_new, drafts)
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        return next(self._it)
+
+    def _cancelled(self) -> bool:
+        superseded = self.session._active is not self
+        return superseded or (self._cancel is not None and self._cancel.is_set())
+
+    def _run(
+        self, decoder: decode.Decoder, max_new: int, drafts: list[int] | None
+    ) -> Iterator[str]:
+        s, lm, st = self.session, self.session.lm, self.stats
+        t0 = time.perf_counter()
+        if self._cancelled():
+            st.stop_reason = "cancelled"
+            return
+        # 1. Reuse the longest common prefix of cache and prompt (keep >= 1 token to prefill).
+        cached, keep = s.cached_ids, 0
+        limit = min(len(cached), len(self.prompt) - 1)
+        while keep < limit and cached[keep] == self.prompt[keep]:
+            keep += 1
+        s.cache.truncate(keep)
+        s._seq = list(self.prompt)
+        st.cached_tokens = keep
+        cfg = lm.cfg
+        req = decode.DecodeRequest(
+            model=lm.model,
+            cache=s.cache,
+            prompt=self.prompt,
+            sampler=decode.Sampler(cfg.temperature, cfg.top_p, cfg.seed, lm.device),
+            max_new_tokens=max_new,
+            stop_ids=lm.tokenizer.stop_ids,
+            cfg=cfg,
+            drafts=drafts,
+        )
+        steps = decoder(req)
+        detok = lm.tokenizer.stream()
+        held = ""  # decoded text not yet emitted: it may be the start of a stop string
+        t_first = None
+        # 2. One decoder step (= one forward) per iteration, cancel checked before each.
+        try:
+            while True:
+                if self._cancelled():
+                    st.stop_reason = "cancelled"
+                    break
+                with torch.inference_mode():
+                    committed = next(steps, None)
+                if committed is None:  # decoder exhausted: only after max_new tokens
+                    committed, st.stop_reason = [], "length"
+                else:
+                    st.forwards += 1
+                s._seq.extend(committed)
+                new: list[int] = []
+                for t in committed:
+                    if t in lm.tokenizer.stop_ids:
+                        st.stop_reason = "eos"
+                        break
+                    new.append(t)
+                    if len(self.token_ids) + len(new) >= max_new:
+                        st.stop_reason = "length"
+                        break
+                if new and t_first is None:
+                    t_first = time.perf_counter()
+                    st.ttft_ms = (t_first - t0) * 1e3
+                self.token_ids.extend(new)
+                held += detok.push(new)
+                piece, held, hit = _split_stop(held, self._stop, final=bool(st.stop_reason))
+                if hit:
+                    st.stop_reason = "stop"
+                if piece:
+                    self.text += piece
+                    yield piece
+                if st.stop_reason:
+                    break
+        finally:
+            steps.close()
+            # 3. Stats: whatever ended the loop (exhaustion, break, or the consumer closing us).
+            t_end = time.perf_counter()
+            st.new_tokens = len(self.token_ids)
+            st.total_ms = (t_end - t0) * 1e3
+            if t_first is not None and st.new_tokens > 1 and t_end > t_first:
+                st.tokens_per_s = (st.new_tokens - 1) / (t_end - t_first)
+            st.stop_reason = st.stop_reason or "cancelled"
+
+
+def _split_stop(text: str, stops: tuple[str, ...], final: bool) -> tuple[str, str, bool]:
+    """(emit, hold, hit): cut at the first stop string; else hold back a suffix that could
+    still grow into one (everything is emitted when `final`)."""
+    cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
+    if cut >= 0:
+        return text[:cut], "", True
+    if final:
+        return text, "", False
+    hold = 0
+    for s in stops:
+        for n in range(min(len(s) - 1, len(text)), hold, -1):
+            if text.endswith(s[:n]):
+                hold = n
+                break
+    return text[: len(text) - hold], text[len(text) - hold :], False
