@@ -119,12 +119,11 @@ def summarize(events: list[Event]) -> dict[str, Any]:
     per_stage["barge_in_stop"] = [
         e["stop_ms"] for e in events if e["event"] == "playback_stopped" and "stop_ms" in e
     ]
-    results = [
-        e["result"]
-        for e in events
-        if e["event"] == "speculation" and e.get("result") in ("hit", "refined", "miss")
-    ]
-    hits = sum(r == "hit" for r in results)
+    results = [e.get("result") for e in events if e["event"] == "speculation"]
+    # Hit rate per answered turn that speculated at all: its last speculation decides (a turn
+    # may drop a guess on resume or on a better partial, then hit with the next one).
+    started = {(str(e["session"]), e["turn"]) for e in events if e["event"] == "speculation_start"}
+    tried = [r for r in rows if (r["session"], r["turn"]) in started]
     return {
         "turns": len(rows),
         "completed": sum(r["status"] == "completed" for r in rows),
@@ -132,7 +131,9 @@ def summarize(events: list[Event]) -> dict[str, Any]:
         "barge_ins": sum(e["event"] == "barge_in" for e in events),
         "barge_ins_rejected": sum(e["event"] == "barge_in_resume" for e in events),
         "speculations": {r: results.count(r) for r in ("hit", "refined", "miss")},
-        "speculation_hit_rate": hits / len(results) if results else None,
+        "speculation_hit_rate": (
+            sum(r["speculation"] == "hit" for r in tried) / len(tried) if tried else None
+        ),
         "stages": {
             name: {
                 "n": len(v),

@@ -5,8 +5,9 @@ and carries out the actions it returns; it never touches a model, a clock or a t
 decision is testable with plain pytest.
 
 Speculation (the user pauses ~200 ms mid-turn):
-  pause        -> ask ASR for a partial of the audio so far (``RequestPartial``)
-  that partial -> ``StartSpeculation``: the LM answers it, first clause synthesized, audio held
+  pause        -> ``StartSpeculation`` on the latest partial (LM answers it, first clause
+                  synthesized, audio held) and ``RequestPartial``: a pass over all the speech
+  that partial -> differs: ``DropSpeculation`` ("changed") + ``StartSpeculation`` on it
   resume       -> ``DropSpeculation`` (miss); the LM session keeps the shared KV prefix itself
   final == speculated text (normalized) -> ``ReleaseSpeculation`` (hit): play it at once
   final != speculated text             -> ``StartAnswer(refine_of=spec gen)``: the pipeline hands
@@ -199,6 +200,7 @@ class TurnManager:
     answer_turn: int = 0
     user_speaking: bool = False
     paused: bool = False
+    last_partial: str = ""  # latest partial transcript of the current utterance
     spec: _Speculation | None = None
     barge: _Barge | None = None
     history: History = field(init=False)
@@ -235,6 +237,7 @@ class TurnManager:
 
     def on_speech_start(self, onset_ms: float) -> list[Action]:
         self.user_speaking, self.paused = True, False
+        self.last_partial = ""
         self.turn += 1
         if self.agent != "idle" and self.cfg.barge_in:
             self.barge = _Barge(onset_ms, last_ms=onset_ms)
@@ -282,7 +285,11 @@ class TurnManager:
             if not self._barge_needs_transcript():
                 return self._reject_barge("short")  # a cough, a click, a short "mm"
             return [RequestPartial(self.gen)]
-        return [RequestPartial(self.gen)] if self._may_speculate() else []
+        if not self._may_speculate():
+            return []
+        # Speculate at once on the latest partial (it is usually the whole utterance but the
+        # last word); the fresh pass over all the speech then confirms or replaces it.
+        return [*self._speculate(self.last_partial), RequestPartial(self.gen)]
 
     def on_resume(self) -> list[Action]:
         self.paused = False
@@ -294,8 +301,13 @@ class TurnManager:
             if self._barge_needs_transcript() and not self._not_for_us(text):
                 return self._confirm_barge()
             return []
+        if self.user_speaking:
+            self.last_partial = text
         if not (self.paused and self._may_speculate()):
             return []
+        return self._speculate(text)
+
+    def _speculate(self, text: str) -> list[Action]:
         if len(normalize(text).split()) < self.cfg.speculation_min_words:
             return []
         if self.spec is not None and normalize(self.spec.text) == normalize(text):

@@ -35,6 +35,7 @@ def write_two_turns(path: Path) -> None:
         ev("turn_done", turn=1, gen=1, t_ms=4000, status="completed", text="Hello!")
         ev("speech_start", turn=2, gen=1, t_ms=5000, onset_ms=4900)
         ev("speech_end", turn=2, gen=1, t_ms=6000, end_ms=5500)
+        ev("speculation_start", turn=2, gen=2, t_ms=5800, text="Tell me")
         ev("asr_final", turn=2, gen=1, t_ms=6200, text="Tell me more.")
         ev("speculation", turn=2, gen=3, t_ms=6200, result="refined", saved_ms=20)
         ev("lm_start", turn=2, gen=3, t_ms=6200)
