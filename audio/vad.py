@@ -37,7 +37,8 @@ def rms_dbfs(pcm: np.ndarray) -> float:
     """Level of int16 PCM in dB relative to full scale (-120 for empty/silent)."""
     if len(pcm) == 0:
         return -120.0
-    ms = float(np.mean(np.square(pcm.astype(np.float64) / 32768.0)))
+    f = pcm.astype(np.float32)
+    ms = float(np.dot(f, f)) / (len(f) * 32768.0 * 32768.0)
     return 10.0 * np.log10(max(ms, 1e-12))
 
 

@@ -1,0 +1,37 @@
+"""Shared fixtures for audio tests: the real models, loaded once per session, and speech clips."""
+
+import numpy as np
+import pytest
+
+from audio.asr import WhisperASR
+from audio.config import ASRConfig, TTSConfig
+from audio.tts import PiperTTS
+from tests.speech import speech_pcm
+
+FRANCE = "What is the capital of France?"
+
+
+@pytest.fixture(scope="session")
+def asr() -> WhisperASR:
+    return WhisperASR(ASRConfig())
+
+
+@pytest.fixture(scope="session")
+def tts() -> PiperTTS:
+    return PiperTTS(TTSConfig())
+
+
+@pytest.fixture(scope="session")
+def france_piper() -> np.ndarray:
+    """16 kHz int16: 0.3 s silence, the question (Piper joe voice), 0.8 s silence."""
+    return speech_pcm(FRANCE, "piper", lead_ms=300, tail_ms=800)
+
+
+@pytest.fixture(scope="session")
+def france_espeak() -> np.ndarray:
+    """The same question in espeak-ng's voice (a different speaker and synthesizer)."""
+    return speech_pcm(FRANCE, "espeak", lead_ms=300, tail_ms=800)
+
+
+def frames(pcm: np.ndarray, n: int = 480) -> list[np.ndarray]:
+    return [pcm[i : i + n] for i in range(0, len(pcm), n)]
