@@ -110,11 +110,19 @@ class ASRConfig:
     )
     no_speech_threshold: float = field(
         default=0.6,
-        metadata={"min": 0.0, "max": 1.0, "help": "drop segments Whisper thinks are silence"},
+        metadata={
+            "min": 0.0,
+            "max": 1.0,
+            "help": "drop text whose no-speech probability is above this",
+        },
     )
     logprob_threshold: float = field(
         default=-1.0,
-        metadata={"min": -10.0, "max": 0.0, "help": "drop segments with lower mean logprob"},
+        metadata={
+            "min": -10.0,
+            "max": 0.0,
+            "help": "drop text whose mean logprob is 0.5 below this",
+        },
     )
     compression_ratio_threshold: float = field(
         default=2.4, metadata={"min": 1.0, "max": 10.0, "help": "drop repetitive segments"}

@@ -1,0 +1,118 @@
+"""Clause chunker cases, Piper synthesis, rate conversion and cancellation."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from audio.config import TTSConfig
+from audio.errors import ModelLoadError
+from audio.tts import ClauseChunker, PiperTTS
+
+
+def chunk(pieces: list[str], **kw) -> list[str]:
+    c = ClauseChunker(**kw)
+    out = []
+    for p in pieces:
+        out += c.push(p)
+    return out + c.flush()
+
+
+TEXT = (
+    "Sure, the capital of France is Paris, a city of 2,100,000 people. Dr. Smith said pi "
+    "is 3.14, e.g. in math class. Is that right? Yes!"
+)
+EXPECTED = [
+    "Sure, the capital of France is Paris,",
+    "a city of 2,100,000 people.",
+    "Dr. Smith said pi is 3.14,",
+    "e.g. in math class.",
+    "Is that right?",
+    "Yes!",
+]
+
+
+@pytest.mark.parametrize("split", ["whole", "chars", "words"])
+def test_chunker_is_independent_of_increment_size(split: str) -> None:
+    pieces = {
+        "whole": [TEXT],
+        "chars": list(TEXT),
+        "words": [w + " " for w in TEXT.split(" ")],
+    }[split]
+    assert chunk(pieces) == EXPECTED
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("It costs $3.50 today. Okay.", ["It costs $3.50 today.", "Okay."]),
+        ("Call Mr. J. K. Rowling now.", ["Call Mr. J. K. Rowling now."]),
+        ("I live in the U.S. and you?", ["I live in the U.S. and you?"]),
+        ('He said "stop." Then left.', ['He said "stop."', "Then left."]),
+        ("Wait... what?! Really.", ["Wait...", "what?!", "Really."]),
+        ("Yes, sure.", ["Yes, sure."]),  # first comma cut needs 3 words
+        ("line one\nline two", ["line one", "line two"]),
+        ("...", []),
+        ("", []),
+    ],
+)
+def test_chunker_cases(text: str, expected: list[str]) -> None:
+    assert chunk([text]) == expected
+
+
+def test_chunker_waits_at_ambiguous_ends_and_caps_length() -> None:
+    c = ClauseChunker()
+    assert c.push("The value is 3.") == []  # 3.14 or end of sentence? wait
+    assert c.push("14 and") == []
+    assert c.push(" more, ok") == ["The value is 3.14 and more,"]
+    long = "word " * 100
+    out = chunk([long], max_chunk_chars=50)
+    assert all(len(x) <= 50 for x in out) and " ".join(out).split() == long.split()
+
+
+def test_later_commas_need_more_words() -> None:
+    text = "The first part is here, then a, b, and c follow, and the list ends here."
+    assert chunk([text]) == [
+        "The first part is here,",
+        "then a, b, and c follow,",
+        "and the list ends here.",
+    ]
+
+
+def test_synthesis_rate_duration_and_pieces(tts: PiperTTS) -> None:
+    pieces = list(tts.synthesize("The capital of France is Paris."))
+    pcm = np.concatenate(pieces)
+    assert pcm.dtype == np.int16 and tts.sample_rate_hz == 22050
+    assert 1.0 < len(pcm) / 22050 < 4.0
+    assert all(len(p) == 2205 for p in pieces[:-1])  # 100 ms pieces
+    assert np.abs(pcm).max() > 10000
+
+
+def test_resampled_to_sink_rate() -> None:
+    tts48 = PiperTTS(TTSConfig(piece_ms=20), sample_rate_hz=48000)
+    pcm = np.concatenate(list(tts48.synthesize("Hello there.")))
+    assert tts48.sample_rate_hz == 48000 and 0.5 < len(pcm) / 48000 < 2.5
+
+
+def test_cancel_stops_within_one_chunk(tts: PiperTTS) -> None:
+    cancel = threading.Event()
+    text = "This is the first sentence. Here is a second one. And a third sentence follows."
+    full = sum(len(p) for p in tts.synthesize(text))
+    got = 0
+    for i, p in enumerate(tts.synthesize(text, cancel)):
+        got += len(p)
+        if i == 1:
+            cancel.set()
+    assert got == 2 * 2205  # nothing after the cancel
+    assert full > 5 * got
+    cancel.clear()
+    pieces = list(tts.stream(iter(["Hi there. ", "How are ", "you today?"]), cancel))
+    assert [p.text for p in pieces if p.last_in_chunk] == ["Hi there.", "How are you today?"]
+    assert {p.chunk_index for p in pieces} == {0, 1}
+    cancel.set()
+    assert list(tts.stream(iter(["Never spoken."]), cancel)) == []
+
+
+def test_bad_voice_path() -> None:
+    with pytest.raises(ModelLoadError, match="tts.voice"):
+        PiperTTS(TTSConfig(voice="/nonexistent/voice.onnx"))
