@@ -132,8 +132,8 @@ class WavSink:
         self._commit()
 
     def flush(self) -> None:
+        self._clock.flush()  # freezes played == written first, then the file gets exactly that
         self._commit()
-        self._clock.flush()
         self._pending.clear()
 
     async def drain(self) -> None:

@@ -1,0 +1,322 @@
+"""Sources, sinks and devices: WAV formats, pacing, push framing, played_samples, flush.
+
+The machine has no sound card, so the mic and speaker shells run against a fake sounddevice
+module that drives their callbacks from a thread like PortAudio does.
+"""
+
+import asyncio
+import sys
+import threading
+import time
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from audio import devices
+from audio.config import AudioConfig
+from audio.errors import AudioDeviceError, AudioFormatError
+from audio.sinks import CallbackSink, PlayClock, SpeakerSink, WavSink
+from audio.sources import MicSource, PushSource, WavSource
+from tests.speech import read_wav_bytes, write_wav
+
+
+async def collect(source) -> np.ndarray:
+    frames = [f async for f in source]
+    assert all(f.dtype == np.int16 and len(f) == 480 for f in frames)
+    return np.concatenate(frames) if frames else np.zeros(0, np.int16)
+
+
+def sine(rate: int, seconds: float, freq: float = 300.0, amp: float = 0.5) -> np.ndarray:
+    t = np.arange(int(rate * seconds)) / rate
+    return amp * np.sin(2 * np.pi * freq * t)
+
+
+def test_wav_source_downmixes_and_resamples_stereo_48k(tmp_path: Path) -> None:
+    left = sine(48000, 1.0)
+    stereo = (np.stack([left, left], axis=1) * 32767).astype(np.int16)
+    path = write_wav(tmp_path / "st.wav", stereo, 48000, channels=2)
+    pcm = asyncio.run(collect(WavSource(path)))
+    assert abs(len(pcm) - 16000) < 480
+    ref = (sine(16000, len(pcm) / 16000) * 32767).astype(np.int16)
+    assert np.abs(pcm[200:15800].astype(int) - ref[200:15800]).max() < 100
+
+
+@pytest.mark.parametrize("width", [1, 3, 4])
+def test_wav_source_other_sample_widths(tmp_path: Path, width: int) -> None:
+    x = sine(16000, 0.3)
+    path = tmp_path / f"w{width}.wav"
+    if width == 1:
+        data = ((x * 127) + 128).astype(np.uint8).tobytes()
+    elif width == 3:
+        v = (x * (2**23 - 1)).astype("<i4")
+        data = b"".join(int(s).to_bytes(3, "little", signed=True) for s in v)
+    else:
+        data = (x * (2**31 - 1)).astype("<i4").tobytes()
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(width)
+        w.setframerate(16000)
+        w.writeframes(data)
+    pcm = asyncio.run(collect(WavSource(path)))
+    ref = (x * 32767).astype(int)
+    tolerance = 600 if width == 1 else 50  # 8-bit steps are 256 apart in int16
+    assert np.abs(pcm[: len(ref)].astype(int) - ref).max() < tolerance
+
+
+def test_wav_source_realtime_pacing(tmp_path: Path) -> None:
+    path = write_wav(tmp_path / "a.wav", np.zeros(16000, np.int16), 16000)
+
+    async def first_ten() -> float:
+        t0 = time.monotonic()
+        n = 0
+        async for _ in WavSource(path, realtime=True):
+            n += 1
+            if n == 11:
+                break
+        return time.monotonic() - t0
+
+    assert 0.27 <= asyncio.run(first_ten()) < 0.6  # 10 frames of 30 ms
+
+
+def test_wav_source_errors(tmp_path: Path) -> None:
+    with pytest.raises(AudioFormatError, match="no such WAV"):
+        WavSource(tmp_path / "missing.wav")
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"not a wav at all")
+    with pytest.raises(AudioFormatError, match="sox"):
+        WavSource(bad)
+    with pytest.raises(AudioFormatError):
+        WavSource(bad, frame_ms=25)
+    empty = write_wav(tmp_path / "empty.wav", np.zeros(0, np.int16), 16000)
+    assert len(asyncio.run(collect(WavSource(empty)))) == 0
+
+
+def test_push_source_odd_bytes_floats_and_overflow() -> None:
+    async def run() -> None:
+        src = PushSource()
+        data = (np.arange(1000) % 100).astype("<i2").tobytes()
+        for a, b in [(0, 333), (333, 1001), (1001, 2000)]:  # odd byte counts
+            src.push(data[a:b])
+        src.push(np.array([np.nan, np.inf, 0.5], np.float32))
+        src.close()
+        pcm = await collect(src)
+        assert np.array_equal(pcm[:1000], np.arange(1000) % 100)
+        assert pcm[1000:1003].tolist() == [0, 32767, 16383]
+        small = PushSource(max_buffer_ms=300)
+        small.push(np.zeros(16000, np.int16))
+        assert small.dropped_frames == 23  # 1 s pushed, 10 frames kept
+        small.close()  # the zero-padded tail frame pushes one more old frame out
+        assert len(await collect(small)) == 480 * 10 and small.dropped_frames == 24
+
+        resampling = PushSource(src_rate_hz=48000)
+        resampling.push((sine(48000, 0.5) * 32767).astype(np.int16))
+        resampling.close()
+        assert abs(len(await collect(resampling)) - 8000) <= 480
+
+    asyncio.run(run())
+
+
+def test_play_clock() -> None:
+    now = [0.0]
+    c = PlayClock(1000, clock=lambda: now[0])
+    c.add(500)
+    now[0] = 0.2
+    assert c.played() == 200
+    assert c.flush() == 300 and c.played() == 200
+    now[0] = 1.0
+    c.add(100)  # idle gap: a new run starts now
+    now[0] = 1.05
+    assert c.played() == 250
+    now[0] = 5.0
+    assert c.played() == 300 and c.remaining_s() == 0
+
+
+def test_wav_sink_keeps_only_played_audio(tmp_path: Path) -> None:
+    async def run() -> None:
+        sink = WavSink(tmp_path / "out.wav", 16000)
+        await sink.write(np.full(16000, 1, np.int16))
+        await asyncio.sleep(0.2)
+        sink.flush()
+        played = sink.played_samples
+        assert 2800 <= played <= 5000
+        await sink.write(np.full(1600, 2, np.int16))
+        await sink.aclose()
+        pcm, rate = read_wav_bytes((tmp_path / "out.wav").read_bytes())
+        assert rate == 16000 and len(pcm) == played + 1600 and (pcm == 2).sum() == 1600
+
+    asyncio.run(run())
+
+
+def test_callback_sink_paces_and_flushes() -> None:
+    sent: list[int] = []
+
+    async def send(b: bytes) -> None:
+        sent.append(len(b) // 2)
+
+    async def run() -> None:
+        sink = CallbackSink(send, 16000, lead_ms=100)
+        await sink.write(np.zeros(16000, np.int16))
+        await asyncio.sleep(0.3)
+        ahead = sum(sent) - sink.played_samples
+        assert 0 < ahead <= 1600 + 320  # never more than lead + one piece ahead
+        sink.flush()
+        total = sum(sent)
+        await asyncio.sleep(0.1)
+        assert sum(sent) == total  # nothing sent after a flush
+        await sink.write(np.zeros(800, np.int16))
+        await sink.drain()
+        assert sum(sent) == total + 800
+        await sink.aclose()
+
+        async def broken(b: bytes) -> None:
+            raise ConnectionError("socket closed")
+
+        dead = CallbackSink(broken, 16000, realtime=False)
+        await dead.write(np.zeros(10, np.int16))  # logged, not raised
+        await dead.write(np.zeros(10, np.int16))
+
+    asyncio.run(run())
+
+
+class FakeStream:
+    """Calls the callback every 10 ms from a thread, like a PortAudio stream."""
+
+    def __init__(self, *, samplerate, channels, blocksize, callback, **kw) -> None:
+        self.rate, self.channels, self.block, self.callback = (
+            samplerate,
+            channels,
+            blocksize,
+            callback,
+        )
+        self.kind = "input" if "InputStream" in type(self).__name__ else "output"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.t = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.tick()
+            time.sleep(self.block / self.rate)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+class FakeInputStream(FakeStream):
+    def tick(self) -> None:
+        n = np.arange(self.t, self.t + self.block)
+        self.t += self.block
+        mono = 0.5 * np.sin(2 * np.pi * 300 * n / self.rate)
+        block = np.repeat(mono[:, None], self.channels, axis=1).astype(np.float32)
+        self.callback(block, self.block, None, None)
+
+
+class FakeOutputStream(FakeStream):
+    def tick(self) -> None:
+        out = np.full((self.block, 1), 999, np.int16)
+        self.callback(out, self.block, None, None)
+
+
+class FakeSoundDevice:
+    InputStream = FakeInputStream
+    OutputStream = FakeOutputStream
+
+    class default:  # noqa: N801 (mirrors sounddevice.default)
+        device = (0, 1)
+
+    DEVICES = [
+        {
+            "name": "USB Mic",
+            "max_input_channels": 2,
+            "max_output_channels": 0,
+            "default_samplerate": 48000.0,
+        },
+        {
+            "name": "Speakers",
+            "max_input_channels": 0,
+            "max_output_channels": 2,
+            "default_samplerate": 44100.0,
+        },
+    ]
+
+    def query_devices(self, kind=None):
+        if kind is None:
+            return self.DEVICES
+        return self.DEVICES[0 if kind == "input" else 1]
+
+
+@pytest.fixture
+def fake_sd(monkeypatch: pytest.MonkeyPatch) -> FakeSoundDevice:
+    sd = FakeSoundDevice()
+    monkeypatch.setattr(devices, "sounddevice", lambda: sd)
+    import audio.sinks
+    import audio.sources
+
+    monkeypatch.setattr(audio.sources, "sounddevice", lambda: sd)
+    monkeypatch.setattr(audio.sinks, "sounddevice", lambda: sd)
+    return sd
+
+
+def test_list_and_resolve_devices(fake_sd: FakeSoundDevice) -> None:
+    table = devices.list_devices()
+    assert "USB Mic" in table and "Speakers" in table and ">" in table
+    assert devices.resolve_device("usb", "input")[0] == 0
+    assert devices.resolve_device("1", "output")[0] == 1
+    assert devices.resolve_device("", "output")[1]["name"] == "Speakers"
+    with pytest.raises(AudioDeviceError, match="available: 'USB Mic'"):
+        devices.resolve_device("webcam", "input")
+    with pytest.raises(AudioDeviceError, match="does not exist"):
+        devices.resolve_device("7", "input")
+
+
+def test_mic_source_48k_stereo_to_16k_mono(fake_sd: FakeSoundDevice) -> None:
+    async def run() -> np.ndarray:
+        mic = MicSource(AudioConfig(input_device="mic"))
+        got = []
+        async for f in mic:
+            got.append(f)
+            if len(got) == 20:
+                break
+        await mic.aclose()
+        return np.concatenate(got)
+
+    pcm = asyncio.run(run())
+    ref = (0.5 * 32767 * np.sin(2 * np.pi * 300 * np.arange(len(pcm)) / 16000)).astype(int)
+    assert np.abs(pcm[400:].astype(int) - ref[400:]).max() < 200
+
+
+def test_speaker_sink_plays_and_flushes_within_a_buffer(fake_sd: FakeSoundDevice) -> None:
+    async def run() -> None:
+        heard: list[np.ndarray] = []
+        sink = SpeakerSink(AudioConfig(), on_played=lambda b, r: heard.append(b))
+        assert sink.sample_rate_hz == 44100
+        await sink.write(np.full(44100, 7, np.int16))
+        await asyncio.sleep(0.2)
+        sink.flush()
+        at_flush = sink.played_samples
+        await asyncio.sleep(0.1)
+        assert 0 < at_flush < 44100
+        assert sink.played_samples - at_flush <= 441 * 5  # stops within 50 ms
+        assert heard and heard[-1].max() == 0  # silence after the flush
+        await sink.write(np.full(441, 7, np.int16))
+        await sink.drain()
+        await sink.aclose()
+
+    asyncio.run(run())
+
+
+def test_portaudio_missing_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "sounddevice", None)  # import fails like a missing lib
+    with pytest.raises(AudioDeviceError, match="apt-get install libportaudio2.*serve"):
+        devices.list_devices()
+    with pytest.raises(AudioDeviceError, match="libportaudio2"):
+        MicSource(AudioConfig())
