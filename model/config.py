@@ -57,3 +57,52 @@ class LMConfig:
     threads: int = field(
         default=0, metadata={"help": "torch CPU threads, 0 = torch default", "min": 0, "max": 256}
     )
+    # --- hybrid / parallel decoders (issue 4: model/hybrid.py) -------------------------------
+    draft_len: int = field(
+        default=4,
+        metadata={
+            "help": "draft tokens verified per forward (hybrid, parallel)",
+            "min": 1,
+            "max": 16,
+        },
+    )
+    threshold: float = field(
+        default=0.9,
+        metadata={
+            "help": "parallel: commit drafts with confidence >= this without verification "
+            "(1.0 = never, i.e. exactly hybrid)",
+            "min": 0.0,
+            "max": 1.0,
+        },
+    )
+    drafter: str = field(
+        default="",
+        metadata={
+            "help": "drafter adapter: '' = bundled model/adapters/drafter.safetensors if present, "
+            "'none' = prompt lookup only, or a .safetensors path"
+        },
+    )
+    lookup_ngram: int = field(
+        default=3,
+        metadata={
+            "help": "prompt lookup: longest n-gram matched (0 = no lookup)",
+            "min": 0,
+            "max": 8,
+        },
+    )
+    refine_len: int = field(
+        default=16,
+        metadata={
+            "help": "refinement: earlier-answer tokens verified per forward",
+            "min": 1,
+            "max": 64,
+        },
+    )
+    draft_min_conf: float = field(
+        default=0.0,
+        metadata={
+            "help": "drop draft slots whose cumulative confidence is below this (fewer verify rows)",
+            "min": 0.0,
+            "max": 1.0,
+        },
+    )

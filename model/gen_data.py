@@ -40,7 +40,7 @@ FEATURE_DEPTH = 3
 @dataclass(frozen=True)
 class Job:
     conv: int  # index into prompts.conversations("all")
-    sample: int  # 0 = greedy; >= 1 = sampled with seed derived from (conv, sample)
+    sample: int  # 0 = greedy; >= 1 = sampled (the batch index seeds the sampler)
     heldout: bool
 
 
@@ -66,7 +66,7 @@ def generate_batch(
     prompt_ids: list[list[int]],
     *,
     temperatures: list[float],
-    seeds: list[int],
+    seed: int,
     max_new_tokens: int,
     store_hidden: bool,
 ) -> list[dict[str, torch.Tensor | int]]:
@@ -86,7 +86,8 @@ def generate_batch(
         if store_hidden
         else None
     )
-    gens = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    sampled = torch.tensor([t > 0 for t in temperatures], device=dev)  # (B,)
     temps = torch.tensor(temperatures, device=dev).clamp_min(1e-6)[:, None]  # (B, 1)
     try:
         # Prefill: row i of sequence b sees columns pad_b..i; pad rows see only themselves.
@@ -103,14 +104,8 @@ def generate_batch(
         for step in range(max_new_tokens):
             arg = logits.argmax(-1)  # (B,)
             probs = torch.softmax(logits / temps, dim=-1)  # (B, V)
-            nxt = torch.stack(
-                [
-                    torch.multinomial(probs[b], 1, generator=gens[b])[0]
-                    if temperatures[b] > 0
-                    else arg[b]
-                    for b in range(bsz)
-                ]
-            )  # (B,)
+            draw = torch.multinomial(probs, 1, generator=gen)[:, 0]  # (B,)
+            nxt = torch.where(sampled, draw, arg)
             arg_l, nxt_l, done_l = arg.tolist(), nxt.tolist(), done.tolist()
             for b in range(bsz):
                 if not done_l[b]:
@@ -158,6 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-hidden", action="store_true", help="do not store base features")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     ap.add_argument("--max-batches", type=int, default=0, help="stop after N new batches")
+    ap.add_argument("--minutes", type=float, default=0.0, help="stop after this long (0 = no cap)")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -194,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
             tok,
             [ids[j.conv] for j in batch],
             temperatures=[0.0 if j.sample == 0 else a.temperature for j in batch],
-            seeds=[j.conv * 1000 + j.sample for j in batch],
+            seed=k,
             max_new_tokens=a.max_new_tokens,
             store_hidden=not a.no_hidden,
         )
@@ -211,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
             f"({tokens / el:.1f} tok/s)",
             flush=True,
         )
-        if a.max_batches and made >= a.max_batches:
+        if (a.max_batches and made >= a.max_batches) or (a.minutes and el > 60 * a.minutes):
             break
 
 

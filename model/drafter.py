@@ -1,0 +1,199 @@
+"""Block drafter (design (b), DFlash-like): drafts K tokens in one cheap parallel pass.
+
+Architecture. `n_layers` transformer blocks initialised from the base's top layers. Drafter layer
+l attends to the context through the base's OWN key/value cache of base layer L - n + l (so the
+context costs nothing extra at run time: the verify pass already wrote it) and, bidirectionally,
+to the K + 1 rows of its block:
+
+    row 0      : embedding of the last committed token (the pending token, position p)
+    rows 1..K  : a learned mask embedding              (positions p + 1 .. p + K)
+    every row  : + a learned per-offset embedding + ctx_proj(base's final hidden at p - 1)
+
+Rows 1..K go through the base's final norm (a trainable copy) and the base's tied output
+embedding restricted to a draft vocabulary of the most frequent answer tokens (8192 of 49152
+ids cover ~99 % of answer tokens and cut the head cost 6x); argmax = draft, max probability =
+confidence. Nothing here writes to the base cache or touches the base pass: the verified
+decoder's output cannot depend on the drafter.
+
+Files: safetensors with the trainable tensors + `vocab_ids`, the architecture in the metadata.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from model.errors import ModelLoadError
+from model.kv_cache import KVCache
+from model.transformer import Block, ModelArgs, Transformer
+
+DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / "drafter.safetensors"
+
+
+@dataclass(frozen=True)
+class DrafterArgs:
+    n_layers: int = 2
+    block: int = 4  # K draft tokens per pass
+    vocab: int = 8192  # draft vocabulary size
+    base_dim: int = 576
+    base_layers: int = 30
+    base_vocab: int = 49152
+
+
+class BlockDrafter(nn.Module):
+    def __init__(self, base_args: ModelArgs, args: DrafterArgs, vocab_ids: torch.Tensor) -> None:
+        super().__init__()
+        assert vocab_ids.shape == (args.vocab,), "vocab_ids must list args.vocab token ids"
+        self.args, self.base_args = args, base_args
+        dim = base_args.dim
+        self.layers = nn.ModuleList(Block(base_args) for _ in range(args.n_layers))
+        self.norm = nn.Parameter(torch.ones(dim))
+        self.mask_embed = nn.Parameter(torch.zeros(dim))
+        self.offset_embed = nn.Parameter(torch.zeros(args.block + 1, dim))
+        self.ctx_proj = nn.Linear(dim, dim, bias=False)
+        nn.init.zeros_(self.ctx_proj.weight)
+        self.register_buffer("vocab_ids", vocab_ids.long())
+        self.head: torch.Tensor | None = None  # (vocab, dim) rows of the base output embedding
+
+    @property
+    def first_base_layer(self) -> int:
+        return self.base_args.n_layers - self.args.n_layers
+
+    # --- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def from_base(
+        cls, base: Transformer, vocab_ids: torch.Tensor, *, n_layers: int = 2, block: int = 4
+    ) -> BlockDrafter:
+        """Initialised from the base: its top `n_layers` blocks, final norm, mean embedding."""
+        a = base.args
+        args = DrafterArgs(n_layers, block, int(vocab_ids.numel()), a.dim, a.n_layers, a.vocab_size)
+        w = base.embed.weight
+        d = cls(a, args, vocab_ids).to(device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            for i, layer in enumerate(d.layers):
+                layer.load_state_dict(base.layers[a.n_layers - n_layers + i].state_dict())
+            d.norm.copy_(base.norm)
+            d.mask_embed.copy_(w.mean(0))
+        return d.bind(base)
+
+    @classmethod
+    def random(cls, base: Transformer, *, n_layers: int = 2, block: int = 4, seed: int = 0):
+        """Random weights (tests: the verified decoder must not care what the drafter says)."""
+        d = cls.from_base(base, torch.arange(min(8192, base.args.vocab_size)), n_layers=n_layers,
+                          block=block)  # fmt: skip
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in d.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen).to(p) * 0.05)
+        return d
+
+    def bind(self, base: Transformer) -> BlockDrafter:
+        """Attach to a base model: check shapes and gather the draft-vocab output rows."""
+        a = base.args
+        if (a.dim, a.n_layers, a.vocab_size) != (
+            self.args.base_dim,
+            self.args.base_layers,
+            self.args.base_vocab,
+        ):
+            raise ModelLoadError(
+                f"drafter was trained for a base with dim={self.args.base_dim}, "
+                f"layers={self.args.base_layers}, vocab={self.args.base_vocab}, but the loaded "
+                f"model has {a.dim}, {a.n_layers}, {a.vocab_size}; set lm.drafter: none"
+            )
+        self.head = base.lm_head_weight.detach()[self.vocab_ids]  # (V_d, dim)
+        return self
+
+    def save(self, path: str | Path, info: dict | None = None) -> None:
+        tensors = {
+            k: v.detach().to(torch.float16 if v.is_floating_point() else torch.int32).contiguous()
+            for k, v in self.state_dict().items()
+        }
+        meta = {"args": json.dumps(asdict(self.args)), "info": json.dumps(info or {})}
+        save_file(tensors, str(path), metadata=meta)
+
+    @classmethod
+    def load(cls, path: str | Path, base: Transformer) -> BlockDrafter:
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), "pt") as f:
+                meta = f.metadata() or {}
+            args = DrafterArgs(**json.loads(meta["args"]))
+            tensors = load_file(str(path))
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            raise ModelLoadError(
+                f"{path}: not a drafter adapter ({type(e).__name__}: {e}); retrain it with "
+                "model/train_drafter.py or set lm.drafter: none"
+            ) from e
+        w = base.embed.weight
+        d = cls(base.args, args, tensors["vocab_ids"].long())
+        state = {
+            k: v.to(w.dtype) if v.is_floating_point() else v.long() for k, v in tensors.items()
+        }
+        d.load_state_dict(state, strict=True)
+        return d.to(w.device).eval().requires_grad_(False).bind(base)
+
+    # --- compute --------------------------------------------------------------------------
+
+    def block_inputs(
+        self, embed: nn.Embedding, tokens: torch.Tensor, h_last: torch.Tensor
+    ) -> torch.Tensor:
+        """tokens (B, M) pending tokens, h_last (B, M, dim) -> rows (B, M * (K + 1), dim)."""
+        bsz, m = tokens.shape
+        k1 = self.args.block + 1
+        x = self.mask_embed.expand(bsz, m, k1, -1).clone()  # (B, M, K+1, dim)
+        x[:, :, 0] = embed(tokens)
+        x = x + self.offset_embed + self.ctx_proj(h_last)[:, :, None]
+        return x.view(bsz, m * k1, -1)
+
+    def rows_logits(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: KVCache,
+        mask: torch.Tensor | None,
+        layer_offset: int,
+    ) -> torch.Tensor:
+        """Run block rows x (B, T, dim) against `cache` (cache layer layer_offset + l holds the
+        context K/V for drafter layer l); never writes the cache. Returns (B, T, V_d) logits."""
+        assert self.head is not None, "bind() the drafter to its base first"
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache, layer_offset + i, 0, mask, False)
+        x = F.rms_norm(x, self.norm.shape, self.norm, self.base_args.norm_eps)
+        return F.linear(x, self.head).float()
+
+    @torch.no_grad()
+    def draft(
+        self, base: Transformer, cache: KVCache, token: int, h_last: torch.Tensor
+    ) -> tuple[list[int], list[float]]:
+        """K drafts for positions cache.length + 1 .. + K, given the pending token at position
+        cache.length and the base's final normed hidden state (dim,) of the position before."""
+        p, k = cache.length, self.args.block
+        base._ensure_rope(p + k + 1)
+        cos = base.rope_cos[p : p + k + 1].view(1, k + 1, 1, -1)  # (1, K+1, 1, D)
+        sin = base.rope_sin[p : p + k + 1].view(1, k + 1, 1, -1)
+        tok = torch.tensor([[token]], device=h_last.device)
+        x = self.block_inputs(base.embed, tok, h_last.view(1, 1, -1))  # (1, K+1, dim)
+        logits = self.rows_logits(x, cos, sin, cache, None, self.first_base_layer)[0, 1:]
+        conf, idx = torch.softmax(logits, dim=-1).max(dim=-1)  # (K,), (K,)
+        return self.vocab_ids[idx].tolist(), conf.tolist()
+
+
+def load_default(spec: str, base: Transformer) -> BlockDrafter | None:
+    """lm.drafter: '' = the bundled adapter if present, 'none' = no drafter, else a path."""
+    if spec == "none":
+        return None
+    path = Path(spec) if spec else DEFAULT_ADAPTER
+    if not spec and not path.exists():
+        return None
+    if not path.exists():
+        raise ModelLoadError(f"lm.drafter file not found: {path} (use '' or 'none')")
+    return BlockDrafter.load(path, base)

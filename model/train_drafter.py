@@ -1,0 +1,332 @@
+"""Train the block drafter (model/drafter.py) on self-distilled data from model/gen_data.py.
+
+Loss: cross-entropy of each draft row (offsets 1..K after a block start s) against the base's
+greedy token at that position, over the draft vocabulary. Block starts are answer positions;
+the context is the clean prefix (< s), seen through the base's own top-layer keys/values, which
+are rebuilt from the stored layer-(L-3) features by running the 3 frozen top layers under
+no_grad (cheap: the 27 lower layers never run again). Targets are exact greedy targets even on
+sampled answers: row i only counts when the answer's tokens s+1..s+i-1 equal the base's greedy
+choices there, i.e. when the context is the greedy chain the decoder would be verifying.
+
+Held-out acceptance is logged every --eval-every steps on the held-out greedy answers: the
+greedy hybrid decode is simulated exactly along each answer (accept the leading drafts that
+match, commit them + 1 bonus token, draft again from there), giving tokens per verify step with
+the drafter alone and with prompt-lookup slots mixed in by confidence. That log is the curve
+tokens/step vs training tokens. Checkpoints make the run resumable (--resume).
+
+CPU (2 shared cores, 1 thread, niced):
+    nice -n 10 .venv/bin/python -m model.train_drafter --data data/drafter --threads 1
+One H200, data generation (>= 1e7 tokens) + training, within 12 minutes, ONE command:
+    .venv/bin/python -m model.train_drafter --recipe h200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from model.drafter import DEFAULT_ADAPTER, BlockDrafter
+from model.gen_data import FEATURE_DEPTH
+from model.kv_cache import KVCache
+from model.loader import load
+from model.lookup import PromptLookup
+from model.transformer import Transformer
+
+Record = dict[str, torch.Tensor | int]
+
+
+def load_records(folder: Path) -> list[Record]:
+    recs: list[Record] = []
+    for f in sorted(folder.glob("b*.pt")):
+        recs += torch.load(f)
+    if not recs or "hidden" not in recs[0]:
+        raise SystemExit(f"{folder}: no generated data with features; run model.gen_data first")
+    return recs
+
+
+def draft_vocab(recs: list[Record], size: int, always: set[int]) -> tuple[torch.Tensor, float]:
+    """The `size` most frequent greedy answer tokens (stop tokens always in); and coverage."""
+    counts: Counter[int] = Counter()
+    for r in recs:
+        counts.update(r["greedy"].tolist())
+    keep = (
+        list(always) + [t for t, _ in counts.most_common() if t not in always][: size - len(always)]
+    )
+    covered = sum(counts[t] for t in keep) / max(1, sum(counts.values()))
+    return torch.tensor(sorted(keep)), covered
+
+
+@torch.no_grad()
+def context_features(base: Transformer, hidden: torch.Tensor) -> tuple[KVCache, torch.Tensor]:
+    """hidden (B, N, dim) at the input of layer L-3 -> a cache holding the top 3 layers' K/V
+    (cache layer l = base layer L-3+l) and the final normed hidden (B, N, dim)."""
+    a = base.args
+    bsz, n, _ = hidden.shape
+    w = base.embed.weight
+    cache = KVCache(FEATURE_DEPTH, a.n_kv_heads, a.head_dim, n, batch=bsz, dtype=w.dtype,
+                    device=w.device)  # fmt: skip
+    base._ensure_rope(n)
+    cos = base.rope_cos[:n].view(1, n, 1, -1)  # (1, N, 1, D)
+    sin = base.rope_sin[:n].view(1, n, 1, -1)
+    x = hidden.to(device=w.device, dtype=w.dtype)
+    for i in range(FEATURE_DEPTH):
+        x = base.layers[a.n_layers - FEATURE_DEPTH + i](x, cos, sin, cache, i, n, None, True)
+    cache.length = n
+    return cache, F.rms_norm(x, base.norm.shape, base.norm, a.norm_eps)
+
+
+def targets_for(rec: Record, starts: list[int], k: int, to_vocab: torch.Tensor) -> torch.Tensor:
+    """(M, K) draft-vocab targets of the blocks starting at `starts`; -100 = no loss."""
+    ids, greedy, p = rec["ids"], rec["greedy"].long(), int(rec["prompt_len"])
+    n = len(ids)
+    match = (ids[p:].long() == greedy).tolist()
+    g = to_vocab[greedy].tolist()
+    out = torch.full((len(starts), k), -100, dtype=torch.long)
+    for m, s in enumerate(starts):
+        for i in range(1, k + 1):
+            pos = s + i
+            if pos >= n or (i > 1 and not match[pos - 1 - p]):
+                break
+            out[m, i - 1] = g[pos - p]
+    return out
+
+
+def block_forward(
+    drafter: BlockDrafter, base: Transformer, recs: list[Record], starts: list[list[int]]
+) -> torch.Tensor:
+    """Draft logits (B, M, K, V_d) for blocks starting at starts[b] (M each) of recs[b]."""
+    k1 = drafter.args.block + 1
+    dev = base.embed.weight.device
+    n = max(int(r["hidden"].shape[0]) for r in recs)
+    hid = torch.zeros(len(recs), n, base.args.dim, dtype=torch.float16)
+    for b, r in enumerate(recs):
+        hid[b, : r["hidden"].shape[0]] = r["hidden"]
+    cache, h_fin = context_features(base, hid)
+    st = torch.tensor(starts, device=dev)  # (B, M)
+    bsz, m = st.shape
+    tok = torch.stack([r["ids"].long().to(dev)[st[b]] for b, r in enumerate(recs)])  # (B, M)
+    h_last = torch.gather(h_fin, 1, (st - 1)[..., None].expand(-1, -1, h_fin.shape[-1]))
+    x = drafter.block_inputs(base.embed, tok, h_last.to(drafter.norm.dtype))  # (B, M*(K+1), dim)
+    pos = (st[..., None] + torch.arange(k1, device=dev)).view(bsz, m * k1)  # (B, Q)
+    base._ensure_rope(n + k1)
+    cos = base.rope_cos[pos].unsqueeze(2).to(x.dtype)  # (B, Q, 1, D)
+    sin = base.rope_sin[pos].unsqueeze(2).to(x.dtype)
+    # Block rows see the context before their start and their own block, nothing else.
+    ctx = torch.arange(n, device=dev)[None, None, :] < st.repeat_interleave(k1, 1)[..., None]
+    blk = torch.arange(m, device=dev).repeat_interleave(k1)  # (Q,)
+    own = (blk[:, None] == blk[None, :]).expand(bsz, -1, -1)  # (B, Q, Q)
+    mask = torch.cat((ctx, own), dim=-1)[:, None]  # (B, 1, Q, N + Q)
+    off = FEATURE_DEPTH - drafter.args.n_layers
+    logits = drafter.rows_logits(x, cos, sin, cache, mask, off)  # (B, Q, V_d)
+    return logits.view(bsz, m, k1, -1)[:, :, 1:]
+
+
+@torch.no_grad()
+def evaluate(
+    drafter: BlockDrafter, base: Transformer, recs: list[Record], to_vocab: torch.Tensor
+) -> dict[str, float]:
+    """Simulated greedy hybrid decode along held-out greedy answers (see module docstring)."""
+    k = drafter.args.block
+    steps = committed = steps_lk = committed_lk = 0
+    per_offset = torch.zeros(k)
+    n_starts = 0
+    for r in recs:
+        p, n = int(r["prompt_len"]), len(r["ids"])
+        starts = list(range(p, n - 1))
+        if not starts:
+            continue
+        logits = block_forward(drafter, base, [r], [starts])[0].float()  # (M, K, V_d)
+        conf, idx = torch.softmax(logits, -1).max(-1)
+        drafts = drafter.vocab_ids[idx].cpu()  # (M, K)
+        conf = conf.cpu()
+        ids = r["ids"].tolist()
+        truth = torch.full((len(starts), k), -1, dtype=torch.long)
+        for m, s in enumerate(starts):
+            seg = ids[s + 1 : s + 1 + k]
+            truth[m, : len(seg)] = torch.tensor(seg)
+        ok = (drafts == truth).long().cumprod(1)  # (M, K) leading-prefix correct
+        per_offset += ok.sum(0)
+        n_starts += len(starts)
+        lookup = PromptLookup(ids[:p])
+        mixed_ok: list[int] = []
+        for m, s in enumerate(starts):
+            lookup.extend([ids[s]])
+            lk, lk_conf = lookup.propose(k)
+            d = drafts[m].tolist()
+            for i, (t, c) in enumerate(zip(lk, lk_conf, strict=False)):
+                if c > conf[m, i]:
+                    d[i] = t
+            acc = 0
+            while acc < k and s + 1 + acc < n and d[acc] == ids[s + 1 + acc]:
+                acc += 1
+            mixed_ok.append(acc)
+        s = p
+        while s < n - 1:
+            a = int(ok[s - p].sum())
+            steps, committed = steps + 1, committed + min(a + 1, n - 1 - s)
+            s += a + 1
+        s = p
+        while s < n - 1:
+            a = mixed_ok[s - p]
+            steps_lk, committed_lk = steps_lk + 1, committed_lk + min(a + 1, n - 1 - s)
+            s += a + 1
+    out = {"tokens_per_step": committed / max(steps, 1),
+           "tokens_per_step_lookup": committed_lk / max(steps_lk, 1)}  # fmt: skip
+    for i in range(k):
+        out[f"acc{i + 1}"] = float(per_offset[i]) / max(n_starts, 1)
+    return out
+
+
+def train(a: argparse.Namespace) -> None:
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    rng = random.Random(a.seed)
+    base, tok = load(a.model, a.device, a.dtype)
+    dev = base.embed.weight.device
+    recs = load_records(Path(a.data))
+    train_recs = [r for r in recs if not r["heldout"] and len(r["ids"]) - int(r["prompt_len"]) > 1]
+    held = [r for r in recs if r["heldout"] and r["sample"] == 0][: a.eval_answers]
+    out_dir = Path(a.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_file = out_dir / "ckpt.pt"
+    ckpt = torch.load(ckpt_file, weights_only=False) if a.resume and ckpt_file.exists() else None
+
+    vocab_ids = (
+        ckpt["vocab_ids"] if ckpt else draft_vocab(train_recs, a.vocab, set(tok.stop_ids))[0]
+    )
+    _, coverage = draft_vocab(train_recs, a.vocab, set(tok.stop_ids))
+    to_vocab = torch.full((base.args.vocab_size,), -100, dtype=torch.long)
+    to_vocab[vocab_ids] = torch.arange(len(vocab_ids))
+    drafter = BlockDrafter.from_base(base, vocab_ids.to(dev), n_layers=a.layers, block=a.block)
+    drafter.float().requires_grad_(True).train()  # fp32 master weights; bf16 autocast on GPU
+    drafter.bind(base)
+    drafter.head = drafter.head.float()
+    opt = torch.optim.AdamW(drafter.parameters(), lr=a.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    step, seen, curve = 0, 0, []
+    if ckpt:
+        drafter.load_state_dict(ckpt["drafter"])
+        opt.load_state_dict(ckpt["opt"])
+        step, seen, curve = ckpt["step"], ckpt["seen"], ckpt["curve"]
+        rng.setstate(ckpt["rng"])
+    n_tokens = sum(len(r["greedy"]) for r in train_recs)
+    print(f"{len(train_recs)} train answers ({n_tokens} tokens), {len(held)} held-out; "
+          f"draft vocab {len(vocab_ids)} covers {coverage:.3f}", flush=True)  # fmt: skip
+    log = (out_dir / "log.jsonl").open("a")
+    autocast = torch.autocast("cuda", torch.bfloat16, enabled=dev.type == "cuda")
+    t0 = time.time()
+
+    def checkpoint_and_eval() -> None:
+        drafter.eval()
+        with autocast:
+            ev = evaluate(drafter, base, held, to_vocab)
+        drafter.train()
+        row = {"step": step, "target_tokens": seen, "s": round(time.time() - t0), **ev}
+        curve.append(row)
+        print(json.dumps(row), flush=True)
+        log.write(json.dumps(row) + "\n")
+        log.flush()
+        torch.save({"drafter": drafter.state_dict(), "opt": opt.state_dict(), "step": step,
+                    "seen": seen, "curve": curve, "rng": rng.getstate(), "vocab_ids": vocab_ids},
+                   ckpt_file)  # fmt: skip
+        info = {"design": f"block drafter (b), {a.layers} layers from base top, K={a.block}",
+                "train_answers": len(train_recs), "data_tokens": n_tokens,
+                "target_tokens_seen": seen, "steps": step, "vocab_coverage": round(coverage, 4),
+                "device": str(dev), "heldout": ev}  # fmt: skip
+        drafter.save(a.save, info)
+
+    if step == 0:
+        checkpoint_and_eval()
+    while step < a.steps and (not a.minutes or time.time() - t0 < 60 * a.minutes):
+        batch = rng.sample(train_recs, min(a.batch, len(train_recs)))
+        starts, tgts = [], []
+        for r in batch:
+            p, n = int(r["prompt_len"]), len(r["ids"])
+            pool = list(range(p, n - 1))
+            st = rng.sample(pool, min(a.blocks, len(pool)))
+            st += [st[0]] * (a.blocks - len(st))  # pad: duplicates get no loss below
+            t = targets_for(r, st, a.block, to_vocab)
+            t[len(pool) :] = -100
+            starts.append(st)
+            tgts.append(t)
+        target = torch.stack(tgts).to(dev)  # (B, M, K)
+        lr = a.lr * min(1.0, (step + 1) / a.warmup)
+        lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(1, a.steps))))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        with autocast:
+            logits = block_forward(drafter, base, batch, starts)  # (B, M, K, V_d)
+        loss = F.cross_entropy(logits.float().flatten(0, 2), target.flatten(), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
+        opt.step()
+        step += 1
+        seen += int((target != -100).sum())
+        if step % a.log_every == 0:
+            el = time.time() - t0
+            print(f"step {step} loss {loss.item():.3f} targets {seen} ({el:.0f} s)", flush=True)
+        if step % a.eval_every == 0:
+            checkpoint_and_eval()
+    if not curve or curve[-1]["step"] != step:
+        checkpoint_and_eval()
+
+
+RECIPES = {
+    # One H200: ~80 rounds x ~1K answers x ~130 tokens >= 1e7 tokens generated in <= 6 min
+    # (batch 1024, bf16), then <= 5 min of training on all of it in large batches.
+    "h200": {
+        "gen": ["--out", "data/drafter_h200", "--rounds", "80", "--batch", "1024",
+                "--device", "cuda", "--dtype", "bfloat16", "--minutes", "6"],
+        "train": {"data": "data/drafter_h200", "device": "cuda", "dtype": "bfloat16",
+                  "batch": 64, "blocks": 64, "steps": 4000, "minutes": 5.0, "eval_every": 500,
+                  "out_dir": "runs/drafter_h200", "lr": 1e-3},
+    },
+}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--recipe", choices=sorted(RECIPES), help="generate data + train, one go")
+    ap.add_argument("--data", default="data/drafter")
+    ap.add_argument("--model", default="", help="lm.path ('' = bundled SmolLM2)")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--layers", type=int, default=2, choices=(1, 2, 3))
+    ap.add_argument("--block", type=int, default=4, help="K draft tokens")
+    ap.add_argument("--vocab", type=int, default=8192, help="draft vocabulary size")
+    ap.add_argument("--batch", type=int, default=8, help="answers per step")
+    ap.add_argument("--blocks", type=int, default=32, help="block starts per answer per step")
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--minutes", type=float, default=0.0, help="wall-clock cap (0 = none)")
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--eval-answers", type=int, default=60, help="held-out answers per eval")
+    ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--out-dir", default="runs/drafter", help="checkpoint + log.jsonl")
+    ap.add_argument("--save", default=str(DEFAULT_ADAPTER), help="adapter written at each eval")
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    if a.recipe:
+        from model import gen_data
+
+        recipe = RECIPES[a.recipe]
+        gen_data.main(recipe["gen"])
+        for key, value in recipe["train"].items():
+            setattr(a, key, value)
+    train(a)
+
+
+if __name__ == "__main__":
+    main()
