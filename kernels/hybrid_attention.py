@@ -219,7 +219,7 @@ def _check(
         raise KernelInputError(
             f"desc must be (T={T}, 3) or (B={B}, T={T}, 3); got {tuple(desc.shape)}"
         )
-    desc = desc.to(device=q.device, dtype=torch.int32)
+    desc = desc.to(device=q.device, dtype=torch.int32).contiguous()  # kernel reads rows of 3
     if check_desc:  # one device sync; pass check_desc=False in a hot loop with trusted desc
         a, lo, hi = desc.unbind(-1)
         bad = (a < 0) | (a > S) | (lo < 0) | (lo > hi) | (hi > S)

@@ -121,7 +121,7 @@ def test_draft_rows_never_touch_verify_rows(backend_name):
 
 
 def test_strided_cache_and_stale_tail(backend_name):
-    """A transposed (B, S_max, Hkv, D) cache works; positions >= kv_len are never read."""
+    """A transposed (B, S_max, Hkv, D) cache and a strided desc work; slots >= kv_len unread."""
     gen = torch.Generator().manual_seed(3)
     T, S, S_max, D = 5, 33, 50, 64
     q, _, _ = make_qkv(1, 9, 3, T, S_max, D, torch.float32, gen)
@@ -129,7 +129,8 @@ def test_strided_cache_and_stale_tail(backend_name):
     buf[:, :, S:] = float("nan")  # stale slots past kv_len
     k, v = buf[0].transpose(1, 2), buf[1].transpose(1, 2)  # (B, Hkv, S_max, D) views
     desc = random_desc(T, S, gen)
-    out = hybrid_attention(q, k, v, desc.to(DEVICE), kv_len=S)
+    desc_t = desc.t().contiguous().t().to(DEVICE)  # column-major (T, 3) view
+    out = hybrid_attention(q, k, v, desc_t, kv_len=S)
     ref = reference(q.cpu(), k.cpu(), v.cpu(), desc, S, 1 / math.sqrt(D))
     torch.testing.assert_close(out.cpu().double(), ref, atol=2e-5, rtol=2e-5)
 
