@@ -73,8 +73,17 @@ class EchoCanceller:
         with self._lock:
             self._far.append(pcm)
             self._far_n += len(pcm)
-            while self._far_n > _MAX_FAR_S * self.rate and len(self._far) > 1:
-                self._far_n -= len(self._far.popleft())
+            over = self._far_n - int(_MAX_FAR_S * self.rate)
+            while over > 0:  # keep the newest second of reference
+                head = self._far[0]
+                if len(head) <= over:
+                    self._far.popleft()
+                    over -= len(head)
+                    self._far_n -= len(head)
+                else:
+                    self._far[0] = head[over:]
+                    self._far_n -= over
+                    over = 0
 
     def _take_far(self, n: int) -> np.ndarray:
         out = np.zeros(n, np.int16)
