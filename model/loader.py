@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from model.errors import ModelLoadError
+from model.gguf_file import GGUFFile
 from model.tokenizer import Tokenizer
 from model.transformer import ModelArgs, Transformer
 
@@ -108,56 +108,44 @@ def _unpermute_rope(w: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 
 def _read_gguf(p: Path) -> tuple[ModelArgs, dict[str, torch.Tensor], Tokenizer]:
-    import gguf
-
     try:
-        reader = gguf.GGUFReader(str(p))
-    except Exception as e:  # the gguf package raises ValueError/struct.error/OSError variants
+        f = GGUFFile(p)
+    except Exception as e:  # struct.error, ValueError, OSError, ... all mean "unreadable"
         raise ModelLoadError(
             f"{p}: not a readable GGUF file ({type(e).__name__}: {e}); re-download it or point "
             "lm.path at a valid .gguf file or a Hugging Face directory"
         ) from e
-
-    def meta(key: str, default: object = None) -> object:
-        f = reader.fields.get(key)
-        return default if f is None else f.contents()
-
-    arch = meta("general.architecture")
+    meta, tensors = f.meta, f.tensors
+    arch = meta.get("general.architecture")
     if arch not in GGUF_ARCHS:
         raise ModelLoadError(
             f"{p}: GGUF architecture {arch!r} is not supported (supported: {', '.join(GGUF_ARCHS)})"
         )
-    tensors = {t.name: t for t in reader.tensors}
     if "rope_freqs.weight" in tensors:
         raise ModelLoadError(
             f"{p}: GGUF with llama3 rope_freqs is not supported; load the Hugging Face directory"
         )
     try:
-        n_heads = int(meta(f"{arch}.attention.head_count"))
+        n_heads = int(meta[f"{arch}.attention.head_count"])
         args = ModelArgs(
-            vocab_size=int(tensors["token_embd.weight"].shape[1]),
-            dim=int(meta(f"{arch}.embedding_length")),
-            n_layers=int(meta(f"{arch}.block_count")),
+            vocab_size=int(tensors["token_embd.weight"].shape[0]),
+            dim=int(meta[f"{arch}.embedding_length"]),
+            n_layers=int(meta[f"{arch}.block_count"]),
             n_heads=n_heads,
-            n_kv_heads=int(meta(f"{arch}.attention.head_count_kv", n_heads)),
-            ffn_dim=int(meta(f"{arch}.feed_forward_length")),
-            norm_eps=float(meta(f"{arch}.attention.layer_norm_rms_epsilon")),
-            rope_theta=float(meta(f"{arch}.rope.freq_base", 10000.0)),
-            max_seq_len=int(meta(f"{arch}.context_length", 4096)),
+            n_kv_heads=int(meta.get(f"{arch}.attention.head_count_kv", n_heads)),
+            ffn_dim=int(meta[f"{arch}.feed_forward_length"]),
+            norm_eps=float(meta[f"{arch}.attention.layer_norm_rms_epsilon"]),
+            rope_theta=float(meta.get(f"{arch}.rope.freq_base", 10000.0)),
+            max_seq_len=int(meta.get(f"{arch}.context_length", 4096)),
             tie_embeddings="output.weight" not in tensors,
             qkv_bias="blk.0.attn_q.bias" in tensors,
             arch=arch,
-        )  # fmt: skip
+        )
 
         def tensor(name: str) -> torch.Tensor:
-            t = tensors[name]
-            data = gguf.quants.dequantize(t.data, t.tensor_type)  # float32, shape (rows, cols)
-            return torch.from_numpy(np.array(data, dtype=np.float32))  # copy: mmap is read-only
+            return torch.from_numpy(f.read(name))  # float32 (rows, cols)
 
-        state = {
-            "embed.weight": tensor("token_embd.weight"),
-            "norm": tensor("output_norm.weight"),
-        }
+        state = {"embed.weight": tensor("token_embd.weight"), "norm": tensor("output_norm.weight")}
         if not args.tie_embeddings:
             state["output.weight"] = tensor("output.weight")
         for i in range(args.n_layers):
@@ -169,7 +157,7 @@ def _read_gguf(p: Path) -> tuple[ModelArgs, dict[str, torch.Tensor], Tokenizer]:
                 return w
 
             state.update(_fuse_layer(get, i, args.qkv_bias))
-        tok = Tokenizer.from_gguf(reader)
+        tok = Tokenizer.from_gguf_meta(meta)
     except (KeyError, TypeError, ValueError) as e:
         raise ModelLoadError(
             f"{p}: GGUF file is missing or has malformed model data ({type(e).__name__}: {e}); "

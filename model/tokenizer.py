@@ -96,12 +96,11 @@ class Tokenizer:
     # --- construction ---------------------------------------------------------------------
 
     @classmethod
-    def from_gguf(cls, reader: Any) -> Tokenizer:
-        """From a gguf.GGUFReader: tokenizer.ggml.{model,tokens,merges,token_type,pre,...}."""
+    def from_gguf_meta(cls, metadata: dict[str, Any]) -> Tokenizer:
+        """From GGUF metadata: tokenizer.ggml.{model,tokens,merges,token_type,pre,...}."""
 
         def meta(key: str, default: object = None) -> Any:
-            f = reader.fields.get(key)
-            return default if f is None else f.contents()
+            return metadata.get(key, default)
 
         kind = meta("tokenizer.ggml.model")
         if kind != "gpt2":
