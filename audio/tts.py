@@ -11,6 +11,7 @@ between Piper's sentences and between pieces. One ONNX run (~150 ms for a 6-word
 this CPU) cannot be interrupted, so cancel takes effect within one run.
 """
 
+import copy
 import json
 import logging
 import re
@@ -209,6 +210,12 @@ class PiperTTS:
         # The first ONNX run pays graph set-up (~2x a normal run): pay it at load time.
         for _ in self.synthesize("Hello."):
             pass
+
+    def at_rate(self, sample_rate_hz: int) -> "PiperTTS":
+        """The same loaded voice, resampling its output to another rate (e.g. the sink's)."""
+        twin = copy.copy(self)
+        twin.sample_rate_hz = sample_rate_hz or self.voice_rate_hz
+        return twin
 
     def _scales(self):
         from piper import SynthesisConfig
