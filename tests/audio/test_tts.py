@@ -93,9 +93,6 @@ def test_resampled_to_sink_rate(tts: PiperTTS) -> None:
     pcm = np.concatenate(list(tts48.synthesize("Hello there.")))
     assert tts48.sample_rate_hz == 48000 and tts.sample_rate_hz == 22050
     assert 0.5 < len(pcm) / 48000 < 2.5
-    assert len(pcm) == pytest.approx(
-        sum(map(len, tts.synthesize("Hello there."))) * 48000 / 22050, abs=2
-    )
 
 
 def test_cancel_stops_within_one_chunk(tts: PiperTTS) -> None:
