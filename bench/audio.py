@@ -191,11 +191,12 @@ def bench_vad(seconds: int) -> dict:
             pcm = pcm.astype(np.int16)
             key = f"{name}_{level}dBFS"
             out[key] = {
-                "webrtcvad": false_triggers(pcm, VADConfig()),
+                "webrtcvad": false_triggers(pcm, VADConfig(silero=False)),
                 "webrtcvad+silero": false_triggers(pcm, VADConfig(silero=True)),
             }
     speech = np.concatenate([speech_pcm(t, v, lead_ms=500, tail_ms=800) for t, v in UTTERANCES])
-    for key, cfg in {"webrtcvad": VADConfig(), "webrtcvad+silero": VADConfig(silero=True)}.items():
+    configs = {"webrtcvad": VADConfig(silero=False), "webrtcvad+silero": VADConfig(silero=True)}
+    for key, cfg in configs.items():
         ep = Endpointer(cfg)
         ends = sum(
             e.kind == "speech_end"
