@@ -17,7 +17,7 @@ within ~100 ms yet a cough or "mm-hmm" does not throw the answer away:
   speech for ``barge_in_min_speech_ms`` (+ echo guard while audio plays) -> ``HoldPlayback``
   a transcript that is not a backchannel, once speech lasted ``barge_in_confirm_ms``
                                           -> ``CancelAnswer``: the user has the turn
-  speech that stops earlier, or transcribes as a backchannel -> ``ResumePlayback``
+  speech that ends (speech_end) before that, or transcribes as a backchannel -> ``ResumePlayback``
 History keeps only what the user heard of an interrupted answer, marked interrupted.
 """
 
@@ -282,9 +282,8 @@ class TurnManager:
         if self.barge is not None:
             if end_ms is not None:
                 self.barge.last_ms = end_ms
-            if not self._barge_needs_transcript():
-                return self._reject_barge("short")  # a cough, a click, a short "mm"
-            return [RequestPartial(self.gen)]
+            # Short so far: stay held until speech_end ("Wait, ..." pauses at its comma).
+            return [RequestPartial(self.gen)] if self._barge_needs_transcript() else []
         if not self._may_speculate():
             return []
         # Speculate at once on the latest partial (it is usually the whole utterance but the
@@ -325,7 +324,7 @@ class TurnManager:
         if self.barge is not None and end_ms is not None:
             self.barge.last_ms = end_ms
         if self.barge is not None and not self._barge_needs_transcript():
-            return self._reject_barge("short")
+            return self._reject_barge("short")  # a cough, a click, a short "mm"
         return []
 
     def on_final(self, text: str) -> list[Action]:

@@ -135,7 +135,8 @@ def test_short_noise_and_backchannel_resume_playback():
     gen = start_speaking(tm)
     tm.on_speech_start(1000)
     assert tm.on_speech_progress(1150) == [HoldPlayback(gen)]
-    assert tm.on_pause() == [ResumePlayback(gen, "short")]  # a cough: 150 ms
+    assert tm.on_pause() == []  # held through the pause: speech may go on ("Wait, ...")
+    assert tm.on_speech_end() == [ResumePlayback(gen, "short")]  # a cough: 150 ms
     # "mm-hmm", long enough to need a transcript
     tm.on_speech_start(3000)
     tm.on_speech_progress(3100)
@@ -219,3 +220,14 @@ def test_pause_speculates_on_latest_partial_and_fresh_pass_replaces_it():
     assert drop == DropSpeculation(spec.gen, "changed") and isinstance(spec2, StartSpeculation)
     tm.on_speech_end()
     assert tm.on_final("What is the capital of France") == [ReleaseSpeculation(spec2.gen)]
+
+
+def test_barge_in_with_a_comma_pause_accumulates_speech():
+    tm = TurnManager(CFG)
+    gen = start_speaking(tm)
+    tm.on_speech_start(0)
+    assert tm.on_speech_progress(100) == [HoldPlayback(gen)]
+    assert tm.on_pause(end_ms=240) == []  # "Wait," then a comma pause: still held
+    tm.on_resume()
+    tm.on_speech_progress(900)
+    assert tm.on_partial("Wait, tell me about Spain") == [CancelAnswer(gen)]

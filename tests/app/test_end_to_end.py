@@ -1,0 +1,151 @@
+"""The real pipeline end to end: Piper-generated speech -> webrtcvad -> Whisper tiny.en ->
+SmolLM2 -> Piper -> WAV. One fast-ish `run` test; barge-in and speculation in real time are slow."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import wave
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from app.config import Config
+from app.runner import Segment, TimelineSource, run_session, run_wavs
+from app.trace import Tracer, read_trace
+from app.turns import normalize
+from audio.resample import resample
+from audio.sinks import WavSink
+from tests.speech import speech_pcm, write_speech_wav
+
+# Short answers keep the tests quick; the pipeline does not depend on the length.
+CFG = replace(Config(), lm=replace(Config().lm, max_new_tokens=40))
+TURN_ORDER = (
+    "speech_start",
+    "speech_end",
+    "asr_final",
+    "lm_start",
+    "lm_first_token",
+    "lm_first_clause",
+    "tts_first_audio",
+    "audio_out_first",
+    "turn_done",
+)
+
+
+@pytest.fixture(scope="module")
+def comps():
+    from app.components import Components
+
+    c = Components.load(CFG, warmup=False)
+    yield c
+    c.close()
+
+
+def read_wav(path) -> tuple[np.ndarray, int]:
+    with wave.open(str(path)) as w:
+        return np.frombuffer(w.readframes(w.getnframes()), "<i2"), w.getframerate()
+
+
+def trim(pcm: np.ndarray, floor: int = 300) -> np.ndarray:
+    """Cut Piper's own leading/trailing near-silence, so gaps between parts are exact."""
+    loud = np.flatnonzero(np.abs(pcm) > floor)
+    return pcm[loud[0] : loud[-1] + 1]
+
+
+def assert_in_order(trace, turn, gen, names=TURN_ORDER):
+    evs = [e for e in trace if e["turn"] == turn]
+    pos = {}
+    for i, e in enumerate(evs):
+        user_side = e["event"] in ("speech_start", "speech_end", "asr_final")
+        if e["event"] in names and (e["gen"] == gen or user_side):
+            pos.setdefault(e["event"], i)
+    assert [n for n in names if n in pos] == list(names), f"turn {turn}: {sorted(pos, key=pos.get)}"
+    assert sorted(pos.values()) == [pos[n] for n in names]
+
+
+def test_run_answers_capital_of_france(tmp_path, comps, capsys):
+    q = write_speech_wav(tmp_path / "q.wav", "What is the capital of France?")
+    out, trace = tmp_path / "reply.wav", tmp_path / "t.jsonl"
+    rc = run_wavs(CFG, [str(q)], output=str(out), trace=str(trace), components=comps)
+    assert rc == 0
+    events = read_trace(str(trace))
+    (final,) = [e for e in events if e["event"] == "asr_final"]
+    assert "capital of france" in normalize(final["text"])
+    (done,) = [e for e in events if e["event"] == "turn_done"]
+    assert done["status"] == "completed" and "paris" in normalize(done["text"])
+    assert_in_order(events, done["turn"], done["gen"])
+    printed = capsys.readouterr().out
+    assert "capital of France" in printed and "voice-to-voice" in printed
+    # The reply WAV is speech that says the answer.
+    pcm, rate = read_wav(out)
+    assert len(pcm) > rate // 2 and np.sqrt(np.mean(pcm.astype(np.float64) ** 2)) > 300
+    heard = comps.asr.transcribe(resample(pcm, rate, 16000), final=True)
+    assert "paris" in normalize(heard.text)
+
+
+@pytest.mark.slow
+def test_barge_in_real_time(tmp_path, comps):
+    """Second utterance lands 800 ms into the agent's answer: audio stops within 150 ms of
+    the user's speech onset, history keeps what was heard, the next answer is produced."""
+    threads_before = set(threading.enumerate())
+    first = speech_pcm("What is the capital of France?", lead_ms=200, tail_ms=0)
+    second = speech_pcm("Wait, tell me about Spain instead.", lead_ms=0, tail_ms=0)
+    segments = [Segment(first), Segment(second, barge_in_at_ms=800)]
+    tracer = Tracer(str(tmp_path / "t.jsonl"), session="barge")
+    sink = WavSink(tmp_path / "reply.wav", comps.tts.sample_rate_hz, realtime=True)
+    source = TimelineSource(segments, realtime=True, tail_ms=CFG.vad.speech_end_ms + 400)
+
+    async def main():
+        try:
+            return await run_session(comps, CFG, source, sink, tracer)
+        finally:
+            await sink.aclose()
+
+    session = asyncio.run(main())
+    tracer.close()
+    events = read_trace(str(tmp_path / "t.jsonl"))
+    dones = [e for e in events if e["event"] == "turn_done"]
+    assert [d["status"] for d in dones] == ["cancelled", "completed"]
+    (stop,) = [e for e in events if e["event"] == "playback_stopped"]
+    assert stop["stop_ms"] <= 150
+    heard = dones[0]["heard"]
+    assert heard and len(heard) < len(dones[0]["text"])
+    cut = [m for m in session.tm.history.messages if m.interrupted]
+    assert len(cut) == 1 and cut[0].content == heard
+    assert "spain" in normalize(session.tm.history.messages[-2].content)  # the user's turn
+    assert session.tm.history.messages[-1].role == "assistant"
+    # The WAV holds only what was played: about the heard part, then the second answer.
+    pcm, rate = read_wav(tmp_path / "reply.wav")
+    assert len(pcm) > rate
+    leftover = set(threading.enumerate()) - threads_before
+    assert all(t.name.startswith(("lm", "asr", "tts")) for t in leftover)
+
+
+@pytest.mark.slow
+def test_speculation_real_time_resume_is_a_miss(tmp_path, comps):
+    """An utterance with a mid-turn pause (miss on resume), then a plain question."""
+    part1 = trim(speech_pcm("Please tell me a fun fact"))
+    part2 = trim(speech_pcm("about the moon."))
+    # Any partial may be speculated on, so a guess is surely running when speech resumes.
+    cfg = replace(CFG, conversation=replace(CFG.conversation, speculation_min_words=1))
+    gap = np.zeros(16000 * 320 // 1000, np.int16)  # > pause_ms (200), < speech_end_ms (500)
+    segments = [Segment(np.concatenate([part1, gap, part2]))]
+    tracer = Tracer(None)
+
+    async def main():
+        sink = WavSink(tmp_path / "r.wav", comps.tts.sample_rate_hz, realtime=False)
+        source = TimelineSource(segments, realtime=True, tail_ms=CFG.vad.speech_end_ms + 400)
+        try:
+            return await run_session(comps, cfg, source, sink, tracer)
+        finally:
+            await sink.aclose()
+
+    asyncio.run(main())
+    events = tracer.events
+    results = [(e["result"], e.get("reason")) for e in events if e["event"] == "speculation"]
+    assert ("miss", "resume") in results
+    assert results[-1][0] in ("hit", "refined")
+    (done,) = [e for e in events if e["event"] == "turn_done"]
+    assert done["status"] == "completed" and done["text"]
