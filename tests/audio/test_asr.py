@@ -90,3 +90,17 @@ def test_bad_input(asr) -> None:
     st = StreamingTranscriber(asr, ASRConfig())
     st.feed(np.zeros(0, np.int16))
     assert not st.partial_due()
+
+
+def test_long_utterance_goes_through_chunked_transcribe(asr) -> None:
+    from tests.speech import speech_pcm
+
+    text = (
+        "The quick brown fox jumps over the lazy dog. She sells sea shells by the sea shore. "
+        "Peter Piper picked a peck of pickled peppers. How much wood would a woodchuck chuck. "
+        "The end."
+    )
+    pcm = speech_pcm(text, "piper", tail_ms=300)
+    assert len(pcm) > 9.5 * 16000  # beyond the 10 s window: the 30 s path
+    got = set(words(asr.transcribe(pcm, final=True).text))
+    assert {"fox", "dog", "peter", "wood"} <= got
