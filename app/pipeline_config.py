@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a friendly voice assistant. Answer in one or two short spoken sentences, "
-    "without lists or markdown."
-)
+# Measured with SmolLM2-135M on 3 questions: "friendly ... short spoken sentences, without lists
+# or markdown" drifted into French ("Le Grand Paris is the capital of France."); this one
+# answers "The capital of France is Paris." / "A spider has eight legs."
+DEFAULT_SYSTEM_PROMPT = "You are a helpful voice assistant. Reply briefly in plain English."
 
 # Words a listener says to show they are following, not to take the turn. Compared after
 # normalization (lower case, punctuation and hyphens removed).
