@@ -1,0 +1,188 @@
+"""Hybrid / parallel decoders on a tiny random model: exactness vs ar, rollback, isolation of
+the drafter, distribution of speculative sampling, one forward per step, refinement."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+import torch
+
+from model import hybrid
+from model.config import LMConfig
+from model.decode import DecodeRequest, Sampler, get_decoder
+from model.drafter import BlockDrafter
+from model.hybrid import HybridStepper
+from model.transformer import ModelArgs, Transformer
+
+CFG = LMConfig(drafter="none")
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Transformer:
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs.preset("tiny", n_layers=4)).eval().requires_grad_(False)
+    hybrid.set_drafter(model, "random", BlockDrafter.random(model, block=4, seed=1))
+    trained_like = BlockDrafter.from_base(model, torch.arange(512), n_layers=2, block=4)
+    hybrid.set_drafter(model, "from_base", trained_like)
+    return model
+
+
+def prompt(seed: int, n: int = 12, vocab: int = 512) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (n,), generator=g).tolist()
+
+
+def run(model, ids, decoder, cfg=CFG, max_new=40, drafts=None, temperature=0.0, seed=0, top_p=1.0):
+    """Drive a decoder like the engine does (stop at max_new); returns tokens, forwards, cache."""
+    cache = model.new_cache(256)
+    sampler = Sampler(temperature, top_p, seed, torch.device("cpu"))
+    req = DecodeRequest(model, cache, ids, sampler, max_new, frozenset(), cfg, drafts)
+    out, forwards = [], 0
+    with torch.inference_mode():
+        for toks in get_decoder(decoder)(req):
+            forwards += 1
+            out += toks
+            if len(out) >= max_new:
+                break
+    return out[:max_new], forwards, cache
+
+
+@pytest.mark.parametrize("drafter", ["none", "random", "from_base"])
+def test_hybrid_equals_ar_greedy(tiny, drafter) -> None:
+    cfg = replace(CFG, drafter=drafter)
+    for seed in range(4):
+        ids = prompt(seed)
+        ref, ref_fw, _ = run(tiny, ids, "ar")
+        got, fw, _ = run(tiny, ids, "hybrid", cfg)
+        assert got == ref
+        assert fw <= ref_fw
+
+
+def test_lookup_drafts_cut_forwards(tiny) -> None:
+    """A random tiny model falls into loops; prompt lookup then drafts them exactly."""
+    ids = prompt(3)
+    ref, ref_fw, _ = run(tiny, ids, "ar", max_new=60)
+    got, fw, _ = run(tiny, ids, "hybrid", max_new=60)
+    assert got == ref
+    assert fw < ref_fw
+
+
+def test_rollback_equals_recompute(tiny) -> None:
+    ids = prompt(5)
+    cfg = replace(CFG, drafter="random")
+    out, _, cache = run(tiny, ids, "hybrid", cfg, max_new=30)
+    n = cache.length
+    seq = (ids + out)[:n]
+    fresh = tiny.new_cache(256)
+    with torch.inference_mode():
+        tiny(torch.tensor([seq]), cache=fresh)
+    assert fresh.length == n
+    assert torch.allclose(cache.k[:, :, :, :n], fresh.k[:, :, :, :n], atol=1e-5)
+    assert torch.allclose(cache.v[:, :, :, :n], fresh.v[:, :, :, :n], atol=1e-5)
+
+
+@torch.inference_mode()
+def test_drafter_never_touches_cache_or_verify_rows(tiny) -> None:
+    ids = prompt(7)
+    logits_seen = []
+    for weight_seed in (1, 2):
+        cache = tiny.new_cache(256)
+        req = DecodeRequest(tiny, cache, ids, Sampler(0, 1, 0, torch.device("cpu")), 40,
+                            frozenset(), CFG, None)  # fmt: skip
+        drafter = BlockDrafter.random(tiny, seed=weight_seed)
+        st = HybridStepper(req, drafter)
+        v = st.verify(ids[:-1], ids[-1], [])
+        k_before, v_before, n_before = cache.k.clone(), cache.v.clone(), cache.length
+        # Perturbed inputs too: another pending token and hidden state.
+        st.propose(v.tokens[-1] + weight_seed, v.hidden * weight_seed, 4)
+        assert cache.length == n_before
+        assert torch.equal(cache.k, k_before) and torch.equal(cache.v, v_before)
+        logits, _ = st.forward_rows([v.tokens[-1], 5, 6, 7], 0)
+        logits_seen.append(logits)
+    assert torch.equal(logits_seen[0], logits_seen[1])
+
+
+def test_one_forward_per_step(tiny) -> None:
+    """Each decoder step runs exactly one base forward: the engine's cancel check (before
+    every step) therefore stops a generation within one forward."""
+    calls = []
+    hook = tiny.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        cfg = replace(CFG, drafter="random")
+        cache = tiny.new_cache(256)
+        req = DecodeRequest(tiny, cache, prompt(9), Sampler(0, 1, 0, torch.device("cpu")), 30,
+                            frozenset(), cfg, prompt(10, n=20))  # fmt: skip
+        with torch.inference_mode():
+            for _ in get_decoder("parallel")(replace(req, cfg=replace(cfg, threshold=0.0))):
+                assert len(calls) == 1
+                calls.clear()
+    finally:
+        hook.remove()
+
+
+def test_parallel_threshold_one_is_hybrid(tiny) -> None:
+    for drafter in ("random", "from_base"):
+        cfg = replace(CFG, drafter=drafter, threshold=1.0)
+        ids = prompt(11)
+        assert run(tiny, ids, "parallel", cfg)[:2] == run(tiny, ids, "hybrid", cfg)[:2]
+
+
+def test_parallel_low_threshold_commits_unverified(tiny) -> None:
+    cfg = replace(CFG, drafter="random", threshold=0.0, lookup_ngram=0)
+    ids = prompt(12)
+    out, fw, cache = run(tiny, ids, "parallel", cfg, max_new=40)
+    # Every draft is committed: K drafts + 1 token per forward after the prefill.
+    assert len(out) == 40 and fw <= 1 + 40 // (cfg.draft_len + 1) + 1
+    assert cache.length <= len(ids) + len(out)
+
+
+def test_refinement_from_own_answer_is_cheap(tiny) -> None:
+    ids = prompt(13)
+    ref, ref_fw, _ = run(tiny, ids, "ar", max_new=40)
+    got, fw, _ = run(tiny, ids, "hybrid", max_new=40, drafts=ref)
+    assert got == ref
+    assert fw <= 40 // (CFG.refine_len + 1) + 2
+    # A corrupted earlier answer still gives exactly the ar text.
+    bad = ref[:10] + [(ref[10] + 1) % 512] + ref[11:]
+    got, fw, _ = run(tiny, ids, "hybrid", max_new=40, drafts=bad)
+    assert got == ref and fw < ref_fw
+
+
+def _chi2_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    n = counts.sum()
+    expected = probs * n
+    keep = expected > 0
+    stat = ((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum()
+    df = int(keep.sum()) - 1
+    return float(1 - torch.special.gammainc(torch.tensor(df / 2.0), stat / 2.0))
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_speculative_sampling_preserves_distribution(top_p) -> None:
+    """3-token continuations of a 4-token-vocab model: hybrid (with drafter + lookup drafts
+    that are often rejected) samples the same joint distribution as the exact one."""
+    torch.manual_seed(3)
+    vocab = 4
+    model = Transformer(ModelArgs.preset("tiny", vocab_size=vocab, n_layers=4)).eval()
+    model.requires_grad_(False)
+    hybrid.set_drafter(model, "random", BlockDrafter.random(model, seed=5))
+    cfg = replace(CFG, drafter="random", draft_len=2)
+    ids, temp = [0, 1, 2, 3, 1], 1.0
+    sampler = Sampler(temp, top_p, 0, torch.device("cpu"))
+    exact = torch.zeros(vocab**3)
+    with torch.inference_mode():
+        for seq in itertools.product(range(vocab), repeat=3):
+            logits = model(torch.tensor([ids + list(seq[:2])]), cache=model.new_cache(16)).logits
+            p = sampler.probs(logits[0, -3:])  # (3, V): rows predicting seq[0], seq[1], seq[2]
+            exact[seq[0] * 16 + seq[1] * 4 + seq[2]] = p[0, seq[0]] * p[1, seq[1]] * p[2, seq[2]]
+    counts = torch.zeros(vocab**3)
+    accepted = 0
+    for seed in range(2500):
+        out, fw, _ = run(model, ids, "hybrid", cfg, max_new=3, temperature=temp, seed=seed,
+                         top_p=top_p)  # fmt: skip
+        counts[out[0] * 16 + out[1] * 4 + out[2]] += 1
+        accepted += fw < 3
+    assert accepted > 200  # drafts were accepted often enough to matter
+    assert _chi2_pvalue(counts, exact) > 1e-3
