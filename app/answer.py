@@ -90,6 +90,7 @@ class Answer:
         self._generation: Any = None
         self._iter: Iterator[str] | None = None
         self._chunker: Any = None
+        self._uncut: str | None = ""  # text before the first chunk; None once it is cut
         self._lm_future: asyncio.Future[str] | None = None
         self._tasks = [
             asyncio.create_task(self._tts_loop(), name=f"tts-{gen}"),
@@ -123,8 +124,21 @@ class Answer:
                 self.messages, cancel=self.cancel_event, drafts=self.drafts
             )
             self._iter = iter(self._generation)
+        first_max = self.s.cfg.conversation.first_clause_max_words
         for piece in self._iter:
-            chunks = self._chunker.push(piece)
+            chunks: list[str] = []
+            if (
+                first_max
+                and self._uncut is not None
+                and piece[:1].isspace()
+                and len(self._uncut.split()) >= first_max
+            ):
+                # No punctuation yet after first_clause_max_words: cut the first chunk at this
+                # word boundary, so TTS starts on ~5 words instead of a whole sentence.
+                chunks = self._chunker.flush()
+            chunks += self._chunker.push(piece)
+            if self._uncut is not None:
+                self._uncut = None if chunks else self._uncut + piece
             post(self._on_text, piece, chunks, list(self._generation.token_ids))
             if park_after_clause and chunks:
                 return "parked"

@@ -65,6 +65,15 @@ class ConversationConfig:
         default=True,
         metadata={"help": "also synthesize the speculative first clause (audio held)"},
     )
+    first_clause_max_words: int = field(
+        default=5,
+        metadata={
+            "min": 0,
+            "max": 100,
+            "help": "cut the answer's first TTS chunk at a word boundary after this many words "
+            "when no punctuation came yet (0 = only at punctuation)",
+        },
+    )
     barge_in: bool = field(
         default=True, metadata={"help": "let the user interrupt the agent by talking"}
     )

@@ -129,6 +129,7 @@ class FakeLM:
     """Answers "You said: <last user message>. <tail>" word by word."""
 
     tail: str = "That is a fine question, and here is a longer answer to it."
+    template: str = "You said: {user}. {tail}"
     step_s: float = 0.01
     calls: list[dict] = field(default_factory=list)
 
@@ -143,7 +144,7 @@ class FakeLM:
     def generate(self, messages, *, cancel=None, max_new_tokens=None, decoder=None, drafts=None):
         self.calls.append({"messages": messages, "drafts": drafts})
         user = messages[-1]["content"].rstrip(".?!")
-        words = f"You said: {user}. {self.tail}".split()
+        words = self.template.format(user=user, tail=self.tail).split()
         return FakeGeneration(words[: max_new_tokens or len(words)], cancel, self.step_s)
 
 

@@ -15,7 +15,8 @@ from app.runner import Segment, TimelineSource, run_session
 from app.trace import Tracer
 from tests.app.fakes import ClockSink, FakeComponents, buzz, silence
 
-CFG = Config()
+# The buzz is speech to webrtcvad but not to Silero: these tests are about pipeline logic.
+CFG = replace(Config(), vad=replace(Config().vad, silero=False))
 
 
 SHORT = {"lm": {"tail": "Fine, thanks."}, "ms_per_word": 100}
@@ -154,3 +155,11 @@ def test_barge_in_disabled_ignores_user_speech():
     _, comps, trace, events = run(["Hi", "Stop please"], segments, cfg=cfg, ms_per_word=200)
     (resp,) = done(events)
     assert resp["status"] == "completed" and len(comps.lm.calls) == 1
+
+
+def test_first_clause_cut_after_max_words_without_punctuation():
+    lm = {"template": "{tail}", "tail": "one two three four five six seven eight nine."}
+    _, comps, trace, events = run(["Count for me"], [Segment(buzz(700))], False, lm=lm)
+    clauses = [e["text"] for e in trace if e["event"] == "lm_first_clause"]
+    assert clauses == ["one two three four five"]
+    assert done(events)[0]["output_text"] == "one two three four five six seven eight nine."
