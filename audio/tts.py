@@ -28,49 +28,52 @@ from audio.resample import Resampler, to_int16
 
 log = logging.getLogger(__name__)
 
+# Titles and the like, any case; month and day abbreviations only capitalized, so "we sat."
+# still ends a sentence. "No." is left out: as an answer it should be a chunk of its own.
 _ABBREVIATIONS = frozenset(
     {
-        "mr",
-        "mrs",
-        "ms",
-        "dr",
+        "mt",
         "prof",
-        "st",
-        "jr",
-        "sr",
-        "vs",
         "etc",
-        "no",
-        "nos",
-        "fig",
+        "dept",
+        "dr",
         "figs",
+        "st",
+        "ltd",
+        "mrs",
+        "sr",
+        "fig",
+        "co",
+        "vs",
+        "ms",
+        "mr",
+        "corp",
+        "jr",
         "approx",
         "inc",
-        "ltd",
-        "co",
-        "corp",
-        "mt",
-        "dept",
-        "est",
-        "jan",
-        "feb",
-        "mar",
-        "apr",
-        "jun",
-        "jul",
-        "aug",
-        "sep",
-        "sept",
-        "oct",
-        "nov",
-        "dec",
-        "mon",
-        "tue",
-        "wed",
-        "thu",
-        "fri",
-        "sat",
-        "sun",
+    }
+)
+_CAPITALIZED = frozenset(
+    {
+        "Jul",
+        "Tue",
+        "Feb",
+        "Aug",
+        "Sept",
+        "Nov",
+        "Fri",
+        "Sat",
+        "Wed",
+        "Jun",
+        "Jan",
+        "Mar",
+        "Sep",
+        "Dec",
+        "Mon",
+        "Apr",
+        "Thu",
+        "Oct",
+        "Sun",
     }
 )
 _DOTTED = re.compile(r"^(?:[A-Za-z]\.)+[A-Za-z]$")  # e.g, i.e, U.S, a.m
@@ -85,7 +88,7 @@ def _is_abbreviation(word: str) -> bool:
         return False
     if len(word) == 1 and word.isalpha() and word.isupper():  # an initial: "J. K."
         return True
-    return word.lower() in _ABBREVIATIONS or bool(_DOTTED.match(word))
+    return word.lower() in _ABBREVIATIONS or word in _CAPITALIZED or bool(_DOTTED.match(word))
 
 
 def _speakable(text: str) -> bool:

@@ -51,6 +51,7 @@ def test_chunker_is_independent_of_increment_size(split: str) -> None:
         ('He said "stop." Then left.', ['He said "stop."', "Then left."]),
         ("Wait... what?! Really.", ["Wait...", "what?!", "Really."]),
         ("Yes, sure.", ["Yes, sure."]),  # first comma cut needs 3 words
+        ("No. We sat. See you on Sat. morning.", ["No.", "We sat.", "See you on Sat. morning."]),
         ("line one\nline two", ["line one", "line two"]),
         ("...", []),
         ("", []),
