@@ -230,8 +230,11 @@ class CallbackSink:
 class SpeakerSink:
     """Speaker via a sounddevice callback stream that runs (silence when idle) until aclose.
 
-    on_played(block, rate_hz) is called from the audio thread with every block sent to the
-    device, silence included, so an echo canceller gets a time-aligned reference.
+    The device buffer (output_buffer_ms, <= 50) is the jitter buffer: TTS writes 100 ms pieces
+    faster than real time, so the queue never runs dry mid-chunk. played_samples counts what
+    was handed to the device, at most output_buffer_ms ahead of the ear. on_played(block,
+    rate_hz) is called from the audio thread with every block sent to the device, silence
+    included, so an echo canceller gets a time-aligned reference.
     """
 
     def __init__(
