@@ -213,3 +213,11 @@ class BargeInConfig:
         default=360,
         metadata={"min": 30, "max": 5000, "help": "speech needed while the agent is speaking"},
     )
+    aec_min_speech_ms: int = field(
+        default=150,
+        metadata={
+            "min": 30,
+            "max": 5000,
+            "help": "speech needed while the agent speaks when AEC3 removes the echo",
+        },
+    )

@@ -6,8 +6,9 @@ Two layers:
    mic frame takes the same amount of reference from a FIFO. AEC3 estimates the delay itself.
    Without pywebrtc-audio (or mode="guard") frames pass through unchanged.
 2. `BargeInDetector`: while the agent speaks, a voiced frame counts as the user only when the
-   mic is louder than the expected echo (reference level + learned speaker-to-mic coupling)
-   by guard_margin_db, and more such speech is needed (guard_min_speech_ms vs min_speech_ms).
+   mic is louder than the expected echo (reference level + learned speaker-to-mic coupling,
+   the 75th percentile of recent echo-only frames) by guard_margin_db, and more such speech
+   is needed (guard_min_speech_ms; aec_min_speech_ms behind AEC3) than when it is silent.
 """
 
 import logging
@@ -121,17 +122,21 @@ class EchoCanceller:
 class BargeInDetector:
     """Per-frame barge-in decision: enough user speech, beyond what the echo explains."""
 
-    def __init__(self, cfg: BargeInConfig, echo: EchoConfig, frame_ms: int = 30) -> None:
+    def __init__(
+        self, cfg: BargeInConfig, echo: EchoConfig, frame_ms: int = 30, aec: bool = False
+    ) -> None:
         self.cfg, self.echo = cfg, echo
         self.frame_ms = frame_ms
+        self.aec = aec  # frames come out of AEC3: the echo is gone, the user's voice is choppy
         self._need_quiet = max(1, -(-cfg.min_speech_ms // frame_ms))
         self._need_guard = max(1, -(-cfg.guard_min_speech_ms // frame_ms))
+        self._need_aec = max(1, -(-cfg.aec_min_speech_ms // frame_ms))
         self.reset()
 
     def reset(self) -> None:
         self._recent: deque[bool] = deque(maxlen=2 * max(self._need_guard, self._need_quiet))
         self.coupling_db = self.echo.echo_gain_db  # mic level minus reference level, for echo
-        self._observed: deque[float] = deque(maxlen=max(10, 2000 // self.frame_ms))
+        self._observed: deque[float] = deque(maxlen=max(10, 3000 // self.frame_ms))
 
     def update(
         self, frame: np.ndarray, voiced: bool, far_dbfs: float, agent_speaking: bool
@@ -141,15 +146,22 @@ class BargeInDetector:
         far_active = far_dbfs > _FAR_ACTIVE_DBFS
         expected_echo = far_dbfs + self.coupling_db if far_active else -120.0
         user = voiced and mic_db >= expected_echo + self.echo.guard_margin_db
-        if far_active and not user and not any(list(self._recent)[-3:]):
-            # Echo-only frame: the coupling is the 90th percentile of the last ~2 s of them.
-            self._observed.append(mic_db - far_dbfs)
+        observed = mic_db - far_dbfs
+        plausible_echo = observed <= self.coupling_db + self.echo.guard_margin_db / 2
+        if far_active and not user and plausible_echo and not any(list(self._recent)[-3:]):
+            # Echo-only frame: the coupling is a high percentile of the last ~3 s of them.
+            # Frames well above the estimate are left out: they are likely the user talking
+            # too softly to qualify, and learning from them would lock the user out.
+            self._observed.append(observed)
             if len(self._observed) >= 10:
-                self.coupling_db = float(np.percentile(self._observed, 90))
+                self.coupling_db = float(np.percentile(self._observed, 75))
         self._recent.append(user)
-        need = self._need_guard if agent_speaking else self._need_quiet
-        # Evidence = qualifying frames among the last 2 x need: AEC3 gates the user's voice in
-        # double talk, so the frames arrive choppy (about half of them pass, measured).
+        need = self._need_quiet
+        if agent_speaking:
+            # With AEC3 the echo is gone (0 false barge-ins in the loopback bench at 150 ms),
+            # but it gates the user's voice in double talk: a 360 ms need took ~700 ms.
+            need = self._need_aec if self.aec else self._need_guard
+        # Evidence = qualifying frames among the last 2 x need (speech has short gaps).
         if sum(list(self._recent)[-2 * need :]) >= need:
             self._recent.clear()
             return True

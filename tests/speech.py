@@ -28,8 +28,11 @@ def _piper_voice():
 
 @functools.cache
 def _piper(text: str) -> tuple[np.ndarray, int]:
+    from piper import SynthesisConfig
+
     voice = _piper_voice()
-    chunks = list(voice.synthesize(text))
+    # No generator noise: the same text gives the same samples, so tests are deterministic.
+    chunks = list(voice.synthesize(text, SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)))
     pcm = np.concatenate([c.audio_int16_array for c in chunks])
     return pcm, chunks[0].sample_rate
 
@@ -141,6 +144,7 @@ def loopback_run(
     barge = BargeInDetector(
         BargeInConfig() if mode != "off" else BargeInConfig(guard_min_speech_ms=240),
         echo_cfg if mode != "off" else EchoConfig(guard_margin_db=0.0, echo_gain_db=-120.0),
+        aec=ec.mode == "aec",
     )
     hits = []
     for i in range(0, n - 479, 480):
