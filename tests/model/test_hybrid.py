@@ -19,6 +19,15 @@ from model.transformer import ModelArgs, Transformer
 CFG = LMConfig(drafter="none")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny-model forwards are ~0.5 ms of work: 2 threads on shared cores cost 5-10x more."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def tiny() -> Transformer:
     torch.manual_seed(0)
@@ -159,7 +168,7 @@ def _chi2_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
     return float(1 - torch.special.gammainc(torch.tensor(df / 2.0), stat / 2.0))
 
 
-@pytest.mark.parametrize("top_p", [1.0, 0.8])
+@pytest.mark.parametrize("top_p", [1.0, pytest.param(0.8, marks=pytest.mark.slow)])
 def test_speculative_sampling_preserves_distribution(top_p) -> None:
     """3-token continuations of a 4-token-vocab model: hybrid (with drafter + lookup drafts
     that are often rejected) samples the same joint distribution as the exact one."""
@@ -167,6 +176,7 @@ def test_speculative_sampling_preserves_distribution(top_p) -> None:
     vocab = 4
     model = Transformer(ModelArgs.preset("tiny", vocab_size=vocab, n_layers=4)).eval()
     model.requires_grad_(False)
+    model.embed.weight.mul_(0.1)  # small logits: every token keeps real probability mass
     hybrid.set_drafter(model, "random", BlockDrafter.random(model, seed=5))
     cfg = replace(CFG, drafter="random", draft_len=2)
     ids, temp = [0, 1, 2, 3, 1], 1.0
@@ -177,12 +187,13 @@ def test_speculative_sampling_preserves_distribution(top_p) -> None:
             logits = model(torch.tensor([ids + list(seq[:2])]), cache=model.new_cache(16)).logits
             p = sampler.probs(logits[0, -3:])  # (3, V): rows predicting seq[0], seq[1], seq[2]
             exact[seq[0] * 16 + seq[1] * 4 + seq[2]] = p[0, seq[0]] * p[1, seq[1]] * p[2, seq[2]]
-    counts = torch.zeros(vocab**3)
-    accepted = 0
-    for seed in range(2500):
+    assert (exact > 0.005).sum() >= 16  # a spread-out target, not a near point mass
+    counts, accepted, n = torch.zeros(vocab**3), 0, 600
+    for seed in range(n):
         out, fw, _ = run(model, ids, "hybrid", cfg, max_new=3, temperature=temp, seed=seed,
                          top_p=top_p)  # fmt: skip
         counts[out[0] * 16 + out[1] * 4 + out[2]] += 1
         accepted += fw < 3
-    assert accepted > 200  # drafts were accepted often enough to matter
+    assert 100 < accepted < n - 100  # drafts were both accepted and rejected, often
+    assert counts[exact == 0].sum() == 0  # nothing outside the top-p support
     assert _chi2_pvalue(counts, exact) > 1e-3
