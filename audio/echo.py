@@ -14,6 +14,8 @@ Two layers:
 import logging
 import threading
 from collections import deque
+from collections.abc import AsyncIterator
+from typing import Protocol
 
 import numpy as np
 
@@ -111,12 +113,43 @@ class EchoCanceller:
             return near
         return self._aec.process(near, far)
 
+    def wrap(self, source: "FrameSource") -> "EchoCancelledSource":
+        """The source's frames with the echo removed: `ec.wrap(MicSource(cfg))`."""
+        return EchoCancelledSource(source, self)
+
     def reset(self) -> None:
         with self._lock:
             self._far.clear()
             self._far_n = 0
         if self._aec is not None:
             self._aec.reset()
+
+
+class FrameSource(Protocol):
+    def __aiter__(self) -> AsyncIterator[np.ndarray]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class EchoCancelledSource:
+    """A frame source seen through an EchoCanceller (local mic mode).
+
+    Wiring: ec = EchoCanceller(cfg.echo); sink = SpeakerSink(cfg.audio, on_played=ec.push_far);
+    source = ec.wrap(MicSource(cfg.audio)).
+    """
+
+    def __init__(self, source: FrameSource, canceller: EchoCanceller) -> None:
+        self.source, self.canceller = source, canceller
+
+    def __aiter__(self) -> AsyncIterator[np.ndarray]:
+        return self._iter()
+
+    async def _iter(self) -> AsyncIterator[np.ndarray]:
+        async for frame in self.source:
+            yield self.canceller.process(frame)
+
+    async def aclose(self) -> None:
+        await self.source.aclose()
 
 
 class BargeInDetector:

@@ -67,3 +67,36 @@ def test_detector_needs_more_speech_while_agent_speaks() -> None:
     # While the agent speaks at the same level, the mic is not louder than the echo: no barge-in.
     echo_hits = [det.update(loud, True, -12.3, agent_speaking=True) for _ in range(40)]
     assert not any(echo_hits)
+
+
+def test_wrapped_source_removes_the_echo(agent: np.ndarray) -> None:
+    import asyncio
+
+    from audio.sources import PushSource
+    from tests.speech import echo_path
+
+    mic = echo_path(agent).astype(np.int16)
+
+    async def run(mode: str) -> float:
+        ec = EchoCanceller(EchoConfig(mode=mode))
+        src = PushSource()
+        out = []
+
+        async def feed() -> None:
+            for i in range(0, len(mic) - 479, 480):
+                ec.push_far(agent[i : i + 480], 16000)  # what the speaker sink reports
+                src.push(mic[i : i + 480])
+                await asyncio.sleep(0)
+            src.close()
+
+        task = asyncio.create_task(feed())
+        async for frame in ec.wrap(src):
+            out.append(frame)
+        await task
+        tail = np.concatenate(out)[16000:]  # after 1 s of convergence
+        return float(np.sqrt(np.mean(tail.astype(np.float64) ** 2)))
+
+    passed = asyncio.run(run("guard"))  # guard mode leaves the audio as it is
+    assert passed == pytest.approx(np.sqrt(np.mean(mic[16000:].astype(np.float64) ** 2)), rel=0.05)
+    if aec_available():
+        assert asyncio.run(run("aec")) < passed / 30  # > 30 dB of echo removed
