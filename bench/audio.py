@@ -18,10 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from audio.asr import StreamingTranscriber, WhisperASR
-from audio.config import ASRConfig, TTSConfig, VADConfig
+from audio.config import ASRConfig, EchoConfig, TTSConfig, VADConfig
+from audio.echo import EchoCanceller
 from audio.tts import ClauseChunker, PiperTTS
 from audio.vad import Endpointer
-from tests.speech import loopback_run, speech_pcm
+from tests.speech import echo_path, loopback_run, speech_pcm
 
 UTTERANCES = [  # (text, voice): 2-6 s of speech
     ("What is the capital of France?", "piper"),
@@ -231,6 +232,16 @@ def bench_echo() -> dict:
         tail_ms=300,
     )
     out: dict = {"agent_s": round(len(agent) / 16000, 2)}
+    mic = echo_path(agent).astype(np.int16)
+    ec = EchoCanceller(EchoConfig(mode="aec"))
+    clean = []
+    for i in range(0, len(mic) - 479, 480):
+        ec.push_far(agent[i : i + 480], 16000)
+        clean.append(ec.process(mic[i : i + 480]))
+    after_1s = np.concatenate(clean)[16000:].astype(np.float64)
+    raw = mic[16000 : 16000 + len(after_1s)].astype(np.float64)
+    reduction = 10 * np.log10(np.mean(raw**2) / max(np.mean(after_1s**2), 1e-9))
+    out["aec_echo_reduction_db_after_1s"] = round(float(reduction), 1)
     for mode in ("off", "guard", "aec"):
         row: dict = {"false_barge_ins_echo_only": len(loopback_run(agent, None, 0, mode))}
         for gain in (1.0, 2.0):
