@@ -83,7 +83,7 @@ class LMConfig:
         },
     )
     lookup_ngram: int = field(
-        default=3,
+        default=8,
         metadata={
             "help": "prompt lookup: longest n-gram matched (0 = no lookup)",
             "min": 0,
@@ -101,7 +101,7 @@ class LMConfig:
     draft_min_conf: float = field(
         default=0.0,
         metadata={
-            "help": "drop draft slots whose cumulative confidence is below this (fewer verify rows)",
+            "help": "drop draft slots whose cumulative confidence is below this (fewer rows)",
             "min": 0.0,
             "max": 1.0,
         },
