@@ -1,0 +1,135 @@
+"""Block drafter: the run-time pass equals the training pass, save/load, training learns;
+gen_data's batched, left-padded generation equals one-at-a-time greedy decoding."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model.drafter import BlockDrafter, load_default
+from model.errors import ModelLoadError
+from model.gen_data import generate_batch
+from model.train_drafter import block_forward, draft_vocab, targets_for
+from model.transformer import ModelArgs, Transformer
+
+STOP = 3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(ModelArgs.preset("tiny", n_layers=4)).eval().requires_grad_(False)
+
+
+@pytest.fixture(scope="module")
+def records(tiny):
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(4, 512, (n,), generator=g).tolist() for n in (5, 9, 7)]
+    tok = SimpleNamespace(stop_ids=frozenset({STOP}))
+    recs = generate_batch(tiny, tok, prompts, temperatures=[0.0, 0.0, 1.0], seed=0,
+                          max_new_tokens=24, store_hidden=True)  # fmt: skip
+    return prompts, recs
+
+
+@torch.inference_mode()
+def greedy(model: Transformer, ids: list[int], n: int) -> list[int]:
+    cache = model.new_cache(128)
+    logits = model(torch.tensor([ids]), cache=cache, logits="last").logits[0, -1]
+    out = []
+    for _ in range(n):
+        out.append(int(logits.argmax()))
+        if out[-1] == STOP:
+            break
+        logits = model(torch.tensor([[out[-1]]]), cache=cache).logits[0, -1]
+    return out
+
+
+def test_batched_generation_equals_single(tiny, records) -> None:
+    prompts, recs = records
+    for p, r in zip(prompts[:2], recs[:2], strict=True):  # the greedy ones
+        assert r["ids"].tolist() == p + greedy(tiny, p, 24)
+        assert r["greedy"].tolist() == r["ids"][len(p) :].tolist()
+    sampled = recs[2]
+    assert sampled["hidden"].shape == (len(sampled["ids"]) - 1, tiny.args.dim)
+    assert len(sampled["greedy"]) == len(sampled["ids"]) - sampled["prompt_len"]
+
+
+@torch.inference_mode()
+def test_runtime_draft_equals_training_pass(tiny, records) -> None:
+    _, recs = records
+    rec = recs[0]
+    drafter = BlockDrafter.random(tiny, seed=3)
+    p = int(rec["prompt_len"])
+    s = p + 4  # block start: pending token at s, context < s
+    logits = block_forward(drafter, tiny, [rec], [[s]])[0, 0]  # (K, V_d)
+    conf, idx = torch.softmax(logits, -1).max(-1)
+    cache = tiny.new_cache(128)
+    out = tiny(rec["ids"][None, :s].long(), cache=cache, hidden=True)
+    drafts, confs = drafter.draft(tiny, cache, int(rec["ids"][s]), out.hidden_normed[0, -1])
+    assert drafts == drafter.vocab_ids[idx].tolist()
+    assert torch.allclose(torch.tensor(confs), conf, atol=1e-3)
+
+
+def test_save_load_roundtrip(tiny, tmp_path) -> None:
+    d = BlockDrafter.from_base(tiny, torch.arange(100, 300), n_layers=2, block=3)
+    f = tmp_path / "d.safetensors"
+    d.save(f, {"note": "test"})
+    e = BlockDrafter.load(f, tiny)
+    assert e.args == d.args and torch.equal(e.vocab_ids, d.vocab_ids)
+    for (name, a), (_, b) in zip(d.state_dict().items(), e.state_dict().items(), strict=True):
+        assert torch.allclose(a.float(), b.float(), atol=1e-2), name
+    assert load_default("none", tiny) is None
+    with pytest.raises(ModelLoadError, match="not found"):
+        load_default(str(tmp_path / "missing.safetensors"), tiny)
+    other = Transformer(ModelArgs.preset("tiny", n_layers=3))
+    with pytest.raises(ModelLoadError, match="lm.drafter: none"):
+        BlockDrafter.load(f, other)
+
+
+def test_targets_only_on_the_greedy_chain(records) -> None:
+    _, recs = records
+    r = recs[2]  # sampled: some tokens differ from the base's greedy choice
+    p = int(r["prompt_len"])
+    to_vocab = torch.arange(512)
+    match = (r["ids"][p:].long() == r["greedy"].long()).tolist()
+    starts = list(range(p, len(r["ids"]) - 1))
+    t = targets_for(r, starts, 4, to_vocab)
+    for m, s in enumerate(starts):
+        assert t[m, 0] == r["greedy"][s + 1 - p]  # offset 1 is always exact
+        for i in range(2, 5):
+            chain = s + i < len(r["ids"]) and all(match[s + j - p] for j in range(1, i))
+            assert (t[m, i - 1] != -100) == chain
+
+
+def test_training_reduces_loss(tiny, records) -> None:
+    _, recs = records
+    vocab, coverage = draft_vocab(recs, 64, {STOP})
+    assert coverage > 0.5
+    to_vocab = torch.full((512,), -100, dtype=torch.long)
+    to_vocab[vocab] = torch.arange(len(vocab))
+    drafter = BlockDrafter.from_base(tiny, vocab, n_layers=2, block=4).requires_grad_(True)
+    opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
+    starts = [list(range(int(r["prompt_len"]), len(r["ids"]) - 1))[:16] for r in recs[:2]]
+    target = torch.stack(
+        [targets_for(r, s, 4, to_vocab) for r, s in zip(recs[:2], starts, strict=True)]
+    )
+    losses = []
+    for _ in range(30):
+        logits = block_forward(drafter, tiny, recs[:2], starts)  # (B, M, K, V_d)
+        loss = F.cross_entropy(logits.flatten(0, 2), target.flatten(), ignore_index=-100)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
