@@ -97,19 +97,24 @@ def test_save_load_roundtrip(tiny, tmp_path) -> None:
         BlockDrafter.load(f, other)
 
 
-def test_targets_only_on_the_greedy_chain(records) -> None:
-    _, recs = records
-    r = recs[2]  # sampled: some tokens differ from the base's greedy choice
-    p = int(r["prompt_len"])
+def test_targets_only_on_the_greedy_chain() -> None:
+    # A sampled answer: the base's greedy choice differs at answer positions 2 and 6.
+    answer = [10, 11, 12, 13, 14, 15, 16, 17, 18]
+    greedy = [10, 11, 99, 13, 14, 15, 98, 17, 18]
+    r = {"ids": torch.tensor([1, 2, 3] + answer), "greedy": torch.tensor(greedy), "prompt_len": 3}
+    p = 3
     to_vocab = torch.arange(512)
-    match = (r["ids"][p:].long() == r["greedy"].long()).tolist()
+    match = [a == g for a, g in zip(answer, greedy, strict=True)]
     starts = list(range(p, len(r["ids"]) - 1))
     t = targets_for(r, starts, 4, to_vocab)
     for m, s in enumerate(starts):
-        assert t[m, 0] == r["greedy"][s + 1 - p]  # offset 1 is always exact
+        assert t[m, 0] == greedy[s + 1 - p]  # offset 1 is always exact
         for i in range(2, 5):
             chain = s + i < len(r["ids"]) and all(match[s + j - p] for j in range(1, i))
             assert (t[m, i - 1] != -100) == chain
+            if chain:
+                assert t[m, i - 1] == greedy[s + i - p]
+    assert (t == -100).any() and (t[:, 1:] != -100).any()
 
 
 def test_training_reduces_loss(tiny, records) -> None:
