@@ -1,0 +1,151 @@
+"""LM decoding benchmark: fixed chat prompts, per-prompt and median speed, JSON to stdout.
+
+    .venv/bin/python bench/lm.py --decoders ar --max-new-tokens 64 --prompts 20
+
+Every prompt runs in a fresh session (no KV reuse between prompts); decoders alternate per
+prompt so CPU noise (a shared 2-core box) hits them alike. Decoders other than `ar` are also
+compared with `ar`'s tokens (exact-match rate, token agreement). Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from model.config import LMConfig  # noqa: E402
+from model.decode import DECODERS  # noqa: E402
+from model.engine import LM  # noqa: E402
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Give me three tips for sleeping better.",
+    "Explain what a black hole is in simple words.",
+    "How do I boil an egg?",
+    "What's a good name for a golden retriever puppy?",
+    "Why is the sky blue?",
+    "Write a short poem about the ocean.",
+    "What are the benefits of drinking water?",
+    "Can you recommend a book for a long flight?",
+    "How does a rainbow form?",
+    "Tell me a fun fact about octopuses.",
+    "What should I pack for a weekend camping trip?",
+    "Explain the difference between weather and climate.",
+    "How can I stay focused while working from home?",
+    "What is photosynthesis?",
+    "Suggest a quick vegetarian dinner recipe.",
+    "Why do cats purr?",
+    "How do airplanes stay in the air?",
+    "What is the best way to learn a new language?",
+    "Describe a sunset to someone who has never seen one.",
+    "What is the difference between a virus and a bacterium?",
+    "How many planets are in the solar system, and which is the largest?",
+    "Give me a motivational quote and explain it.",
+    "What causes the seasons on Earth?",
+]
+CLAUSE_END = (",", ".", "?", "!")
+
+
+def run_one(lm: LM, decoder: str, prompt: str, max_new: int) -> dict[str, object]:
+    gen = lm.session().generate([{"role": "user", "content": prompt}], decoder=decoder,
+                                max_new_tokens=max_new)  # fmt: skip
+    t0, first_clause_ms = time.perf_counter(), None
+    for _piece in gen:
+        if first_clause_ms is None and any(c in gen.text for c in CLAUSE_END):
+            first_clause_ms = (time.perf_counter() - t0) * 1e3
+    st = gen.stats
+    return {
+        "prompt": prompt,
+        **st.as_dict(),
+        # committed tokens (the EOS too) per forward pass, prefill included: ar = 1.0
+        "tokens_per_forward": (st.new_tokens + (st.stop_reason == "eos")) / max(st.forwards, 1),
+        "first_clause_ms": first_clause_ms,
+        "token_ids": gen.token_ids,
+    }
+
+
+def median(rows: list[dict[str, object]], key: str) -> float | None:
+    vals = [float(r[key]) for r in rows if r.get(key) is not None]
+    return round(statistics.median(vals), 2) if vals else None
+
+
+def summarize(rows: list[dict[str, object]], ar_rows: list[dict[str, object]] | None) -> dict:
+    keys = ("tokens_per_s", "ttft_ms", "first_clause_ms", "tokens_per_forward", "forwards")
+    out = {k: median(rows, k) for k in (*keys, "new_tokens")}
+    if ar_rows is not None:
+        same = agree = total = 0
+        for r, a in zip(rows, ar_rows, strict=True):
+            x, y = r["token_ids"], a["token_ids"]
+            same += x == y
+            n = max(len(x), len(y))
+            agree += sum(p == q for p, q in zip(x, y, strict=False))
+            total += n
+        out["exact_match_vs_ar"] = round(same / len(rows), 3)
+        out["token_agreement_vs_ar"] = round(agree / max(total, 1), 3)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--decoders", default="ar", help="comma list, e.g. ar,hybrid,parallel")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--prompts", type=int, default=len(PROMPTS), help=f"<= {len(PROMPTS)}")
+    ap.add_argument("--model", default="", help="lm.path ('' = bundled SmolLM2)")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--threads", type=int, default=0)
+    a = ap.parse_args()
+    decoders = [d.strip() for d in a.decoders.split(",") if d.strip()]
+    unknown = [d for d in decoders if d not in DECODERS]
+    if unknown:
+        ap.error(f"unknown decoder(s) {unknown}; available: {', '.join(sorted(DECODERS))}")
+    if not 1 <= a.prompts <= len(PROMPTS):
+        ap.error(f"--prompts must be 1..{len(PROMPTS)}")
+
+    cfg = replace(LMConfig(), path=a.model, device=a.device, dtype=a.dtype, threads=a.threads)
+    t = time.perf_counter()
+    lm = LM.load(cfg)
+    load_s = time.perf_counter() - t
+    for d in decoders:  # warm-up: first-call allocations, lazy tables
+        run_one(lm, d, "Hi", 4)
+    rows: dict[str, list[dict[str, object]]] = {d: [] for d in decoders}
+    for i, prompt in enumerate(PROMPTS[: a.prompts]):
+        for d in decoders:
+            r = run_one(lm, d, prompt, a.max_new_tokens)
+            rows[d].append(r)
+            msg = f"{r['tokens_per_s']:.1f} tok/s, {r['new_tokens']} tokens"
+            print(f"[{i + 1}/{a.prompts}] {d}: {msg}", file=sys.stderr)
+
+    ar_rows = rows.get("ar")
+    result = {
+        "device": str(lm.device),
+        "dtype": str(lm.model.embed.weight.dtype).removeprefix("torch."),
+        "threads": torch.get_num_threads(),
+        "load_s": round(load_s, 2),
+        "max_new_tokens": a.max_new_tokens,
+        "prompts": a.prompts,
+        "decoders": {},
+    }
+    for d in decoders:
+        summary = summarize(rows[d], ar_rows if d != "ar" and ar_rows else None)
+        if d != "ar" and ar_rows and summary["tokens_per_s"] and median(ar_rows, "tokens_per_s"):
+            summary["speed_vs_ar"] = round(
+                summary["tokens_per_s"] / median(ar_rows, "tokens_per_s"), 2
+            )
+        per_prompt = [{k: v for k, v in r.items() if k != "token_ids"} for r in rows[d]]
+        result["decoders"][d] = {"median": summary, "per_prompt": per_prompt}
+    json.dump(result, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
