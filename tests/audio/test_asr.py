@@ -64,6 +64,17 @@ def test_streaming_partials_and_fast_final(asr, france_piper: np.ndarray) -> Non
     assert st.final().text == ""
 
 
+def test_final_reuses_the_last_pass_over_trailing_noise(asr, france_piper) -> None:
+    st = StreamingTranscriber(asr, ASRConfig())
+    speech = france_piper[: len(france_piper) - 16 * 600]
+    st.feed(speech)
+    text = st.partial().text
+    noise = np.random.default_rng(0).standard_normal(16 * 600) * 0.03 * 32767
+    st.feed(noise.astype(np.int16))  # a fan, not a word: webrtcvad alone calls this voice
+    final = st.final()
+    assert final.text == text and final.compute_ms < 100
+
+
 def test_final_reruns_when_speech_came_after_the_last_pass(asr, france_piper) -> None:
     st = StreamingTranscriber(asr, ASRConfig())
     half = len(france_piper) // 2
