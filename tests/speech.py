@@ -80,6 +80,11 @@ def speech_pcm(
     return np.concatenate([lead, pcm, tail])
 
 
+def frames(pcm: np.ndarray, n: int = 480) -> list[np.ndarray]:
+    """Consecutive n-sample blocks of pcm (the last may be shorter): 30 ms frames by default."""
+    return [pcm[i : i + n] for i in range(0, len(pcm), n)]
+
+
 def write_wav(path: str | Path, pcm: np.ndarray, rate_hz: int, channels: int = 1) -> Path:
     """Write int16 PCM ((n,) or (n, channels)) as a WAV file."""
     path = Path(path)

@@ -31,7 +31,3 @@ def france_piper() -> np.ndarray:
 def france_espeak() -> np.ndarray:
     """The same question in espeak-ng's voice (a different speaker and synthesizer)."""
     return speech_pcm(FRANCE, "espeak", lead_ms=300, tail_ms=800)
-
-
-def frames(pcm: np.ndarray, n: int = 480) -> list[np.ndarray]:
-    return [pcm[i : i + n] for i in range(0, len(pcm), n)]

@@ -7,7 +7,7 @@ from audio.asr import StreamingTranscriber, agreed_prefix, cut_trailing_repeat
 from audio.config import ASRConfig, VADConfig
 from audio.errors import AudioFormatError
 from audio.vad import Endpointer
-from tests.audio.conftest import frames
+from tests.speech import frames
 
 
 def words(text: str) -> list[str]:

@@ -6,7 +6,7 @@ import pytest
 from audio.config import VADConfig
 from audio.errors import AudioFormatError
 from audio.vad import Endpointer
-from tests.audio.conftest import frames
+from tests.speech import frames
 
 RATE = 16000
 # Synthetic vowels are voice to webrtcvad but not to Silero: state-machine tests use webrtcvad.
