@@ -125,3 +125,6 @@ def decode_ar(req: DecodeRequest) -> Iterator[list[int]]:
         yield [t]
         token.fill_(t)
         logits = req.model(token, cache=req.cache).logits[0, -1]
+
+
+from model import hybrid  # noqa: E402, F401  (registers the `hybrid` and `parallel` decoders)

@@ -43,23 +43,34 @@ from model.transformer import Transformer
 Record = dict[str, torch.Tensor | int]
 
 
-def load_records(folder: Path) -> list[Record]:
+def load_records(folder: Path, seen: set[str]) -> list[Record]:
+    """Records of the batch files not in `seen` (which is updated): gen_data may still be
+    adding files while training runs; each eval picks up the new ones."""
     recs: list[Record] = []
     for f in sorted(folder.glob("b*.pt")):
-        recs += torch.load(f)
-    if not recs or "hidden" not in recs[0]:
-        raise SystemExit(f"{folder}: no generated data with features; run model.gen_data first")
+        if f.name not in seen:
+            seen.add(f.name)
+            recs += torch.load(f)
+    if recs and "hidden" not in recs[0]:
+        raise SystemExit(f"{folder}: data without features (--no-hidden); regenerate with them")
     return recs
 
 
+def usable(r: Record) -> bool:
+    return not r["heldout"] and len(r["ids"]) - int(r["prompt_len"]) > 1
+
+
 def draft_vocab(recs: list[Record], size: int, always: set[int]) -> tuple[torch.Tensor, float]:
-    """The `size` most frequent greedy answer tokens (stop tokens always in); and coverage."""
+    """The `size` most frequent greedy answer tokens (stop tokens always in), topped up with the
+    lowest ids (BPE merge order: early merges are frequent pieces) when the data has fewer
+    distinct tokens; and the coverage of the answer tokens."""
     counts: Counter[int] = Counter()
     for r in recs:
         counts.update(r["greedy"].tolist())
-    keep = (
-        list(always) + [t for t, _ in counts.most_common() if t not in always][: size - len(always)]
-    )
+    keep = list(always) + [t for t, _ in counts.most_common() if t not in always]
+    keep = keep[:size]
+    chosen = set(keep)
+    keep += [t for t in range(2 * size) if t not in chosen][: size - len(keep)]
     covered = sum(counts[t] for t in keep) / max(1, sum(counts.values()))
     return torch.tensor(sorted(keep)), covered
 
@@ -192,8 +203,12 @@ def train(a: argparse.Namespace) -> None:
     rng = random.Random(a.seed)
     base, tok = load(a.model, a.device, a.dtype)
     dev = base.embed.weight.device
-    recs = load_records(Path(a.data))
-    train_recs = [r for r in recs if not r["heldout"] and len(r["ids"]) - int(r["prompt_len"]) > 1]
+    files: set[str] = set()
+    recs = load_records(Path(a.data), files)
+    train_recs = [r for r in recs if usable(r)]
+    if not train_recs:
+        raise SystemExit(f"{a.data}: no generated training data; run model.gen_data first")
+    # The held-out set is fixed at start so the curve compares like with like.
     held = [r for r in recs if r["heldout"] and r["sample"] == 0][: a.eval_answers]
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -225,11 +240,16 @@ def train(a: argparse.Namespace) -> None:
     t0 = time.time()
 
     def checkpoint_and_eval() -> None:
+        nonlocal n_tokens
+        new = [r for r in load_records(Path(a.data), files) if usable(r)]
+        train_recs.extend(new)
+        n_tokens += sum(len(r["greedy"]) for r in new)
         drafter.eval()
         with autocast:
             ev = evaluate(drafter, base, held, to_vocab)
         drafter.train()
-        row = {"step": step, "target_tokens": seen, "s": round(time.time() - t0), **ev}
+        row = {"step": step, "target_tokens": seen, "data_tokens": n_tokens,
+               "s": round(time.time() - t0), **ev}  # fmt: skip
         curve.append(row)
         print(json.dumps(row), flush=True)
         log.write(json.dumps(row) + "\n")
@@ -259,7 +279,10 @@ def train(a: argparse.Namespace) -> None:
             tgts.append(t)
         target = torch.stack(tgts).to(dev)  # (B, M, K)
         lr = a.lr * min(1.0, (step + 1) / a.warmup)
-        lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(1, a.steps))))
+        progress = step / max(1, a.steps)
+        if a.minutes:  # a wall-clock budget: the cosine schedule follows whichever ends first
+            progress = max(progress, (time.time() - t0) / (60 * a.minutes))
+        lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
         for g in opt.param_groups:
             g["lr"] = lr
         with autocast:
