@@ -110,6 +110,7 @@ class Endpointer:
     def reset(self) -> None:
         """Forget everything: state, counters, buffered audio; the audio clock restarts at 0."""
         self._pending = np.zeros(0, dtype=np.int16)
+        self.last_voiced = False  # decision on the newest frame (feeds BargeInDetector.update)
         self._frame_idx = 0  # frames processed so far
         self.state = "silence"  # silence | speech | paused
         self._run: list[np.ndarray] = []  # current voiced run (not yet speech) frames
@@ -156,7 +157,8 @@ class Endpointer:
         events: list[VADEvent] = []
         for i in range(n_full):
             frame = pcm[i * self.frame_len : (i + 1) * self.frame_len]
-            events.extend(self._step(frame, self.is_voiced(frame)))
+            self.last_voiced = self.is_voiced(frame)
+            events.extend(self._step(frame, self.last_voiced))
         return events
 
     def _step(self, frame: np.ndarray, voiced: bool) -> list[VADEvent]:

@@ -89,6 +89,12 @@ def test_silero_rejects_white_noise_that_webrtcvad_takes() -> None:
     confirmed = run(Endpointer(VADConfig(silero=True)), noise)
     assert plain and plain[0][0] == "speech_start"  # webrtcvad alone fires on white noise
     assert confirmed == []
+    ep = Endpointer(VADConfig())
+    ep.process(vowel(30))
+    assert ep.last_voiced is False  # Silero: a synthetic vowel is not a voice
+    plain_ep = Endpointer(WEBRTC)
+    plain_ep.process(vowel(30))
+    assert plain_ep.last_voiced is True
 
 
 def test_ten_minute_monologue_is_capped() -> None:
