@@ -47,6 +47,7 @@ class LM:
     def __init__(self, model: Transformer, tokenizer: Tokenizer, cfg: LMConfig) -> None:
         self.model, self.tokenizer, self.cfg = model, tokenizer, cfg
         self.device = model.embed.weight.device
+        _ = tokenizer.token_bytes  # build the detokenizer table now, not in the first answer
 
     @classmethod
     def load(cls, cfg: LMConfig) -> LM:

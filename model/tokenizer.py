@@ -2,10 +2,10 @@
 
 Byte-level BPE rebuilt from GGUF metadata with the `tokenizers` library (vocab + merges +
 the pre-tokenizer named by `tokenizer.ggml.pre`), or a Hugging Face tokenizer.json. Chat
-templates are written out in Python (ChatML for SmolLM2/Qwen2, Llama-3 headers) and chosen
-by the model's own jinja template text, so no jinja dependency; ChatML's default system prompt
-is read from that template. `StreamDecoder` turns token ids into text increments that never
-split a multi-byte UTF-8 character.
+templates are written out in Python (ChatML for SmolLM2/Qwen2, Llama-3 headers, Mistral
+[INST]) and chosen by the model's own jinja template text, so no jinja dependency; ChatML's
+default system prompt is read from that template. `StreamDecoder` turns token ids into text
+increments that never split a multi-byte UTF-8 character.
 """
 
 from __future__ import annotations
@@ -88,6 +88,8 @@ class Tokenizer:
         )
         if "<|start_header_id|>" in chat_template:
             self.template = "llama3"
+        elif "[INST]" in chat_template:
+            self.template = "mistral"
         else:
             self.template = "chatml"
         m = re.search(r"<\|im_start\|>system(?:\n|\\n)(.*?)<\|im_end\|>", chat_template, re.S)
@@ -196,12 +198,29 @@ class Tokenizer:
             if add_generation_prompt:
                 parts.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
             return "".join(parts)
+        if self.template == "mistral":
+            return self._render_mistral(messages)
         parts = []
         if self.default_system and (not messages or messages[0]["role"] != "system"):
             parts.append(f"<|im_start|>system\n{self.default_system}<|im_end|>\n")
         parts += [f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages]
         if add_generation_prompt:
             parts.append("<|im_start|>assistant\n")
+        return "".join(parts)
+
+    @staticmethod
+    def _render_mistral(messages: Sequence[dict[str, str]]) -> str:
+        """Mistral [INST] format; a system message is prepended to the first user turn (the
+        generation prompt is implicit: the answer follows [/INST])."""
+        system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+        parts = ["<s>"]
+        for m in messages:
+            if m["role"] == "user":
+                text = f"{system}\n\n{m['content']}" if system else m["content"]
+                parts.append(f"[INST] {text} [/INST]")
+                system = ""
+            elif m["role"] == "assistant":
+                parts.append(f"{m['content']}</s>")
         return "".join(parts)
 
     def apply_chat(

@@ -62,3 +62,21 @@ def _is_utf8(b: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def test_other_templates_chosen_from_the_model_template(tok) -> None:
+    from model.tokenizer import Tokenizer
+
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    llama3 = Tokenizer(tok._tok, chat_template="{{ '<|start_header_id|>' }}")
+    assert llama3.render_chat(msgs) == (
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    mistral = Tokenizer(tok._tok, chat_template="{{ '[INST] ' + m + ' [/INST]' }}")
+    assert mistral.render_chat([*msgs, {"role": "assistant", "content": "Hello."}]) == (
+        "<s>[INST] Be brief.\n\nHi [/INST]Hello.</s>"
+    )
+    qwen = Tokenizer(tok._tok, chat_template="'<|im_start|>system\nYou are Qwen.<|im_end|>\n'")
+    assert qwen.default_system == "You are Qwen."
