@@ -140,7 +140,7 @@ class Answer:
             if self._uncut is not None:
                 self._uncut = None if chunks else self._uncut + piece
             post(self._on_text, piece, chunks, list(self._generation.token_ids))
-            if park_after_clause and chunks:
+            if park_after_clause and chunks and self.speculative:
                 return "parked"
         if self.cancel_event.is_set():
             return "cancelled"
@@ -150,6 +150,10 @@ class Answer:
 
     def _lm_job_done(self, fut: asyncio.Future[str]) -> None:
         if fut.cancelled():
+            return
+        parked = fut.exception() is None and fut.result() == "parked"
+        if parked and not self.speculative and fut is self._lm_future:
+            self.start_lm(park_after_clause=False)  # released while the job was parking
             return
         exc = fut.exception()
         if exc is not None and not self.cancelled:
