@@ -4,7 +4,9 @@
 
 Every prompt runs in a fresh session (no KV reuse between prompts); decoders alternate per
 prompt so CPU noise (a shared 2-core box) hits them alike. Decoders other than `ar` are also
-compared with `ar`'s tokens (exact-match rate, token agreement). Progress goes to stderr.
+compared with `ar`'s tokens (exact-match rate, token agreement). `--reference transformers`
+times transformers' LlamaForCausalLM.generate on the same prompts, interleaved, as an outside
+yardstick for this noisy box. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -77,8 +79,33 @@ def run_one(lm: LM, decoder: str, prompt: str, max_new: int) -> dict[str, object
         # what the code does when it actually runs (wall-clock figures include waiting).
         "cpu_ms": cpu_s * 1e3,
         "tokens_per_cpu_s": st.new_tokens / cpu_s if cpu_s > 0 else None,
+        "e2e_tokens_per_s": st.new_tokens / st.total_ms * 1e3 if st.total_ms else None,
         "token_ids": gen.token_ids,
     }
+
+
+def load_transformers(lm: LM, path: str):
+    """transformers' own LlamaForCausalLM on the same GGUF: an independent speed reference."""
+    from transformers import AutoModelForCausalLM
+
+    from model.loader import default_model_path
+
+    p = Path(path) if path else default_model_path()
+    return AutoModelForCausalLM.from_pretrained(
+        str(p.parent), gguf_file=p.name, dtype=lm.model.embed.weight.dtype
+    ).eval()
+
+
+def run_transformers(hf, lm: LM, prompt: str, max_new: int) -> dict[str, object]:
+    ids = torch.tensor([lm.tokenizer.apply_chat([{"role": "user", "content": prompt}])])
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = hf.generate(ids, max_new_tokens=max_new, do_sample=False,
+                          eos_token_id=sorted(lm.tokenizer.stop_ids))  # fmt: skip
+    total = time.perf_counter() - t0
+    n = out.shape[1] - ids.shape[1]
+    return {"prompt": prompt, "new_tokens": n, "total_ms": total * 1e3,
+            "e2e_tokens_per_s": n / total}  # fmt: skip
 
 
 def median(rows: list[dict[str, object]], key: str) -> float | None:
@@ -87,8 +114,8 @@ def median(rows: list[dict[str, object]], key: str) -> float | None:
 
 
 def summarize(rows: list[dict[str, object]], ar_rows: list[dict[str, object]] | None) -> dict:
-    keys = ("tokens_per_s", "tokens_per_cpu_s", "ttft_ms", "first_clause_ms", "tokens_per_forward")
-    out = {k: median(rows, k) for k in (*keys, "forwards", "new_tokens")}
+    keys = ("tokens_per_s", "e2e_tokens_per_s", "tokens_per_cpu_s", "ttft_ms", "first_clause_ms")
+    out = {k: median(rows, k) for k in (*keys, "tokens_per_forward", "forwards", "new_tokens")}
     if ar_rows is not None:
         same = agree = total = 0
         for r, a in zip(rows, ar_rows, strict=True):
@@ -111,6 +138,12 @@ def main() -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument(
+        "--reference",
+        choices=("", "transformers"),
+        default="",
+        help="also time transformers' generate on the same GGUF, prompt by prompt",
+    )
     a = ap.parse_args()
     decoders = [d.strip() for d in a.decoders.split(",") if d.strip()]
     unknown = [d for d in decoders if d not in DECODERS]
@@ -125,8 +158,14 @@ def main() -> int:
     load_s = time.perf_counter() - t
     for d in decoders:  # warm-up: first-call allocations, lazy tables
         run_one(lm, d, "Hi", 4)
+    hf = load_transformers(lm, a.model) if a.reference else None
+    if hf is not None:
+        run_transformers(hf, lm, "Hi", 4)
     rows: dict[str, list[dict[str, object]]] = {d: [] for d in decoders}
+    ref_rows: list[dict[str, object]] = []
     for i, prompt in enumerate(PROMPTS[: a.prompts]):
+        if hf is not None:
+            ref_rows.append(run_transformers(hf, lm, prompt, a.max_new_tokens))
         for d in decoders:
             r = run_one(lm, d, prompt, a.max_new_tokens)
             rows[d].append(r)
@@ -152,6 +191,14 @@ def main() -> int:
             )
         per_prompt = [{k: v for k, v in r.items() if k != "token_ids"} for r in rows[d]]
         result["decoders"][d] = {"median": summary, "per_prompt": per_prompt}
+    if hf is not None:
+        ref = median(ref_rows, "e2e_tokens_per_s")
+        ours = {d: median(rows[d], "e2e_tokens_per_s") for d in decoders}
+        result["transformers"] = {
+            "median_e2e_tokens_per_s": ref,
+            "speed_vs_transformers": {d: round(v / ref, 2) for d, v in ours.items() if v and ref},
+            "per_prompt": ref_rows,
+        }
     json.dump(result, sys.stdout, indent=1)
     print()
     return 0

@@ -207,6 +207,7 @@ class Generation:
                     t_first = time.perf_counter()
                     st.ttft_ms = (t_first - t0) * 1e3
                 self.token_ids.extend(new)
+                st.new_tokens = len(self.token_ids)
                 held += detok.push(new)
                 piece, held, hit = _split_stop(held, self._stop, final=bool(st.stop_reason))
                 if hit:

@@ -131,6 +131,11 @@ def test_context_budget_drops_oldest_turns(lm: LM) -> None:
     assert "Question number 0" not in text and "Question number 5" in text
     g = s.generate(msgs)
     assert "Paris" in "".join(g)
+    # A session whose cache holds the dropped turns rebuilds it: same answer as a fresh one.
+    used = small.session()
+    list(used.generate(msgs[:-3] + [msgs[-1]], max_new_tokens=4))
+    again = used.generate(msgs)
+    assert "".join(again) == g.text and again.stats.cached_tokens < len(ids)
     with pytest.raises(ContextOverflowError):
         s.generate([{"role": "user", "content": "word " * 400}])
 
