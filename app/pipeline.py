@@ -333,6 +333,8 @@ class VoiceSession:
     def _barge_in(self, a: CancelAnswer) -> None:
         if (ans := self.answers.get(a.gen)) is not None:
             self.trace("barge_in", ans.turn, a.gen, heard=ans.heard_text())
+            if ans.base is not None and not ans.held:
+                self.emit({"type": "output_audio_buffer.cleared", "gen": a.gen})
             ans.cancel()
 
     def _start_response(self, ans: Answer) -> None:
@@ -355,6 +357,7 @@ class VoiceSession:
         self.trace("barge_in_hold", ans.turn, gen, onset_ms=onset)
         if was_playing:
             self.trace("playback_stopped", ans.turn, gen, stop_ms=round(t - onset, 1))
+            self.emit({"type": "output_audio_buffer.cleared", "gen": gen})
 
     def _cancel(self, gen: int) -> None:
         ans = self.answers.get(gen)
@@ -473,6 +476,8 @@ class VoiceSession:
         for fut in list(self._asr_jobs):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await fut
+        if self._collect in self.tracer.listeners:
+            self.tracer.listeners.remove(self._collect)
         self.tracer.flush()
 
     def to_sink_rate(self, pcm: np.ndarray) -> np.ndarray:
