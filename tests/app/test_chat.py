@@ -1,0 +1,57 @@
+"""The chat front end: a missing microphone is a one-line error; the live view follows events."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from app.chat import ChatDisplay, chat
+from app.config import Config
+
+
+def test_missing_microphone_is_one_line_error(capsys):
+    import sounddevice
+
+    if sounddevice.query_devices():
+        pytest.skip("this machine has sound devices")
+    assert chat(Config()) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
+
+
+def render(display: ChatDisplay) -> str:
+    console = Console(record=True, width=100)
+    console.print(display.render())
+    return console.export_text()
+
+
+def test_display_shows_partial_tentative_committed_and_latency():
+    d = ChatDisplay()
+    d.on_event({"type": "input_audio_buffer.speech_started"})
+    d.on_event(
+        {"type": "conversation.item.input_audio_transcription.delta", "transcript": "What is"}
+    )
+    assert "you are speaking" in render(d) and "What is" in render(d)
+    d.on_event({"type": "response.speculation.delta", "gen": 1, "delta": "Paris", "text": "Paris"})
+    d.on_event({"type": "agent.state", "state": "thinking"})
+    assert "Paris" in render(d)
+    d.on_event({"type": "response.speculation.dropped", "gen": 1, "reason": "resume"})
+    assert "Paris" not in render(d)
+    d.on_event({"type": "input_audio_buffer.speech_stopped"})
+    d.on_event({"type": "response.created", "response": {"id": "resp_2", "gen": 2}})
+    d.on_event({"type": "response.audio_transcript.delta", "gen": 2, "delta": "The capital"})
+    d.on_event({"type": "agent.state", "state": "speaking"})
+    assert "● speaking" in render(d) and "The capital" in render(d)
+    d.on_event(
+        {
+            "type": "response.done",
+            "response": {"gen": 2, "status": "cancelled", "output_text": "The capital is Paris.",
+                         "heard_text": "The capital"},
+        }
+    )  # fmt: skip
+    d.on_event(
+        {"type": "latency", "turn": 1, "gen": 2, "voice_to_voice_ms": 512.0,
+         "speculation": "hit", "stages": {"asr_final": 80.0}}
+    )  # fmt: skip
+    out = render(d)
+    assert "(interrupted)" in out and "voice-to-voice 512 ms" in out and "speculation hit" in out
