@@ -304,13 +304,15 @@ def train(a: argparse.Namespace) -> None:
 
 
 RECIPES = {
-    # One H200: ~80 rounds x ~1K answers x ~130 tokens >= 1e7 tokens generated in <= 6 min
-    # (batch 1024, bf16), then <= 5 min of training on all of it in large batches.
+    # One H200, <= 12 min in all (an estimate: not yet run on a GPU): 80 rounds x ~1K answers
+    # x 137 tokens (the CPU data's mean answer) ~ 1.1e7 tokens generated within a 5 min cap
+    # (batch 1024, bf16), 1-2 min to load the features, then a 4 min training cap.
+    # Writes model/adapters/drafter.safetensors.
     "h200": {
         "gen": ["--out", "data/drafter_h200", "--rounds", "80", "--batch", "1024",
-                "--device", "cuda", "--dtype", "bfloat16", "--minutes", "6"],
+                "--device", "cuda", "--dtype", "bfloat16", "--minutes", "5"],
         "train": {"data": "data/drafter_h200", "device": "cuda", "dtype": "bfloat16",
-                  "batch": 64, "blocks": 64, "steps": 4000, "minutes": 5.0, "eval_every": 500,
+                  "batch": 64, "blocks": 64, "steps": 4000, "minutes": 4.0, "eval_every": 500,
                   "out_dir": "runs/drafter_h200", "lr": 1e-3},
     },
 }  # fmt: skip
