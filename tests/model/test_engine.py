@@ -104,7 +104,7 @@ def test_cancel_from_another_thread_within_one_forward(lm: LM) -> None:
     timer.join()
     assert g.stats.stop_reason == "cancelled" and g.stats.new_tokens < 150
     # Ends at the first check after the set: at most one forward later (x4 for shared-CPU noise).
-    assert late_s < max(4 * step_s, 0.5)
+    assert late_s < max(4 * step_s, 1.0)
 
 
 def test_new_generation_supersedes_an_unfinished_one(lm: LM) -> None:
