@@ -34,14 +34,14 @@ def test_capital_of_france_stops_by_itself(lm: LM) -> None:
 
 def test_kv_reuse_across_turns_equals_fresh_session(lm: LM) -> None:
     s = lm.session()
-    first = s.generate(FRANCE, max_new_tokens=12)
+    first = s.generate(FRANCE, max_new_tokens=8)
     list(first)
     history = [*FRANCE, {"role": "assistant", "content": first.text}]
     history.append({"role": "user", "content": "And what is the capital of Italy?"})
-    second = s.generate(history, max_new_tokens=12)
+    second = s.generate(history, max_new_tokens=8)
     list(second)
     assert second.stats.cached_tokens > first.stats.prompt_tokens
-    fresh = lm.session().generate(history, max_new_tokens=12)
+    fresh = lm.session().generate(history, max_new_tokens=8)
     list(fresh)
     assert fresh.stats.cached_tokens == 0
     assert second.token_ids == fresh.token_ids
@@ -117,15 +117,15 @@ def test_new_generation_supersedes_an_unfinished_one(lm: LM) -> None:
 
 
 def test_context_budget_drops_oldest_turns(lm: LM) -> None:
-    small = small_lm(lm, context_tokens=160, max_new_tokens=16)
+    small = small_lm(lm, context_tokens=160, max_new_tokens=10)
     msgs: list[dict[str, str]] = [{"role": "system", "content": "You are brief."}]
     for i in range(6):
         msgs.append({"role": "user", "content": f"Question number {i}: what is {i} plus {i}?"})
         msgs.append({"role": "assistant", "content": f"{i} plus {i} is {2 * i}."})
     msgs.append({"role": "user", "content": "What is the capital of France?"})
     s = small.session()
-    ids = s.fit_budget(msgs, 16)
-    assert len(ids) + 16 <= 160
+    ids = s.fit_budget(msgs, 10)
+    assert len(ids) + 10 <= 160
     text = small.tokenizer.decode(ids)
     assert "You are brief." in text and "capital of France" in text
     assert "Question number 0" not in text and "Question number 5" in text
@@ -143,8 +143,8 @@ def test_context_budget_drops_oldest_turns(lm: LM) -> None:
 def test_seeded_sampling_is_reproducible(lm: LM) -> None:
     hot = small_lm(lm, temperature=0.9, top_p=0.9, seed=7)
     msgs = [{"role": "user", "content": "Say something about cats."}]
-    a = hot.session().generate(msgs, max_new_tokens=12)
-    b = hot.session().generate(msgs, max_new_tokens=12)
+    a = hot.session().generate(msgs, max_new_tokens=8)
+    b = hot.session().generate(msgs, max_new_tokens=8)
     assert "".join(a) == "".join(b) and len(a.token_ids) > 0
 
 
