@@ -57,6 +57,13 @@ class ConversationConfig:
         default=True,
         metadata={"help": "start answering on a pause, from the stable partial transcript"},
     )
+    speculate_on_last_partial: bool = field(
+        default=False,
+        metadata={
+            "help": "at a pause, guess at once from the latest partial instead of waiting "
+            "for a fresh ASR pass (right 2 of 12 times in bench/voice.py; costs CPU)"
+        },
+    )
     speculation_min_words: int = field(
         default=2,
         metadata={"min": 1, "max": 50, "help": "stable words needed before speculating"},

@@ -5,9 +5,10 @@ and carries out the actions it returns; it never touches a model, a clock or a t
 decision is testable with plain pytest.
 
 Speculation (the user pauses ~200 ms mid-turn):
-  pause        -> ``StartSpeculation`` on the latest partial (LM answers it, first clause
-                  synthesized, audio held) and ``RequestPartial``: a pass over all the speech
-  that partial -> differs: ``DropSpeculation`` ("changed") + ``StartSpeculation`` on it
+  pause        -> ``RequestPartial``: a pass over all the speech (with
+                  ``speculate_on_last_partial``, also ``StartSpeculation`` on the latest partial)
+  that partial -> ``StartSpeculation``: the LM answers it, first clause synthesized, audio held
+                  (a different earlier guess is dropped first: ``DropSpeculation("changed")``)
   resume       -> ``DropSpeculation`` (miss); the LM session keeps the shared KV prefix itself
   final == speculated text (normalized) -> ``ReleaseSpeculation`` (hit): play it at once
   final != speculated text             -> ``StartAnswer(refine_of=spec gen)``: the pipeline hands
@@ -286,8 +287,10 @@ class TurnManager:
             return [RequestPartial(self.gen)] if self._barge_needs_transcript() else []
         if not self._may_speculate():
             return []
-        # Speculate at once on the latest partial (it is usually the whole utterance but the
-        # last word); the fresh pass over all the speech then confirms or replaces it.
+        if not self.cfg.speculate_on_last_partial:
+            return [RequestPartial(self.gen)]
+        # Speculate at once on the latest partial (often the utterance minus its last word);
+        # the fresh pass over all the speech then confirms or replaces it.
         return [*self._speculate(self.last_partial), RequestPartial(self.gen)]
 
     def on_resume(self) -> list[Action]:

@@ -128,8 +128,9 @@ def test_speculation_real_time_resume_is_a_miss(tmp_path, comps):
     """An utterance with a mid-turn pause (miss on resume), then a plain question."""
     part1 = trim(speech_pcm("Please tell me a fun fact"))
     part2 = trim(speech_pcm("about the moon."))
-    # Any partial may be speculated on, so a guess is surely running when speech resumes.
-    cfg = replace(CFG, conversation=replace(CFG.conversation, speculation_min_words=1))
+    # Guess at once from any partial, so a guess is surely running when speech resumes.
+    conv = replace(CFG.conversation, speculation_min_words=1, speculate_on_last_partial=True)
+    cfg = replace(CFG, conversation=conv)
     gap = np.zeros(16000 * 320 // 1000, np.int16)  # > pause_ms (200), < speech_end_ms (500)
     segments = [Segment(np.concatenate([part1, gap, part2]))]
     tracer = Tracer(None)
