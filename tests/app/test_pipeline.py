@@ -20,6 +20,8 @@ CFG = replace(Config(), vad=replace(Config().vad, silero=False))
 
 
 SHORT = {"lm": {"tail": "Fine, thanks."}, "ms_per_word": 100}
+# Long enough (~2.5 s of audio) to still be playing when the user barges in.
+LONG = {"lm": {"tail": "That is a fine question, and here is the answer."}, "ms_per_word": 180}
 
 
 def run(script, segments, realtime=True, cfg=CFG, **kw):
@@ -99,7 +101,7 @@ def np_concat(*parts):
 def test_barge_in_stops_audio_truncates_history_and_answers_next():
     script = ["Hi", "Wait, what about Spain?"]
     segments = [Segment(buzz(700)), Segment(buzz(900), barge_in_at_ms=800)]
-    session, comps, trace, events = run(script, segments, ms_per_word=200)
+    session, comps, trace, events = run(script, segments, **LONG)
     first, second = done(events)
     assert first["status"] == "cancelled" and second["status"] == "completed"
     (stop,) = [e for e in trace if e["event"] == "playback_stopped"]
@@ -117,7 +119,7 @@ def test_barge_in_stops_audio_truncates_history_and_answers_next():
 )
 def test_cough_and_backchannel_do_not_cancel(script2, pcm_ms, reason):
     segments = [Segment(buzz(700)), Segment(buzz(pcm_ms), barge_in_at_ms=600)]
-    _, comps, trace, events = run(["Hi", script2], segments, ms_per_word=200)
+    _, comps, trace, events = run(["Hi", script2], segments, **LONG)
     (resp,) = done(events)
     assert resp["status"] == "completed"
     assert [e["reason"] for e in trace if e["event"] == "barge_in_resume"] == [reason]
@@ -152,7 +154,7 @@ def test_cancel_mid_answer_leaves_no_tasks_or_threads():
 def test_barge_in_disabled_ignores_user_speech():
     cfg = replace(CFG, conversation=replace(CFG.conversation, barge_in=False))
     segments = [Segment(buzz(700)), Segment(buzz(900), barge_in_at_ms=300)]
-    _, comps, trace, events = run(["Hi", "Stop please"], segments, cfg=cfg, ms_per_word=200)
+    _, comps, trace, events = run(["Hi", "Stop please"], segments, cfg=cfg, **LONG)
     (resp,) = done(events)
     assert resp["status"] == "completed" and len(comps.lm.calls) == 1
 
