@@ -118,7 +118,7 @@ def chat(cfg: Any, components: Any = None) -> int:
         cfg = dataclasses.replace(cfg, conversation=conv)
     comps = components or Components.load(cfg, tts_rate_hz=sink.sample_rate_hz)
     path = (cfg.trace.path or default_trace_path()) if cfg.trace.enabled else None
-    tracer = Tracer(path, session="chat")
+    tracer = Tracer(path, session="chat", keep=False)
     display = ChatDisplay()
 
     async def main() -> None:

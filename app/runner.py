@@ -223,7 +223,7 @@ def run_wavs(
     comps = components or Components.load(cfg)
     printer = TurnPrinter(console)
     try:
-        with Tracer(path, session="run") as tracer:
+        with Tracer(path, session="run", keep=False) as tracer:
             rate = comps.tts.sample_rate_hz
 
             async def discard(_: bytes) -> None:

@@ -57,11 +57,13 @@ def default_trace_path(directory: str = "runs") -> str:
 class Tracer:
     """Thread-safe JSONL event writer; ``path=None`` keeps events in memory only."""
 
-    def __init__(self, path: str | None, session: str = "s0", keep: bool = False) -> None:
+    def __init__(self, path: str | None, session: str = "s0", keep: bool | None = None) -> None:
+        """``keep``: also hold events in ``.events`` (default: only when there is no file;
+        long-running front ends with the trace disabled pass False)."""
         self.path = path
         self.session = session
         self.events: list[dict[str, Any]] = []
-        self._keep = keep or path is None
+        self._keep = path is None if keep is None else keep
         self._lock = threading.Lock()
         self._file: TextIO | None = None
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
