@@ -213,7 +213,7 @@ class Answer:
         for pcm in pieces:
             if self.cancel_event.is_set():
                 return
-            post(self._on_audio, TTSAudioFrame(self.gen, pcm, clause.text, clause.index, False))
+            post(self._on_audio, TTSAudioFrame(self.gen, pcm, clause.text, clause.index))
 
     def _on_audio(self, frame: TTSAudioFrame) -> None:
         if self.cancelled or frame.stale(self.gen):

@@ -1,9 +1,10 @@
-"""Typed frames that move between pipeline stages, each tagged with its generation id.
+"""Typed frames between the answer stages (LM -> TTS -> playback), each with its generation id.
 
 A generation id (``gen``) names one agent answer. On barge-in (or when a speculative answer is
-dropped) the session bumps its current id and every stage drops frames whose ``gen`` is stale.
-The base class says whether an interrupt drops a frame: data frames of an answer (text, audio)
-are droppable, control frames that close a turn's bookkeeping are not.
+dropped) the session moves to a new id and the stages drop frames whose ``gen`` is stale. The
+base class says whether an interrupt drops a frame: data frames of an answer (clauses, audio)
+are droppable, the control frame that closes an answer's bookkeeping is not. The input side
+(VAD events, transcripts) is plain calls into the turn manager, which has no queue to go stale.
 """
 
 from __future__ import annotations
@@ -34,41 +35,6 @@ class ControlFrame(Frame):
 
 
 @dataclass(frozen=True)
-class InputAudioFrame(Frame):
-    """One frame of user audio (int16 mono, 16 kHz); ``audio_ms`` = its end in stream time."""
-
-    pcm: np.ndarray
-    audio_ms: float
-    t_ms: float  # monotonic arrival time
-
-
-@dataclass(frozen=True)
-class SpeechFrame(ControlFrame):
-    """A VAD event: speech_start | pause | resume | speech_end, at ``t_ms`` (monotonic)."""
-
-    kind: str
-    audio_ms: float
-    t_ms: float
-
-
-@dataclass(frozen=True)
-class TranscriptFrame(Frame):
-    """A partial or final transcript of the current user utterance."""
-
-    text: str
-    stable: str
-    final: bool
-    compute_ms: float
-
-
-@dataclass(frozen=True)
-class TextFrame(Frame):
-    """A committed text increment of the agent's answer, straight from the LM."""
-
-    text: str
-
-
-@dataclass(frozen=True)
 class ClauseFrame(Frame):
     """A speakable chunk of the answer (clause or sentence), ready for TTS."""
 
@@ -78,12 +44,11 @@ class ClauseFrame(Frame):
 
 @dataclass(frozen=True)
 class TTSAudioFrame(Frame):
-    """Synthesized PCM (int16 at the sink's rate) tagged with the clause it speaks."""
+    """Synthesized PCM (int16 at the TTS rate) tagged with the clause it speaks."""
 
     pcm: np.ndarray
     text: str
     clause: int
-    last_of_clause: bool
 
 
 @dataclass(frozen=True)

@@ -120,3 +120,14 @@ def test_trace_survives_a_crash(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 1 and "boom" in proc.stderr
     assert [e["event"] for e in read_trace(str(path))] == ["speech_start", "speech_end"]
+
+
+def test_frames_stale_only_when_interruptible():
+    import numpy as np
+
+    from app.frames import ClauseFrame, EndOfAnswerFrame, TTSAudioFrame
+
+    assert ClauseFrame(3, "Hi.", 0).stale(current_gen=4)
+    assert not ClauseFrame(4, "Hi.", 0).stale(current_gen=4)
+    assert TTSAudioFrame(3, np.zeros(10, np.int16), "Hi.", 0).stale(current_gen=4)
+    assert not EndOfAnswerFrame(3, "cancelled").stale(current_gen=4)  # bookkeeping survives
