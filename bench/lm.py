@@ -30,6 +30,7 @@ import torch  # noqa: E402
 from model.config import LMConfig  # noqa: E402
 from model.decode import DECODERS  # noqa: E402
 from model.engine import LM  # noqa: E402
+from model.prompts import conversations  # noqa: E402
 
 PROMPTS = [
     "What is the capital of France?",
@@ -60,9 +61,11 @@ PROMPTS = [
 CLAUSE_END = (",", ".", "?", "!")
 
 
-def run_one(lm: LM, decoder: str, prompt: str, max_new: int) -> dict[str, object]:
-    gen = lm.session().generate([{"role": "user", "content": prompt}], decoder=decoder,
-                                max_new_tokens=max_new)  # fmt: skip
+def run_one(lm: LM, decoder: str, prompt: str | list, max_new: int) -> dict[str, object]:
+    """One answer; prompt: a user message, or a whole conversation (list of messages)."""
+    messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    gen = lm.session().generate(messages, decoder=decoder, max_new_tokens=max_new)
+    prompt = messages[-1]["content"]
     t0, cpu0, first_clause_ms = time.perf_counter(), time.process_time(), None
     for _piece in gen:
         if first_clause_ms is None and any(c in gen.text for c in CLAUSE_END):
@@ -96,8 +99,10 @@ def load_transformers(lm: LM, path: str):
     ).eval()
 
 
-def run_transformers(hf, lm: LM, prompt: str, max_new: int) -> dict[str, object]:
-    ids = torch.tensor([lm.tokenizer.apply_chat([{"role": "user", "content": prompt}])])
+def run_transformers(hf, lm: LM, prompt: str | list, max_new: int) -> dict[str, object]:
+    messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    ids = torch.tensor([lm.tokenizer.apply_chat(messages)])
+    prompt = messages[-1]["content"]
     t0 = time.perf_counter()
     with torch.inference_mode():
         out = hf.generate(ids, max_new_tokens=max_new, do_sample=False,
@@ -144,30 +149,62 @@ def main() -> int:
         default="",
         help="also time transformers' generate on the same GGUF, prompt by prompt",
     )
+    ap.add_argument(
+        "--prompt-set",
+        choices=("fixed", "heldout"),
+        default="fixed",
+        help="fixed: the 24 prompts above (several are also in the drafter's training list); "
+        "heldout: model/prompts.py conversations the drafter never saw",
+    )
+    # Hybrid / parallel settings (lm.* fields) and the parallel threshold sweep.
+    ap.add_argument("--drafter", default="", help="lm.drafter ('' = bundled adapter, 'none')")
+    ap.add_argument("--draft-len", type=int, default=LMConfig.draft_len)
+    ap.add_argument("--draft-min-conf", type=float, default=LMConfig.draft_min_conf)
+    ap.add_argument("--lookup-ngram", type=int, default=LMConfig.lookup_ngram)
+    ap.add_argument("--threshold", type=float, default=LMConfig.threshold)
+    ap.add_argument(
+        "--thresholds", default="", help="parallel sweep, e.g. 0.5,0.7,0.9: adds parallel@T rows"
+    )
+    ap.add_argument(
+        "--lookup-only", action="store_true", help="add a hybrid row with lm.drafter none"
+    )
     a = ap.parse_args()
     decoders = [d.strip() for d in a.decoders.split(",") if d.strip()]
     unknown = [d for d in decoders if d not in DECODERS]
     if unknown:
         ap.error(f"unknown decoder(s) {unknown}; available: {', '.join(sorted(DECODERS))}")
-    if not 1 <= a.prompts <= len(PROMPTS):
-        ap.error(f"--prompts must be 1..{len(PROMPTS)}")
+    prompts: list = PROMPTS if a.prompt_set == "fixed" else conversations("heldout")
+    if not 1 <= a.prompts <= len(prompts):
+        ap.error(f"--prompts must be 1..{len(prompts)}")
 
-    cfg = replace(LMConfig(), path=a.model, device=a.device, dtype=a.dtype, threads=a.threads)
+    cfg = replace(LMConfig(), path=a.model, device=a.device, dtype=a.dtype, threads=a.threads,
+                  drafter=a.drafter, draft_len=a.draft_len, draft_min_conf=a.draft_min_conf,
+                  lookup_ngram=a.lookup_ngram, threshold=a.threshold)  # fmt: skip
     t = time.perf_counter()
     lm = LM.load(cfg)
     load_s = time.perf_counter() - t
-    for d in decoders:  # warm-up: first-call allocations, lazy tables
-        run_one(lm, d, "Hi", 4)
+    # label -> (LM sharing the weights, decoder): parallel@T rows for the threshold sweep.
+    runs = {d: (lm, d) for d in decoders}
+    for th in (float(x) for x in a.thresholds.split(",") if x.strip()):
+        runs[f"parallel@{th:g}"] = (
+            LM(lm.model, lm.tokenizer, replace(cfg, threshold=th)),
+            "parallel",
+        )
+    if a.lookup_only:
+        runs["hybrid/lookup"] = (LM(lm.model, lm.tokenizer, replace(cfg, drafter="none")), "hybrid")
+    decoders = list(runs)
+    for d in decoders:  # warm-up: first-call allocations, lazy tables, the drafter file
+        run_one(*runs[d], "Hi", 4)
     hf = load_transformers(lm, a.model) if a.reference else None
     if hf is not None:
         run_transformers(hf, lm, "Hi", 4)
     rows: dict[str, list[dict[str, object]]] = {d: [] for d in decoders}
     ref_rows: list[dict[str, object]] = []
-    for i, prompt in enumerate(PROMPTS[: a.prompts]):
+    for i, prompt in enumerate(prompts[: a.prompts]):
         if hf is not None:
             ref_rows.append(run_transformers(hf, lm, prompt, a.max_new_tokens))
         for d in decoders:
-            r = run_one(lm, d, prompt, a.max_new_tokens)
+            r = run_one(*runs[d], prompt, a.max_new_tokens)
             rows[d].append(r)
             msg = f"{r['tokens_per_s']:.1f} tok/s, {r['new_tokens']} tokens"
             print(f"[{i + 1}/{a.prompts}] {d}: {msg}", file=sys.stderr)
@@ -181,6 +218,11 @@ def main() -> int:
         "load_s": round(load_s, 2),
         "max_new_tokens": a.max_new_tokens,
         "prompts": a.prompts,
+        "prompt_set": a.prompt_set,
+        "hybrid": {
+            k: getattr(cfg, k)
+            for k in ("drafter", "draft_len", "draft_min_conf", "lookup_ngram", "threshold")
+        },  # fmt: skip
         "decoders": {},
     }
     for d in decoders:
