@@ -142,8 +142,8 @@ def test_parallel_low_threshold_commits_unverified(tiny) -> None:
     cfg = replace(CFG, drafter="random", threshold=0.0, lookup_ngram=0)
     ids = prompt(12)
     out, fw, cache = run(tiny, ids, "parallel", cfg, max_new=40)
-    # Every draft is committed: K drafts + 1 token per forward after the prefill.
-    assert len(out) == 40 and fw <= 1 + 40 // (cfg.draft_len + 1) + 1
+    # Every draft is committed: the drafter's 4 drafts + 1 token per forward after the prefill.
+    assert len(out) == 40 and fw <= 1 + 40 // (4 + 1) + 1
     assert cache.length <= len(ids) + len(out)
 
 
