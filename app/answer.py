@@ -218,7 +218,12 @@ class Answer:
     def _on_audio(self, frame: TTSAudioFrame) -> None:
         if self.cancelled or frame.stale(self.gen):
             return
-        pcm = self.s.to_sink_rate(frame.pcm)
+        pcm = np.asarray(frame.pcm, dtype=np.int16)
+        src, dst = self.s.c.tts.sample_rate_hz, self.s.sink.sample_rate_hz
+        if src != dst:  # normally equal: sinks are opened at the TTS rate
+            from audio.resample import resample
+
+            pcm = resample(pcm, src, dst)
         if len(pcm) == 0:
             return
         if "tts_first_audio" not in self.times:

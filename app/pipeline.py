@@ -27,7 +27,7 @@ import numpy as np
 from app.answer import Answer
 from app.components import Components
 from app.trace import Tracer, now_ms
-from app.trace_tools import turn_rows
+from app.trace_tools import latency_event
 from app.turns import (
     Action,
     CancelAnswer,
@@ -79,6 +79,7 @@ class VoiceSession:
         self._partial_again = False
         self._final_pending = False
         self._onset_t: float | None = None
+        self._pause_end: float | None = None  # audio ms where the current pause began
         self._end_t: float | None = None
         self._speculation_t: dict[int, float] = {}
         self._refines: dict[int, float] = {}  # refined gen -> ttft of the dropped speculation
@@ -160,13 +161,26 @@ class VoiceSession:
             self._on_vad(ev.kind, ev.audio_ms, getattr(ev, "detected_ms", self.audio_ms))
         if self.vad.in_speech:
             self._do(self.tm.on_speech_progress(self.audio_ms))
+            if self._pause_end is not None:
+                self._early_release(self.audio_ms - self._pause_end)
             if not self._partial_busy and self.transcriber.partial_due():
                 self._request_partial()
         self._reap()
 
+    def _early_release(self, silence_ms: float) -> None:
+        actions = self.tm.on_silence(silence_ms)
+        if actions:
+            end_t = self.t_of(self._pause_end or 0.0)
+            self._end_t = end_t
+            self.trace(
+                "early_release", self.tm.turn, self.tm.gen, end_ms=end_t, silence_ms=silence_ms
+            )
+            self._do(actions)
+
     def _on_vad(self, kind: str, audio_ms: float, detected_ms: float) -> None:
         turn = self.tm.turn
         if kind == "speech_start":
+            self._pause_end = None
             self._utt += 1
             self._onset_t = self.t_of(audio_ms)
             # A fresh transcriber per utterance: the previous one's final may still be queued
@@ -178,13 +192,17 @@ class VoiceSession:
             self.emit({"type": "input_audio_buffer.speech_started", "audio_start_ms": audio_ms})
             self._set_state("listening" if self.tm.agent == "idle" else self.state)
         elif kind == "pause":
+            self._pause_end = audio_ms
             self.trace("pause", turn, self.tm.gen, end_ms=self.t_of(audio_ms))
             self._do(self.tm.on_pause(audio_ms))
         elif kind == "resume":
+            self._pause_end = None
             self.trace("resume", turn, self.tm.gen)
-            self._do(self.tm.on_resume())
+            self._do(self.tm.on_resume(audio_ms))
         elif kind == "speech_end":
-            self._end_t = self.t_of(audio_ms)
+            self._pause_end = None
+            if self.tm.early is None:  # else v2v counts from the early release's end of speech
+                self._end_t = self.t_of(audio_ms)
             self.trace("speech_end", turn, self.tm.gen, end_ms=self._end_t, audio_ms=audio_ms)
             self.emit({"type": "input_audio_buffer.speech_stopped", "audio_end_ms": audio_ms})
             self._do(self.tm.on_speech_end(audio_ms))
@@ -226,10 +244,14 @@ class VoiceSession:
             self._partial_again = True
             return
         self._partial_busy = True
-        self._submit_asr(self.transcriber.partial, self._on_partial)
+        # Started after the pause was detected: the pass covers all the speech (feeds queue
+        # ahead of it in the same worker).
+        complete = self._pause_end is not None
+        self._submit_asr(self.transcriber.partial, lambda tr: self._on_partial(tr, complete))
 
-    def _on_partial(self, tr: Any) -> None:
+    def _on_partial(self, tr: Any, complete: bool = False) -> None:
         self._partial_busy = False
+        complete = complete and self._pause_end is not None
         if tr is not None and not self._final_pending:
             self.trace(
                 "asr_partial", self.tm.turn, self.tm.gen, text=tr.text, stable=tr.stable,
@@ -242,7 +264,7 @@ class VoiceSession:
                     "stable": tr.stable,
                 }
             )
-            self._do(self.tm.on_partial(tr.text))
+            self._do(self.tm.on_partial(tr.text, complete))
         if self._partial_again and self.vad.in_speech:
             self._partial_again = False
             self._request_partial()
@@ -440,19 +462,9 @@ class VoiceSession:
                 },
             }
         )
-        rows = [r for r in turn_rows(self._turn_events.get(ans.turn, [])) if r["gen"] == ans.gen]
-        if rows:
-            row = rows[-1]
-            self.emit(
-                {
-                    "type": "latency",
-                    "turn": ans.turn,
-                    "gen": ans.gen,
-                    "voice_to_voice_ms": row["stages"].get("voice_to_voice"),
-                    "speculation": row["speculation"],
-                    "stages": row["stages"],
-                }
-            )
+        latency = latency_event(self._turn_events.get(ans.turn, []), ans.gen)
+        if latency is not None:
+            self.emit(latency)
         for old in [k for k in self._turn_events if k < ans.turn - 4]:
             del self._turn_events[old]
         if not self.answers:
@@ -479,11 +491,3 @@ class VoiceSession:
         if self._collect in self.tracer.listeners:
             self.tracer.listeners.remove(self._collect)
         self.tracer.flush()
-
-    def to_sink_rate(self, pcm: np.ndarray) -> np.ndarray:
-        src, dst = self.c.tts.sample_rate_hz, self.sink.sample_rate_hz
-        if src == dst:
-            return np.asarray(pcm, dtype=np.int16)
-        from audio.resample import resample
-
-        return resample(np.asarray(pcm, dtype=np.int16), src, dst)

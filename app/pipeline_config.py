@@ -64,6 +64,16 @@ class ConversationConfig:
             "for a fresh ASR pass (right 2 of 12 times in bench/voice.py; costs CPU)"
         },
     )
+    early_release_ms: int = field(
+        default=0,
+        metadata={
+            "min": 0,
+            "max": 5000,
+            "help": "end the turn after this much silence (before vad.speech_end_ms) when a "
+            "fresh transcript of all the speech ends in . ? ! and its speculative answer is "
+            "running; 0 = off",
+        },
+    )
     speculation_min_words: int = field(
         default=2,
         metadata={"min": 1, "max": 50, "help": "stable words needed before speculating"},

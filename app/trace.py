@@ -25,6 +25,7 @@ EVENTS = (
     "pause",
     "resume",
     "speculation_start",
+    "early_release",
     "speech_end",
     "asr_final",
     "speculation",

@@ -2,7 +2,8 @@
 
 Stage durations come from pairs of events of the same answer (same session, turn, gen):
 
-  endpoint     speech_end (detected)  - end of the user's actual speech (``speech_end.end_ms``)
+  endpoint     speech_end (detected)  - end of the user's actual speech (``speech_end.end_ms``;
+               an ``early_release`` event, when there is one, stands in for speech_end)
   asr_final    asr_final              - speech_end
   lm_ttft      lm_first_token         - lm_start
   lm_clause    lm_first_clause        - lm_start
@@ -72,7 +73,7 @@ def turn_rows(events: list[Event]) -> list[dict[str, Any]]:
             t = {name: _first(evs, name, gen) for name in ("lm_start", "lm_first_token")}
             t |= {n: _first(evs, n, gen) for n in ("lm_first_clause", "tts_first_audio")}
             t |= {"audio_out_first": _first(evs, "audio_out_first", gen)}
-            end = _first(evs, "speech_end")
+            end = _first(evs, "early_release") or _first(evs, "speech_end")
             final = _first(evs, "asr_final")
             spec = [e for e in evs if e["event"] == "speculation"]
             stages: dict[str, float] = {}
@@ -83,7 +84,7 @@ def turn_rows(events: list[Event]) -> list[dict[str, Any]]:
 
             if end is not None and "end_ms" in end:
                 stages["endpoint"] = end["t_ms"] - end["end_ms"]
-            span("asr_final", end, final)
+            span("asr_final", _first(evs, "speech_end"), final)
             span("lm_ttft", t["lm_start"], t["lm_first_token"])
             span("lm_clause", t["lm_start"], t["lm_first_clause"])
             span("tts_first", t["lm_first_clause"], t["tts_first_audio"])
@@ -107,6 +108,22 @@ def turn_rows(events: list[Event]) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def latency_event(turn_events: list[Event], gen: int) -> dict[str, Any] | None:
+    """The session's ``latency`` event for answer ``gen``, from its turn's trace events."""
+    rows = [r for r in turn_rows(turn_events) if r["gen"] == gen]
+    if not rows:
+        return None
+    row = rows[-1]
+    return {
+        "type": "latency",
+        "turn": row["turn"],
+        "gen": gen,
+        "voice_to_voice_ms": row["stages"].get("voice_to_voice"),
+        "speculation": row["speculation"],
+        "stages": row["stages"],
+    }
 
 
 def summarize(events: list[Event]) -> dict[str, Any]:

@@ -13,6 +13,9 @@ Speculation (the user pauses ~200 ms mid-turn):
   final == speculated text (normalized) -> ``ReleaseSpeculation`` (hit): play it at once
   final != speculated text             -> ``StartAnswer(refine_of=spec gen)``: the pipeline hands
                                           the speculative answer's tokens as first drafts
+  early release (``early_release_ms``): a fresh transcript of all the speech that ends in . ? !
+  and whose speculation is running ends the turn after that much silence, before speech_end;
+  speech that resumes then is treated as a possible barge-in on that answer
 Barge-in (the user talks while the agent is thinking or speaking), in two steps so playback stops
 within ~100 ms yet a cough or "mm-hmm" does not throw the answer away:
   speech for ``barge_in_min_speech_ms`` (+ echo guard while audio plays) -> ``HoldPlayback``
@@ -202,6 +205,8 @@ class TurnManager:
     user_speaking: bool = False
     paused: bool = False
     last_partial: str = ""  # latest partial transcript of the current utterance
+    complete: str | None = None  # transcript of all the speech up to this pause, if it ends . ? !
+    early: str | None = None  # the text an early release answered, until the final arrives
     spec: _Speculation | None = None
     barge: _Barge | None = None
     history: History = field(init=False)
@@ -238,7 +243,7 @@ class TurnManager:
 
     def on_speech_start(self, onset_ms: float) -> list[Action]:
         self.user_speaking, self.paused = True, False
-        self.last_partial = ""
+        self.last_partial, self.complete = "", None
         self.turn += 1
         if self.agent != "idle" and self.cfg.barge_in:
             self.barge = _Barge(onset_ms, last_ms=onset_ms)
@@ -293,21 +298,52 @@ class TurnManager:
         # the fresh pass over all the speech then confirms or replaces it.
         return [*self._speculate(self.last_partial), RequestPartial(self.gen)]
 
-    def on_resume(self) -> list[Action]:
+    def on_resume(self, onset_ms: float | None = None) -> list[Action]:
         self.paused = False
+        self.complete = None
+        if self.early is not None and self.agent != "idle" and self.barge is None:
+            # Speech again after an early release: it may be an interruption of that answer.
+            if self.cfg.barge_in and onset_ms is not None:
+                self.barge = _Barge(onset_ms, last_ms=onset_ms)
+            return []
         return self._drop_spec("resume")
 
-    def on_partial(self, text: str) -> list[Action]:
-        """A partial transcript of the current utterance."""
+    def on_partial(self, text: str, complete: bool = False) -> list[Action]:
+        """A partial transcript of the current utterance; ``complete``: the pass started after
+        the pause was detected, so it covers all the speech so far."""
         if self.barge is not None:
-            if self._barge_needs_transcript() and not self._not_for_us(text):
+            rest = self._after_early(text)
+            if self._barge_needs_transcript() and not self._not_for_us(rest):
                 return self._confirm_barge()
             return []
         if self.user_speaking:
             self.last_partial = text
         if not (self.paused and self._may_speculate()):
             return []
+        self.complete = text if complete and text.rstrip().endswith((".", "?", "!")) else None
         return self._speculate(text)
+
+    def on_silence(self, silence_ms: float) -> list[Action]:
+        """Called per frame during a pause: early release once a complete-sounding transcript
+        of all the speech has its speculative answer running and the silence is long enough."""
+        ms = self.cfg.early_release_ms
+        spec = self.spec
+        if not ms or silence_ms < ms or self.complete is None or spec is None:
+            return []
+        if not (self.paused and self.agent == "idle" and self.barge is None):
+            return []
+        if normalize(spec.text) != normalize(self.complete):
+            return []
+        self.early = self.complete
+        return self._commit(self.complete)
+
+    def _after_early(self, text: str) -> str:
+        """``text`` without the words already answered by an early release."""
+        if self.early is None:
+            return text
+        n = len(normalize(self.early).split())
+        words = text.split()
+        return " ".join(words[n:]) if len(words) >= n else ""
 
     def _speculate(self, text: str) -> list[Action]:
         if len(normalize(text).split()) < self.cfg.speculation_min_words:
@@ -332,6 +368,10 @@ class TurnManager:
 
     def on_final(self, text: str) -> list[Action]:
         """The final transcript of the utterance that just ended."""
+        if self.early is not None:  # the turn was answered at the pause already
+            text, self.early = self._after_early(text), None
+            if self.barge is None and self.agent != "idle":
+                return []  # no interruption: the answer plays on
         if self.barge is not None:
             if self._not_for_us(text):
                 return [*self._drop_spec("backchannel"), *self._reject_barge("backchannel")]
@@ -341,16 +381,20 @@ class TurnManager:
         if self.agent != "idle" or self.is_backchannel(text):
             # An answer is still playing (barge-in disabled) or the user only said "mm-hmm".
             return [*actions, *self._drop_spec("ignored")]
+        return [*actions, *self._commit(text)]
+
+    def _commit(self, text: str) -> list[Action]:
+        """``text`` is the user's turn: release the matching speculation or start an answer."""
         spec, self.spec = self.spec, None
         self.history.add_user(text)
         self.agent, self.answer_turn = "thinking", self.turn
         if spec is not None and normalize(spec.text) == normalize(text):
             self.answer_gen = spec.gen
-            return [*actions, ReleaseSpeculation(spec.gen)]
+            return [ReleaseSpeculation(spec.gen)]
         gen = self._next_gen()
         self.answer_gen = gen
         prompt = self.history.prompt(self.cfg.system_prompt)
-        return [*actions, StartAnswer(gen, text, prompt, spec.gen if spec else None)]
+        return [StartAnswer(gen, text, prompt, spec.gen if spec else None)]
 
     # -- agent ---------------------------------------------------------------------------------
 

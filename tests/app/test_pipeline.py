@@ -177,3 +177,16 @@ def test_speculation_hit_released_before_its_first_clause_continues():
     (resp,) = done(events)
     assert resp["status"] == "completed"
     assert resp["output_text"] == "one two three four five six seven."
+
+
+def test_early_release_plays_before_speech_end():
+    cfg = replace(CFG, conversation=replace(CFG.conversation, early_release_ms=300))
+    _, comps, trace, events = run(["What is the capital of France?"], [Segment(buzz(900))], cfg=cfg)
+    seq = names(trace)
+    assert seq.index("early_release") < seq.index("speech_end")
+    assert [e["result"] for e in trace if e["event"] == "speculation"] == ["hit"]
+    assert len(comps.lm.calls) == 1
+    (resp,) = done(events)
+    assert resp["status"] == "completed"
+    (lat,) = [e for e in events if e["type"] == "latency"]
+    assert 250 <= lat["stages"]["endpoint"] < 400  # vs ~500 ms to speech_end

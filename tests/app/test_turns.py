@@ -230,3 +230,55 @@ def test_barge_in_with_a_comma_pause_accumulates_speech():
     tm.on_resume()
     tm.on_speech_progress(900)
     assert tm.on_partial("Wait, tell me about Spain") == [CancelAnswer(gen)]
+
+
+def early_cfg():
+    return replace(CFG, early_release_ms=300)
+
+
+def test_early_release_answers_before_speech_end_and_ignores_final():
+    tm = TurnManager(early_cfg())
+    tm.on_speech_start(0)
+    tm.on_pause()
+    (spec,) = tm.on_partial("What is the capital of France?", complete=True)
+    assert tm.on_silence(250) == []
+    assert tm.on_silence(300) == [ReleaseSpeculation(spec.gen)]
+    assert tm.agent == "thinking" and tm.history.messages[-1].content.endswith("France?")
+    tm.on_speech_end()
+    assert tm.on_final("What is the capital of France?") == []
+    assert tm.early is None and len(tm.history.messages) == 1
+
+
+def test_no_early_release_without_complete_sentence_or_when_off():
+    tm = TurnManager(early_cfg())
+    tm.on_speech_start(0)
+    tm.on_pause()
+    tm.on_partial("What is the capital of", complete=True)  # no . ? !
+    assert tm.on_silence(400) == []
+    tm = TurnManager(early_cfg())
+    tm.on_speech_start(0)
+    tm.on_pause()
+    tm.on_partial("What is the capital of France?", complete=False)  # stale pass
+    assert tm.on_silence(400) == []
+    tm = TurnManager(CFG)  # early_release_ms = 0
+    tm.on_speech_start(0)
+    tm.on_pause()
+    tm.on_partial("What is the capital of France?", complete=True)
+    assert tm.on_silence(400) == []
+
+
+def test_speech_after_early_release_can_barge_in_with_the_new_words_only():
+    tm = TurnManager(early_cfg(), heard=lambda gen: "")
+    tm.on_speech_start(0)
+    tm.on_pause()
+    (spec,) = tm.on_partial("Tell me a fun fact.", complete=True)
+    tm.on_silence(300)
+    assert tm.on_resume(onset_ms=1500) == []  # not dropped: it is the answer now
+    assert tm.on_speech_progress(1600) == [HoldPlayback(spec.gen)]
+    tm.on_speech_progress(2200)
+    assert tm.on_partial("Tell me a fun fact about the moon") == [CancelAnswer(spec.gen)]
+    tm.on_speech_end()
+    (ans,) = tm.on_final("Tell me a fun fact about the moon.")
+    assert isinstance(ans, StartAnswer)
+    # Nothing of the first answer was heard: the user message is the whole request, once.
+    assert ans.messages[-1]["content"] == "Tell me a fun fact. about the moon."
