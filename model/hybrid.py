@@ -74,6 +74,9 @@ class HybridStepper:
             PromptLookup(req.prompt, max_ngram=cfg.lookup_ngram) if cfg.lookup_ngram else None
         )
         self.old = list(req.drafts or [])  # earlier answer (refinement)
+        vocab = self.model.args.vocab_size
+        if any(not 0 <= t < vocab for t in self.old):
+            raise ValueError(f"drafts= must be token ids in [0, {vocab}) of this model's tokenizer")
         self.old_lookup = PromptLookup(self.old) if self.old else None
         self.answer: list[int] = []  # committed answer tokens (the pending one included)
         self.aligned = bool(self.old)  # the answer so far equals a prefix of the earlier one

@@ -207,3 +207,8 @@ def test_trim_by_chain_confidence_and_stop() -> None:
     # chain: 0.9, 0.72, 0.36 (< 0.4: cut here)
     assert _trim(drafts, confs, 0.4, frozenset()) == ([1, 2], [0.9, 0.8])
     assert _trim(drafts, confs, 0.0, frozenset({2})) == ([1, 2], [0.9, 0.8])
+
+
+def test_bad_draft_ids_are_rejected(tiny) -> None:
+    with pytest.raises(ValueError, match="drafts="):
+        run(tiny, prompt(1), "hybrid", drafts=[1, 2, 10**6])
