@@ -28,6 +28,7 @@ from model.transformer import Transformer
 # (a 2000-token history is 8 forwards, each checked), while the chunks stay large enough for
 # matrix-matrix products.
 PREFILL_CHUNK = 256
+TOP_P_CANDIDATES = 1024
 
 
 class Sampler:
@@ -39,28 +40,40 @@ class Sampler:
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
 
+    def nucleus(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(..., V) logits -> (probs, ids), each (..., N): the top-p nucleus, most likely first,
+        zeros past each row's nucleus, renormalized. N = V without top-p."""
+        p = torch.softmax(logits.float() / self.temperature, dim=-1)
+        if self.top_p >= 1.0:
+            return p, torch.arange(p.shape[-1], device=p.device).expand_as(p)
+        # The nucleus is a prefix of the sorted order: when the top 1024 already hold top_p of
+        # the mass (nearly always) a partial topk (0.3 ms) replaces the full sort (18 ms).
+        k = min(p.shape[-1], TOP_P_CANDIDATES)
+        sorted_p, order = p.topk(k, dim=-1)  # descending
+        if k < p.shape[-1] and bool((sorted_p.sum(-1) < self.top_p).any()):
+            sorted_p, order = p.sort(dim=-1, descending=True)
+        # Keep the smallest head whose mass reaches top_p (the top token is always kept).
+        drop = sorted_p.cumsum(-1) - sorted_p >= self.top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        return sorted_p / sorted_p.sum(-1, keepdim=True), order
+
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """(..., V) logits -> (..., V) float32 probabilities after temperature and top-p."""
         if self.greedy:
             return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-        p = torch.softmax(logits.float() / self.temperature, dim=-1)
-        if self.top_p < 1.0:
-            sorted_p, order = p.sort(dim=-1, descending=True)
-            # Keep the smallest head whose mass reaches top_p (the top token is always kept).
-            drop = sorted_p.cumsum(-1) - sorted_p >= self.top_p
-            sorted_p = sorted_p.masked_fill(drop, 0.0)
-            p = torch.zeros_like(p).scatter_(-1, order, sorted_p)
-            p = p / p.sum(-1, keepdim=True)
-        return p
+        sorted_p, order = self.nucleus(logits)
+        return torch.zeros_like(logits, dtype=torch.float32).scatter_(-1, order, sorted_p)
 
     def sample_probs(self, p: torch.Tensor) -> int:
         return int(torch.multinomial(p, 1, generator=self.generator))
 
     def __call__(self, logits: torch.Tensor) -> int:
-        """One token id from a (V,) logits row."""
+        """One token id from a (V,) logits row (sampled within the nucleus: multinomial over
+        49K entries costs 8.6 ms, over the nucleus a few microseconds)."""
         if self.greedy:
             return int(logits.argmax())
-        return self.sample_probs(self.probs(logits))
+        sorted_p, order = self.nucleus(logits)
+        return int(order[self.sample_probs(sorted_p)])
 
 
 @dataclass
