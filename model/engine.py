@@ -95,6 +95,36 @@ class ChatSession:
             ids = self.lm.tokenizer.apply_chat(msgs)
         return ids
 
+    def reuse_prefix(self, prompt: list[int]) -> int:
+        """Keep the longest common prefix of the cache and `prompt` (at least one prompt token
+        left to feed), drop the rest; the cache now holds prompt[:returned]."""
+        cached, keep = self.cached_ids, 0
+        limit = min(len(cached), len(prompt) - 1)
+        while keep < limit and cached[keep] == prompt[keep]:
+            keep += 1
+        self.cache.truncate(keep)
+        self._seq = list(prompt)
+        return keep
+
+    def prefill(
+        self, messages: Sequence[dict[str, str]], *, cancel: threading.Event | None = None
+    ) -> int:
+        """Warm the cache with `messages` before an answer is wanted (the system prompt at
+        session start, a stable partial transcript while the user still speaks): a later
+        generate() on the same or an extended conversation then feeds only what changed.
+        Ends any running generation; checks `cancel` between chunks. Returns cached tokens."""
+        self._active = None
+        ids = self.fit_budget(messages, self.lm.cfg.max_new_tokens)
+        self.reuse_prefix(ids)
+        end = len(ids) - 1  # the last token is fed by generate(), which needs its logits
+        with torch.inference_mode():
+            while self.cache.length < end and not (cancel is not None and cancel.is_set()):
+                n = self.cache.length
+                chunk = ids[n : min(end, n + decode.PREFILL_CHUNK)]
+                self.lm.model(torch.tensor([chunk], device=self.lm.device), cache=self.cache,
+                              logits="none")  # fmt: skip
+        return self.cache.length
+
     def generate(
         self,
         messages: Sequence[dict[str, str]],
@@ -159,13 +189,7 @@ class Generation:
             st.stop_reason = "cancelled"
             return
         # 1. Reuse the longest common prefix of cache and prompt (keep >= 1 token to prefill).
-        cached, keep = s.cached_ids, 0
-        limit = min(len(cached), len(self.prompt) - 1)
-        while keep < limit and cached[keep] == self.prompt[keep]:
-            keep += 1
-        s.cache.truncate(keep)
-        s._seq = list(self.prompt)
-        st.cached_tokens = keep
+        st.cached_tokens = s.reuse_prefix(self.prompt)
         cfg = lm.cfg
         req = decode.DecodeRequest(
             model=lm.model,

@@ -151,3 +151,21 @@ def test_seeded_sampling_is_reproducible(lm: LM) -> None:
 def test_unknown_decoder(lm: LM) -> None:
     with pytest.raises(UnknownDecoderError, match="available"):
         lm.session().generate(FRANCE, decoder="nope")
+
+
+def test_prefill_warms_the_cache_for_the_next_answer(lm: LM) -> None:
+    s = lm.session()
+    system = [{"role": "system", "content": "You are a concise assistant."}]
+    msgs = [*system, *FRANCE]
+    n = s.prefill(msgs)
+    assert n == len(s.lm.tokenizer.apply_chat(msgs)) - 1
+    g = s.generate(msgs, max_new_tokens=8)
+    list(g)
+    assert g.stats.cached_tokens == n
+    assert g.stats.forwards == len(g.token_ids) + (g.stats.stop_reason == "eos")  # 1 prompt token fed
+    fresh = lm.session().generate(msgs, max_new_tokens=8)
+    list(fresh)
+    assert g.token_ids == fresh.token_ids
+    cancel = threading.Event()
+    cancel.set()
+    assert s.prefill([*system, {"role": "user", "content": "Other question?"}], cancel=cancel) > 0
