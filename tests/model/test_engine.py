@@ -162,7 +162,8 @@ def test_prefill_warms_the_cache_for_the_next_answer(lm: LM) -> None:
     g = s.generate(msgs, max_new_tokens=8)
     list(g)
     assert g.stats.cached_tokens == n
-    assert g.stats.forwards == len(g.token_ids) + (g.stats.stop_reason == "eos")  # 1 prompt token fed
+    # Only the last prompt token was fed: one forward per committed token (EOS included).
+    assert g.stats.forwards == len(g.token_ids) + (g.stats.stop_reason == "eos")
     fresh = lm.session().generate(msgs, max_new_tokens=8)
     list(fresh)
     assert g.token_ids == fresh.token_ids
