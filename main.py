@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         required=True,
         metavar="WAV",
-        help="a user utterance; repeat for consecutive turns",
+        help="a user utterance; repeat for consecutive turns. WAV@MS starts that input MS ms "
+        "after the agent began its previous answer (a barge-in; implies --realtime)",
     )
     p.add_argument("--output", metavar="WAV", help="write the agent's reply audio here")
     p.add_argument("--trace", metavar="JSONL", help="write the latency trace here")
