@@ -11,16 +11,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from app.config import Config
 from app.runner import Segment, TimelineSource, run_session, run_wavs
 from app.trace import Tracer, read_trace
 from app.turns import normalize
 from audio.resample import resample
 from audio.sinks import WavSink
+from tests.conftest import E2E_CONFIG
 from tests.speech import speech_pcm, write_speech_wav
 
-# Short answers keep the tests quick; the pipeline does not depend on the length.
-CFG = replace(Config(), lm=replace(Config().lm, max_new_tokens=40))
+CFG = E2E_CONFIG
 TURN_ORDER = (
     "speech_start",
     "speech_end",
@@ -32,15 +31,6 @@ TURN_ORDER = (
     "audio_out_first",
     "turn_done",
 )
-
-
-@pytest.fixture(scope="module")
-def comps():
-    from app.components import Components
-
-    c = Components.load(CFG, warmup=False)
-    yield c
-    c.close()
 
 
 def read_wav(path) -> tuple[np.ndarray, int]:
@@ -65,10 +55,10 @@ def assert_in_order(trace, turn, gen, names=TURN_ORDER):
     assert sorted(pos.values()) == [pos[n] for n in names]
 
 
-def test_run_answers_capital_of_france(tmp_path, comps, capsys):
+def test_run_answers_capital_of_france(tmp_path, components, capsys):
     q = write_speech_wav(tmp_path / "q.wav", "What is the capital of France?")
     out, trace = tmp_path / "reply.wav", tmp_path / "t.jsonl"
-    rc = run_wavs(CFG, [str(q)], output=str(out), trace=str(trace), components=comps)
+    rc = run_wavs(CFG, [str(q)], output=str(out), trace=str(trace), components=components)
     assert rc == 0
     events = read_trace(str(trace))
     (final,) = [e for e in events if e["event"] == "asr_final"]
@@ -81,12 +71,12 @@ def test_run_answers_capital_of_france(tmp_path, comps, capsys):
     # The reply WAV is speech that says the answer.
     pcm, rate = read_wav(out)
     assert len(pcm) > rate // 2 and np.sqrt(np.mean(pcm.astype(np.float64) ** 2)) > 300
-    heard = comps.asr.transcribe(resample(pcm, rate, 16000), final=True)
+    heard = components.asr.transcribe(resample(pcm, rate, 16000), final=True)
     assert "paris" in normalize(heard.text)
 
 
 @pytest.mark.slow
-def test_barge_in_real_time(tmp_path, comps):
+def test_barge_in_real_time(tmp_path, components):
     """Second utterance lands 800 ms into the agent's answer: audio stops within 150 ms of
     the user's speech onset, history keeps what was heard, the next answer is produced."""
     threads_before = set(threading.enumerate())
@@ -94,12 +84,12 @@ def test_barge_in_real_time(tmp_path, comps):
     second = speech_pcm("Wait, tell me about Spain instead.", lead_ms=0, tail_ms=0)
     segments = [Segment(first), Segment(second, barge_in_at_ms=800)]
     tracer = Tracer(str(tmp_path / "t.jsonl"), session="barge")
-    sink = WavSink(tmp_path / "reply.wav", comps.tts.sample_rate_hz, realtime=True)
+    sink = WavSink(tmp_path / "reply.wav", components.tts.sample_rate_hz, realtime=True)
     source = TimelineSource(segments, realtime=True, tail_ms=CFG.vad.speech_end_ms + 400)
 
     async def main():
         try:
-            return await run_session(comps, CFG, source, sink, tracer)
+            return await run_session(components, CFG, source, sink, tracer)
         finally:
             await sink.aclose()
 
@@ -124,7 +114,7 @@ def test_barge_in_real_time(tmp_path, comps):
 
 
 @pytest.mark.slow
-def test_speculation_real_time_resume_is_a_miss(tmp_path, comps):
+def test_speculation_real_time_resume_is_a_miss(tmp_path, components):
     """An utterance with a mid-turn pause (miss on resume), then a plain question."""
     part1 = trim(speech_pcm("Please tell me a fun fact"))
     part2 = trim(speech_pcm("about the moon."))
@@ -136,10 +126,10 @@ def test_speculation_real_time_resume_is_a_miss(tmp_path, comps):
     tracer = Tracer(None)
 
     async def main():
-        sink = WavSink(tmp_path / "r.wav", comps.tts.sample_rate_hz, realtime=False)
+        sink = WavSink(tmp_path / "r.wav", components.tts.sample_rate_hz, realtime=False)
         source = TimelineSource(segments, realtime=True, tail_ms=CFG.vad.speech_end_ms + 400)
         try:
-            return await run_session(comps, cfg, source, sink, tracer)
+            return await run_session(components, cfg, source, sink, tracer)
         finally:
             await sink.aclose()
 

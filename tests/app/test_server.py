@@ -23,15 +23,6 @@ from tests.speech import speech_pcm
 QUESTION = "What is the capital of France?"
 
 
-@pytest.fixture(scope="module")
-def components() -> Iterator[Any]:
-    from app.pipeline import Components
-
-    comps = Components.load(Config())
-    yield comps
-    comps.close()
-
-
 def make_cfg(tmp_path: Path, **server: Any) -> Config:
     cfg = Config()
     return dataclasses.replace(

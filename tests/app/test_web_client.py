@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from app.server import VoiceServer
-from tests.app.test_server import Running, components, make_cfg  # noqa: F401 - fixture
+from tests.app.test_server import Running, make_cfg
 from tests.speech import write_speech_wav
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -45,7 +45,7 @@ def browser_page(tmp_path: Path) -> Iterator[Any]:
 
 
 def test_browser_talks_and_hears_paris(
-    components: Any,  # noqa: F811 - the module fixture imported above
+    components: Any,
     browser_page: Any,
     tmp_path: Path,
 ) -> None:
