@@ -96,31 +96,40 @@ class ChatDisplay:
         return Group(*lines)
 
 
-def chat(cfg: Any, components: Any = None) -> int:
-    """Live conversation through the default (or configured) microphone and speaker."""
-    from app.components import Components
-    from app.pipeline import VoiceSession
+def open_audio(cfg: Any) -> tuple[Any, Any, Any]:
+    """Microphone and speaker for a local conversation, with the agent's echo handled.
+
+    WebRTC AEC3 subtracts what the speaker plays from the mic (its reference is every block the
+    speaker sink hands to the device). On top of it, or alone when AEC3 is not installed, the
+    guard requires more speech before pausing the agent and ignores "interruptions" that
+    transcribe as its own words. Returns (source, sink, cfg with the guard set).
+    """
     from audio.echo import EchoCanceller
-    from audio.errors import AudioDeviceError, AudioFormatError
     from audio.sinks import SpeakerSink
     from audio.sources import MicSource
 
-    console = Console(highlight=False)
-    try:
-        echo = EchoCanceller(cfg.echo, cfg.audio.sample_rate_hz) if cfg.echo.mode != "off" else None
-        sink = SpeakerSink(cfg.audio, on_played=echo.push_far if echo else None)
-        mic = MicSource(cfg.audio)
-    except (AudioDeviceError, AudioFormatError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    # WebRTC AEC3 subtracts what the speaker plays from the mic (reference = every block the
-    # speaker sink sends to the device). On top of it, or alone when AEC3 is not installed, the
-    # guard requires more speech before pausing the agent and ignores "interruptions" that
-    # transcribe as its own words.
+    echo = EchoCanceller(cfg.echo, cfg.audio.sample_rate_hz) if cfg.echo.mode != "off" else None
+    sink = SpeakerSink(cfg.audio, on_played=echo.push_far if echo else None)
+    mic = MicSource(cfg.audio)
     source = echo.wrap(mic) if echo is not None and echo.mode == "aec" else mic
     if echo is not None and not cfg.conversation.echo_guard_ms:
         conv = dataclasses.replace(cfg.conversation, echo_guard_ms=ECHO_GUARD_MS)
         cfg = dataclasses.replace(cfg, conversation=conv)
+    return source, sink, cfg
+
+
+def chat(cfg: Any, components: Any = None) -> int:
+    """Live conversation through the default (or configured) microphone and speaker."""
+    from app.components import Components
+    from app.pipeline import VoiceSession
+    from audio.errors import AudioDeviceError, AudioFormatError
+
+    console = Console(highlight=False)
+    try:
+        source, sink, cfg = open_audio(cfg)
+    except (AudioDeviceError, AudioFormatError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     comps = components or Components.load(cfg, tts_rate_hz=sink.sample_rate_hz)
     path = (cfg.trace.path or default_trace_path()) if cfg.trace.enabled else None
     tracer = Tracer(path, session="chat", keep=False)

@@ -7,6 +7,7 @@ from rich.console import Console
 
 from app.chat import ChatDisplay, chat
 from app.config import Config
+from tests.audio.test_io import fake_sd  # noqa: F401 - fixture
 
 
 def test_missing_microphone_is_one_line_error(capsys):
@@ -55,3 +56,41 @@ def test_display_shows_partial_tentative_committed_and_latency():
     )  # fmt: skip
     out = render(d)
     assert "(interrupted)" in out and "voice-to-voice 512 ms" in out and "speculation hit" in out
+
+
+@pytest.mark.usefixtures("fake_sd")
+def test_open_audio_feeds_the_speaker_signal_to_the_echo_canceller():
+    import asyncio
+    import dataclasses
+
+    import numpy as np
+
+    from app.chat import ECHO_GUARD_MS, open_audio
+    from audio.echo import EchoCancelledSource, aec_available
+    from audio.sources import MicSource
+
+    if not aec_available():
+        pytest.skip("pywebrtc-audio is not installed")
+    source, sink, cfg = open_audio(Config())
+    assert isinstance(source, EchoCancelledSource)
+    assert cfg.conversation.echo_guard_ms == ECHO_GUARD_MS
+
+    async def speak_then_listen() -> float:
+        await sink.write(np.full(sink.sample_rate_hz // 2, 8000, np.int16))  # 0.5 s of "agent"
+        await asyncio.sleep(0.2)
+        levels = []
+        async for _ in source:
+            levels.append(source.canceller.far_dbfs)
+            if len(levels) == 5:
+                break
+        await source.aclose()
+        await sink.aclose()
+        return max(levels)
+
+    assert asyncio.run(speak_then_listen()) > -30.0  # the mic frames saw the speaker's audio
+
+    off = dataclasses.replace(Config(), echo=dataclasses.replace(Config().echo, mode="off"))
+    source, sink, cfg = open_audio(off)
+    assert isinstance(source, MicSource) and cfg.conversation.echo_guard_ms == 0
+    asyncio.run(sink.aclose())
+    asyncio.run(source.aclose())
