@@ -158,7 +158,7 @@ class VoiceSession:
         if was_speaking and self.vad.in_speech:
             self._feed(frame)
         for ev in events:
-            self._on_vad(ev.kind, ev.audio_ms, getattr(ev, "detected_ms", self.audio_ms))
+            self._on_vad(ev.kind, ev.audio_ms, ev.detected_ms)
         if self.vad.in_speech:
             self._do(self.tm.on_speech_progress(self.audio_ms))
             if self._pause_end is not None:

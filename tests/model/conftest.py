@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+import torch
 
 from model.config import LMConfig
 from model.engine import LM
@@ -16,3 +19,12 @@ def lm() -> LM:
 @pytest.fixture(scope="session")
 def tok(lm: LM):
     return lm.tokenizer
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """Tiny-model forwards are ~0.5 ms of work: 2 threads on shared cores cost 5-10x more."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

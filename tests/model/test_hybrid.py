@@ -19,13 +19,7 @@ from model.transformer import ModelArgs, Transformer
 CFG = LMConfig(drafter="none", draft_min_conf=0.0)  # every draft slot verified
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny-model forwards are ~0.5 ms of work: 2 threads on shared cores cost 5-10x more."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
