@@ -31,7 +31,7 @@ from torch import nn
 
 from model.errors import ModelLoadError
 from model.kv_cache import KVCache
-from model.transformer import Block, ModelArgs, Transformer
+from model.transformer import Block, Linear, ModelArgs, Transformer, linear, prepack
 
 DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / "drafter.safetensors"
 
@@ -56,10 +56,11 @@ class BlockDrafter(nn.Module):
         self.norm = nn.Parameter(torch.ones(dim))
         self.mask_embed = nn.Parameter(torch.zeros(dim))
         self.offset_embed = nn.Parameter(torch.zeros(args.block + 1, dim))
-        self.ctx_proj = nn.Linear(dim, dim, bias=False)
+        self.ctx_proj = Linear(dim, dim, bias=False)
         nn.init.zeros_(self.ctx_proj.weight)
         self.register_buffer("vocab_ids", vocab_ids.long())
         self.head: torch.Tensor | None = None  # (vocab, dim) rows of the base output embedding
+        self.head_packed: torch.Tensor | None = None
 
     @property
     def first_base_layer(self) -> int:
@@ -108,6 +109,15 @@ class BlockDrafter(nn.Module):
                 f"model has {a.dim}, {a.n_layers}, {a.vocab_size}; set lm.drafter: none"
             )
         self.head = base.lm_head_weight.detach()[self.vocab_ids]  # (V_d, dim)
+        self.head_packed = None
+        return self
+
+    def pack(self) -> BlockDrafter:
+        """Prepack the matrices for CPU inference (see model/transformer.py)."""
+        for m in self.modules():
+            if isinstance(m, Linear):
+                m.pack()
+        self.head_packed = None if self.head is None else prepack(self.head)
         return self
 
     def save(self, path: str | Path, info: dict | None = None) -> None:
@@ -138,7 +148,7 @@ class BlockDrafter(nn.Module):
             k: v.to(w.dtype) if v.is_floating_point() else v.long() for k, v in tensors.items()
         }
         d.load_state_dict(state, strict=True)
-        return d.to(w.device).eval().requires_grad_(False).bind(base)
+        return d.to(w.device).eval().requires_grad_(False).bind(base).pack()
 
     # --- compute --------------------------------------------------------------------------
 
@@ -168,7 +178,7 @@ class BlockDrafter(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, cache, layer_offset + i, 0, mask, False)
         x = F.rms_norm(x, self.norm.shape, self.norm, self.base_args.norm_eps)
-        return F.linear(x, self.head).float()
+        return linear(x, self.head, self.head_packed).float()
 
     @torch.no_grad()
     def draft(

@@ -28,7 +28,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from kernels.verify_select import verify_select
 from model.decode import PREFILL_CHUNK, DecodeRequest, register
@@ -92,7 +91,7 @@ class HybridStepper:
         ids = torch.tensor([rows], device=self.dev)  # (1, T)
         out = self.model(ids, cache=self.cache, logits="none", hidden=True)
         normed = out.hidden_normed[0, first_logit_row:]  # (R, dim)
-        return F.linear(normed, self.model.lm_head_weight).float(), normed
+        return self.model.head(normed), normed
 
     def accept(self, logits: torch.Tensor, drafts: list[int], forced: int) -> tuple[int, int]:
         """(accepted drafts, bonus token) from logits (k + 1, V) of [anchor] + drafts; the first

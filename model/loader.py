@@ -73,7 +73,7 @@ def _build(
         model = Transformer(args)
     state = {k: v.to(dtype=dt).contiguous() for k, v in state.items()}
     model.load_state_dict(state, strict=True, assign=True)
-    return model.to(dev).eval().requires_grad_(False)
+    return model.to(dev).eval().requires_grad_(False).pack()
 
 
 def _fuse_layer(get, i: int, qkv_bias: bool) -> dict[str, torch.Tensor]:

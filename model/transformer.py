@@ -12,13 +12,16 @@ The forward pass is built for decoders that do more than plain next-token predic
 The default path (causal, all rows cached) needs no mask at decode time and is the fast one.
 
 Weights: q/k/v and gate/up are fused into one matrix each (4 matrix products per layer
-instead of 7). fp32 on CPU, bf16 on CUDA (see model/loader.py). On this 2-core CPU a decode
-step is bound by reading the 540 MB of fp32 weights, not by Python: measured interleaved with
-transformers' LlamaForCausalLM on the same GGUF, both run at the same tokens/s (bench/lm.py).
+instead of 7). fp32 on CPU, bf16 on CUDA (see model/loader.py). On CPU, inference models carry a
+oneDNN-prepacked copy of every matrix (`Transformer.pack`, called by the loader): plain
+F.linear goes through MKL sgemm, which re-packs the weight on every call, so on this 2-core AMD
+box 2 rows cost 1.9x one row and 5 rows 2.2x; prepacked, one row is 1.4x faster (2 threads)
+and 5 rows cost 1.36x one row, which is what makes verifying drafts pay (BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -100,13 +103,70 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), sin)
 
 
+@functools.cache
+def _packing_works() -> bool:
+    """oneDNN's prepacked fp32 linear exists in this torch build and agrees with F.linear."""
+    try:
+        w, x = torch.randn(24, 16), torch.randn(3, 16)
+        y = torch.ops.mkldnn._linear_pointwise(
+            x, torch.ops.mkldnn._reorder_linear_weight(w, None), None, "none", [], ""
+        )
+        return bool(torch.allclose(y, F.linear(x, w), atol=1e-4, rtol=1e-4))
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
+def prepack(weight: torch.Tensor) -> torch.Tensor | None:
+    """An inference-only oneDNN-prepacked copy of an (N, K) fp32 CPU weight; None where that
+    does not apply (other device or dtype, torch built without oneDNN)."""
+    if weight.device.type != "cpu" or weight.dtype != torch.float32 or not _packing_works():
+        return None
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+
+
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    packed: torch.Tensor | None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """x @ weight.T (+ bias), through the prepacked copy when there is one and no gradient is
+    wanted (the packed op has no backward: training paths use the plain weight)."""
+    if packed is not None and not x.requires_grad and x.dtype == torch.float32:
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """nn.Linear that can carry a prepacked copy of its weight for CPU inference (`pack`).
+
+    The copy is dropped whenever the weight may change under it: load_state_dict, .to(), and
+    it is never used while the weight trains."""
+
+    packed: torch.Tensor | None = None
+
+    def pack(self) -> None:
+        self.packed = None if self.weight.requires_grad else prepack(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.packed, self.bias)
+
+    def _apply(self, fn, recurse=True):  # noqa: ANN001 - nn.Module's signature
+        self.packed = None
+        return super()._apply(fn, recurse)
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        self.packed = None
+        super()._load_from_state_dict(*args, **kwargs)
+
+
 class Attention(nn.Module):
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
         qkv_dim = (args.n_heads + 2 * args.n_kv_heads) * args.head_dim
-        self.wqkv = nn.Linear(args.dim, qkv_dim, bias=args.qkv_bias)
-        self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
+        self.wqkv = Linear(args.dim, qkv_dim, bias=args.qkv_bias)
+        self.wo = Linear(args.n_heads * args.head_dim, args.dim, bias=False)
 
     def forward(
         self,
@@ -145,8 +205,8 @@ class MLP(nn.Module):
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         self.ffn_dim = args.ffn_dim
-        self.w_gate_up = nn.Linear(args.dim, 2 * args.ffn_dim, bias=False)
-        self.w_down = nn.Linear(args.ffn_dim, args.dim, bias=False)
+        self.w_gate_up = Linear(args.dim, 2 * args.ffn_dim, bias=False)
+        self.w_down = Linear(args.ffn_dim, args.dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.w_gate_up(x).split(self.ffn_dim, dim=-1)  # 2 x (B, T, F)
@@ -175,13 +235,39 @@ class Transformer(nn.Module):
         self.embed = nn.Embedding(args.vocab_size, args.dim)
         self.layers = nn.ModuleList(Block(args) for _ in range(args.n_layers))
         self.norm = nn.Parameter(torch.ones(args.dim))
-        self.output = None if args.tie_embeddings else nn.Linear(args.dim, args.vocab_size, False)
+        self.output = None if args.tie_embeddings else Linear(args.dim, args.vocab_size, False)
         self._rope_len = 0
         self.rope_cos = self.rope_sin = torch.empty(0)
+        self._head_packed: torch.Tensor | None = None
+        self.register_load_state_dict_post_hook(lambda m, _: m.unpack())
 
     @property
     def lm_head_weight(self) -> torch.Tensor:
         return self.embed.weight if self.output is None else self.output.weight
+
+    def head(self, normed: torch.Tensor) -> torch.Tensor:
+        """Output logits (..., vocab) in float32 from final-normed hidden states (..., dim)."""
+        return linear(normed, self.lm_head_weight, self._head_packed).float()
+
+    def pack(self) -> Transformer:
+        """Prepack every matrix for CPU inference (a no-op elsewhere); costs a second copy of
+        the weights in memory (540 MB for SmolLM2-135M)."""
+        for m in self.modules():
+            if isinstance(m, Linear):
+                m.pack()
+        w = self.lm_head_weight
+        self._head_packed = None if w.requires_grad else prepack(w)
+        return self
+
+    def unpack(self) -> None:
+        for m in self.modules():
+            if isinstance(m, Linear):
+                m.packed = None
+        self._head_packed = None
+
+    def _apply(self, fn, recurse=True):  # noqa: ANN001 - nn.Module's signature
+        self._head_packed = None
+        return super()._apply(fn, recurse)
 
     def new_cache(self, capacity: int, batch: int = 1) -> KVCache:
         a, w = self.args, self.embed.weight
@@ -267,5 +353,5 @@ class Transformer(nn.Module):
             head_in = F.rms_norm(x[:, -1:] if logits == "last" else x, shape, self.norm, eps)
         out = None
         if logits != "none":
-            out = F.linear(head_in, self.lm_head_weight).float()  # (B, T or 1, vocab)
+            out = self.head(head_in)  # (B, T or 1, vocab)
         return ForwardOut(out, x if hidden else None, normed)

@@ -97,3 +97,29 @@ def test_batched_rows_match_single(tiny: Transformer) -> None:
     both = tiny(x, cache=tiny.new_cache(32, batch=2)).logits
     one = tiny(x[1:], cache=tiny.new_cache(32)).logits
     torch.testing.assert_close(both[1:], one)
+
+
+@torch.inference_mode()
+def test_prepacked_weights_match_plain_and_are_dropped_when_stale(lm) -> None:
+    """The loader prepacks every CPU matrix; logits equal the plain F.linear path, greedy tokens
+    included, and a .to() or load_state_dict drops the copies instead of serving stale ones."""
+    model = lm.model
+    assert model.layers[0].mlp.w_down.packed is not None, "bundled model should load prepacked"
+    x = torch.tensor([lm.tokenizer.apply_chat([{"role": "user", "content": "Name a planet."}])])
+    packed = model(x, cache=model.new_cache(128)).logits  # (1, T, V)
+    model.unpack()
+    try:
+        plain = model(x, cache=model.new_cache(128)).logits
+    finally:
+        model.pack()
+    assert (packed - plain).abs().max().item() < 1e-3
+    assert torch.equal(packed.argmax(-1), plain.argmax(-1))
+
+    torch.manual_seed(0)
+    small = Transformer(ModelArgs.preset("tiny")).eval().requires_grad_(False).pack()
+    lin = small.layers[0].attn.wqkv
+    assert lin.packed is not None and small._head_packed is not None
+    small.load_state_dict(small.state_dict())
+    assert lin.packed is None and small._head_packed is None
+    small.pack().to(torch.float64)
+    assert lin.packed is None and small._head_packed is None

@@ -1,0 +1,560 @@
+"""Design (a) pilot of the hybrid decoder: in-pass draft rows with a LoRA (TiDAR-like).
+
+One base forward carries the verify rows (pending token + drafts; causal, base weights, written
+to the KV cache) and, for each acceptance length j prepared for, a block of mask rows anchored at
+verify row j: rows at positions p+j+1 .. p+j+R that see the cache, verify rows 0..j and each
+other (bidirectional in the block), never written to the cache. Draft rows run the base's own
+nn.Linear weights plus a LoRA delta (rank r, on wqkv, wo, w_gate_up, w_down of every layer) that
+only they get; their input is a learned mask embedding + a learned per-offset embedding; their
+head is the tied output embedding restricted to a draft vocabulary (as in design (b)).
+
+Block geometry. The first block row sits at the bonus position p+j+1, whose token the verify row
+j yields exactly in the same forward; the block cannot see it. So a block has R = K + 1 rows:
+row 1 is trained on the bonus token (auxiliary) and rows 2..K+1 are the K drafts of the next
+step, the same K = 4 drafts per step as design (b) (whose blocks are K + 1 rows as well).
+
+Verify rows: one GEMM per projection runs all rows (one weight read per forward, the point of
+this design); the LoRA is added to the draft rows' slice only; attention of the verify rows is
+its own SDPA call over cache + verify rows, identical to Transformer.forward's. So the verify
+logits and the cache do not depend on the draft rows or the adapter, bit for bit; they equal a
+plain forward of the verify rows wherever the BLAS gives a row the same result at any row count
+(MKL here: yes from 3 rows, not for 1-2, measured).
+
+Training (`python -m model.inpass train`): self-distilled records of model/gen_data.py, one
+base forward per batch under no_grad for the context K/V of all layers, then many blocks per
+record in one forward (block-diagonal + prefix mask), CE against the base's greedy tokens where
+the greedy chain holds (train_drafter.targets_for). Evaluation (`eval`): the greedy hybrid decode
+simulated along held-out greedy answers, as train_drafter.evaluate does for design (b).
+`rowcost`: forward times of the step shapes, to turn tokens/step into speed vs ar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from model.errors import ModelLoadError
+from model.kv_cache import KVCache
+from model.loader import load
+from model.train_drafter import Record, draft_vocab, load_records, targets_for, usable
+from model.transformer import Block, Transformer, apply_rope
+
+PROJECTIONS = ("wqkv", "wo", "w_gate_up", "w_down")
+
+
+@dataclass(frozen=True)
+class InPassArgs:
+    rank: int = 32
+    block: int = 4  # K drafts per step; a block has K + 1 rows (see the module docstring)
+    vocab: int = 8192  # draft vocabulary size
+    base_dim: int = 576
+    base_layers: int = 30
+
+
+class LoRA(nn.Module):
+    def __init__(self, d_in: int, d_out: int, rank: int) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.randn(rank, d_in) / math.sqrt(d_in))
+        self.b = nn.Parameter(torch.zeros(d_out, rank))  # zero: starts as the base exactly
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(F.linear(x, self.a), self.b)
+
+
+class InPassAdapter(nn.Module):
+    def __init__(self, base: Transformer, args: InPassArgs, vocab_ids: torch.Tensor) -> None:
+        super().__init__()
+        assert vocab_ids.shape == (args.vocab,), "vocab_ids must list args.vocab token ids"
+        self.args = args
+        self.lora = nn.ModuleList()
+        for blk in base.layers:
+            mods = {n: _linear(blk, n) for n in PROJECTIONS}
+            self.lora.append(
+                nn.ModuleDict(
+                    {n: LoRA(m.in_features, m.out_features, args.rank) for n, m in mods.items()}
+                )  # fmt: skip
+            )
+        self.mask_embed = nn.Parameter(base.embed.weight.detach().mean(0).clone())
+        self.offset_embed = nn.Parameter(torch.zeros(args.block + 1, base.args.dim))
+        self.register_buffer("vocab_ids", vocab_ids.long())
+        self.head: torch.Tensor | None = None  # (V_d, dim) rows of the base's output embedding
+
+    @classmethod
+    def from_base(
+        cls, base: Transformer, vocab_ids: torch.Tensor, *, rank: int = 32, block: int = 4
+    ) -> InPassAdapter:
+        a = base.args
+        args = InPassArgs(rank, block, int(vocab_ids.numel()), a.dim, a.n_layers)
+        w = base.embed.weight
+        return cls(base, args, vocab_ids).to(device=w.device, dtype=w.dtype).bind(base)
+
+    def bind(self, base: Transformer) -> InPassAdapter:
+        if (base.args.dim, base.args.n_layers) != (self.args.base_dim, self.args.base_layers):
+            raise ModelLoadError(
+                f"in-pass adapter was trained for a base with dim={self.args.base_dim}, "
+                f"layers={self.args.base_layers}; the loaded model has {base.args.dim}, "
+                f"{base.args.n_layers}: retrain it with python -m model.inpass train"
+            )
+        self.head = base.lm_head_weight.detach()[self.vocab_ids]
+        return self
+
+    def block_inputs(self, rows: int) -> torch.Tensor:
+        """(R, dim): the mask embedding + the offset embedding of block rows 1..R."""
+        return self.mask_embed + self.offset_embed[:rows]
+
+    def save(self, path: str | Path, info: dict | None = None) -> None:
+        tensors = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        meta = {"args": json.dumps(asdict(self.args)), "info": json.dumps(info or {})}
+        save_file(tensors, str(path), metadata=meta)
+
+    @classmethod
+    def load(cls, path: str | Path, base: Transformer) -> InPassAdapter:
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), "pt") as f:
+                args = InPassArgs(**json.loads((f.metadata() or {})["args"]))
+            tensors = load_file(str(path))
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            raise ModelLoadError(
+                f"{path}: not an in-pass adapter ({type(e).__name__}: {e}); "
+                "train one with python -m model.inpass train"
+            ) from e
+        ad = cls(base, args, tensors["vocab_ids"].long())
+        ad.load_state_dict(tensors, strict=True)
+        w = base.embed.weight
+        return ad.to(device=w.device, dtype=w.dtype).eval().requires_grad_(False).bind(base)
+
+
+def _linear(blk: Block, name: str) -> nn.Linear:
+    return getattr(blk.attn, name) if name in ("wqkv", "wo") else getattr(blk.mlp, name)
+
+
+def _proj(lin: nn.Linear, lora: LoRA, x: torch.Tensor, tv: int) -> torch.Tensor:
+    """Base projection of all rows (one GEMM) + the LoRA delta on the draft rows (tv..)."""
+    y = lin(x)  # (B, T, out)
+    if tv == x.shape[1]:
+        return y
+    return torch.cat((y[:, :tv], y[:, tv:] + lora(x[:, tv:])), dim=1)
+
+
+def _layer(
+    blk: Block, lora: nn.ModuleDict, x: torch.Tensor, tv: int, rope: tuple[torch.Tensor, ...],
+    cache: KVCache, i: int, verify_mask: torch.Tensor | None, draft_mask: torch.Tensor | None,
+) -> torch.Tensor:  # fmt: skip
+    """One base block over verify rows x[:, :tv] (written to the cache) + draft rows x[:, tv:]."""
+    at, shape = blk.attn, blk.attn_norm.shape
+    bsz, t, _ = x.shape
+    h, hkv, d = at.n_heads, at.n_kv_heads, at.head_dim
+    qkv = _proj(at.wqkv, lora["wqkv"], F.rms_norm(x, shape, blk.attn_norm, blk.eps), tv)
+    qk = apply_rope(qkv[..., : (h + hkv) * d].view(bsz, t, h + hkv, d), *rope)  # (B, T, H+Hkv, D)
+    q = qk[:, :, :h].transpose(1, 2)  # (B, H, T, D)
+    k = qk[:, :, h:].transpose(1, 2)  # (B, Hkv, T, D)
+    v = qkv[..., (h + hkv) * d :].view(bsz, t, hkv, d).transpose(1, 2)  # (B, Hkv, T, D)
+    s, gqa = cache.length, hkv != h
+    ys = []
+    if tv:  # exactly Transformer.forward's attention for these rows
+        cache.write(i, k[:, :, :tv], v[:, :, :tv])
+        keys, values = cache.view(i, s + tv)  # (B, Hkv, S + Tv, D)
+        causal = verify_mask is None and tv > 1
+        ys.append(F.scaled_dot_product_attention(q[:, :, :tv], keys, values,
+                  attn_mask=verify_mask, is_causal=causal, enable_gqa=gqa))  # fmt: skip
+    else:
+        keys, values = cache.view(i, s)
+    if t > tv:
+        keys = torch.cat((keys, k[:, :, tv:]), dim=2)  # (B, Hkv, S + T, D)
+        values = torch.cat((values, v[:, :, tv:]), dim=2)
+        ys.append(F.scaled_dot_product_attention(
+            q[:, :, tv:], keys, values, attn_mask=draft_mask, enable_gqa=gqa))  # fmt: skip
+    y = ys[0] if len(ys) == 1 else torch.cat(ys, dim=2)  # (B, H, T, D)
+    x = x + _proj(at.wo, lora["wo"], y.transpose(1, 2).reshape(bsz, t, h * d), tv)
+    gate, up = _proj(
+        blk.mlp.w_gate_up, lora["w_gate_up"], F.rms_norm(x, shape, blk.mlp_norm, blk.eps), tv
+    ).split(blk.mlp.ffn_dim, dim=-1)  # 2 x (B, T, F)
+    return x + _proj(blk.mlp.w_down, lora["w_down"], F.silu(gate) * up, tv)
+
+
+def rows_forward(
+    base: Transformer, adapter: InPassAdapter, cache: KVCache, x: torch.Tensor, tv: int,
+    positions: torch.Tensor, draft_mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """x (B, T, dim): tv verify rows (input embeddings) then draft rows; positions (T,) or
+    (B, T); draft_mask bool (B or 1, Td, S + T) over cache + all rows. Writes the verify rows to
+    the cache. Returns final normed hidden (B, Tv, dim) and (B, Td, dim)."""
+    s = cache.length
+    cache.check_room(tv)
+    base._ensure_rope(int(positions.max()) + 1)
+    pos = positions.view(-1, x.shape[1])  # (B or 1, T)
+    rope = (base.rope_cos[pos].unsqueeze(2), base.rope_sin[pos].unsqueeze(2))  # (B|1, T, 1, D)
+    verify_mask = None  # Transformer.forward's choice: none for 1 row or a fresh prefill
+    if tv > 1 and s > 0:
+        verify_mask = torch.ones(tv, s + tv, dtype=torch.bool, device=x.device).tril(s)
+    if draft_mask is not None and draft_mask.dim() == 3:
+        draft_mask = draft_mask.unsqueeze(1)  # (B, 1, Td, S + T)
+    for i, blk in enumerate(base.layers):
+        x = _layer(blk, adapter.lora[i], x, tv, rope, cache, i, verify_mask, draft_mask)
+    cache.length = s + tv
+    normed = F.rms_norm(x, base.norm.shape, base.norm, base.args.norm_eps)  # (B, T, dim)
+    return normed[:, :tv], normed[:, tv:]
+
+
+class InPassOut(NamedTuple):
+    verify_logits: torch.Tensor  # (1, Tv, vocab) float32, base weights only
+    draft_logits: torch.Tensor  # (1, J, R, V_d) float32; block j row r -> position p+j+1+r
+
+
+@torch.no_grad()
+def inpass_forward(
+    base: Transformer, adapter: InPassAdapter, cache: KVCache, verify_ids: torch.Tensor,
+    accept: Sequence[int], rows: int = 0,
+) -> InPassOut:  # fmt: skip
+    """One decode step: verify_ids (1, Tv) at positions S.. (written to the cache) + one block of
+    `rows` (default K + 1) mask rows per acceptance length j in `accept` (0 <= j < Tv)."""
+    rows = rows or adapter.args.block + 1
+    s, tv, dev = cache.length, verify_ids.shape[1], verify_ids.device
+    assert all(0 <= j < tv for j in accept), "acceptance lengths must index verify rows"
+    anchors = torch.tensor(list(accept), dtype=torch.long, device=dev) + s  # (J,) last seen
+    xd = adapter.block_inputs(rows).repeat(len(accept), 1)  # (J * R, dim)
+    x = torch.cat((base.embed(verify_ids), xd[None].to(base.embed.weight.dtype)), dim=1)
+    draft_pos = (anchors[:, None] + torch.arange(1, rows + 1, device=dev)).flatten()  # (J * R,)
+    positions = torch.cat((torch.arange(s, s + tv, device=dev), draft_pos))
+    mask = _block_mask(anchors, rows, s + tv)  # (J * R, S + Tv + J * R)
+    hv, hd = rows_forward(base, adapter, cache, x, tv, positions, mask)
+    vl = F.linear(hv, base.lm_head_weight).float()
+    dl = F.linear(hd, adapter.head).float().view(1, len(accept), rows, len(adapter.vocab_ids))
+    return InPassOut(vl, dl)
+
+
+def _block_mask(anchors: torch.Tensor, rows: int, n_ctx: int) -> torch.Tensor:
+    """Bool (..., M * R, n_ctx + M * R) for blocks anchored at anchors (..., M): a row sees
+    context columns <= its anchor and the rows of its own block."""
+    a = anchors.repeat_interleave(rows, dim=-1)  # (..., M * R)
+    ctx = torch.arange(n_ctx, device=a.device) <= a[..., None]  # (..., M * R, n_ctx)
+    blk = torch.arange(anchors.shape[-1], device=a.device).repeat_interleave(rows)  # (M * R,)
+    own = (blk[:, None] == blk[None, :]).expand(*ctx.shape[:-1], -1)  # (..., M * R, M * R)
+    return torch.cat((ctx, own), dim=-1)
+
+
+# --- training -------------------------------------------------------------------------------
+
+
+def block_logits(
+    adapter: InPassAdapter, base: Transformer, recs: list[Record], anchors: list[list[int]],
+    rows: int = 0,
+) -> torch.Tensor:  # fmt: skip
+    """Draft logits (B, M, R, V_d) of blocks anchored at anchors[b] (M each) in recs[b]; the
+    context K/V of every layer comes from one base forward under no_grad."""
+    rows = rows or adapter.args.block + 1
+    dev = base.embed.weight.device
+    n = max(len(r["ids"]) for r in recs)
+    ids = torch.zeros(len(recs), n, dtype=torch.long, device=dev)
+    for b, r in enumerate(recs):
+        ids[b, : len(r["ids"])] = r["ids"].long()
+    cache = base.new_cache(n, batch=len(recs))
+    with torch.no_grad():
+        base(ids, cache=cache, logits="none")  # causal: right padding is never seen
+    an = torch.tensor(anchors, device=dev)  # (B, M)
+    bsz, m = an.shape
+    pos = (an[..., None] + torch.arange(1, rows + 1, device=dev)).view(bsz, m * rows)  # (B, Q)
+    x = adapter.block_inputs(rows).repeat(m, 1).expand(bsz, -1, -1)  # (B, Q, dim)
+    _, hd = rows_forward(base, adapter, cache, x, 0, pos, _block_mask(an, rows, n))
+    return F.linear(hd, adapter.head).float().view(bsz, m, rows, -1)
+
+
+def train_step(
+    adapter: InPassAdapter, base: Transformer, opt: torch.optim.Optimizer, recs: list[Record],
+    anchors: list[list[int]], to_vocab: torch.Tensor,
+) -> tuple[float, int, int]:  # fmt: skip
+    """One optimizer step; (loss, supervised rows, supervised draft rows i.e. rows 2..K+1)."""
+    r = adapter.args.block + 1
+    tgt = torch.stack(
+        [targets_for(rec, a, r, to_vocab) for rec, a in zip(recs, anchors, strict=True)]
+    )
+    for b, a in enumerate(anchors):  # padded duplicate anchors: no loss
+        tgt[b, len(set(a)) :] = -100
+    tgt = tgt.to(base.embed.weight.device)  # (B, M, R)
+    logits = block_logits(adapter, base, recs, anchors)  # (B, M, R, V_d)
+    loss = F.cross_entropy(logits.flatten(0, 2), tgt.flatten(), ignore_index=-100)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(adapter.parameters(), 1.0)
+    opt.step()
+    ok = tgt != -100
+    return loss.item(), int(ok.sum()), int(ok[..., 1:].sum())
+
+
+def sample_anchors(rec: Record, m: int, rng: random.Random) -> list[int]:
+    """m distinct block anchors p-1 .. n-2 (the last prompt row first predicts the answer),
+    padded with repeats of the first when the answer is short."""
+    p, n = int(rec["prompt_len"]), len(rec["ids"])
+    a = rng.sample(range(p - 1, n - 1), min(m, n - p))
+    return a + [a[0]] * (m - len(a))
+
+
+# --- evaluation -----------------------------------------------------------------------------
+
+
+def simulate(
+    pred: torch.Tensor, ids: list[int], p: int, prepared: Sequence[int] | None = None
+) -> tuple[int, int]:
+    """Greedy hybrid decode along a greedy answer ids[p:] -> (forwards, tokens committed).
+
+    pred (A, R): block predictions for anchors p-1 .. p+A-2, row r at position anchor+1+r.
+    The pending token q (the bonus of the last forward) is verified with the drafts its
+    block offers for q+1..; `prepared` = acceptance lengths with a block (None = all): after
+    accepting a drafts the next block is the one of max{j <= a}, anchored at q + j."""
+    assert pred.shape[1] > 1 and (prepared is None or 0 in prepared), "rows past the bonus"
+    n = len(ids)
+    q, anchor, forwards, committed = p, p - 1, 0, 0
+    while q < n - 1:
+        drafts = pred[anchor - (p - 1), q - anchor :].tolist()  # positions q+1 .. anchor+R
+        a = 0
+        while a < len(drafts) and q + 1 + a < n and drafts[a] == ids[q + 1 + a]:
+            a += 1
+        forwards, committed = forwards + 1, committed + min(a + 1, n - 1 - q)
+        j = a if prepared is None else max(x for x in prepared if x <= a)
+        anchor, q = q + j, q + a + 1
+    return forwards, committed
+
+
+@torch.no_grad()
+def evaluate(
+    adapter: InPassAdapter, base: Transformer, recs: list[Record], rows: int = 0,
+    subsets: Sequence[Sequence[int]] = ((0, 4),),
+) -> dict[str, float]:  # fmt: skip
+    """tokens/step of the simulated decode (all acceptance lengths prepared, and each subset),
+    acc0 = block row 1 at the bonus position, acc_i = first i drafts right (i = 1..K)."""
+    rows = rows or adapter.args.block + 1
+    k = rows - 1
+    tot = {"all": [0, 0], **{",".join(map(str, s)): [0, 0] for s in subsets}}
+    hits, n_q = torch.zeros(rows), 0
+    for r in recs:
+        ids, p = r["ids"].tolist(), int(r["prompt_len"])
+        n = len(ids)
+        if n - p < 2:
+            continue
+        logits = block_logits(adapter, base, [r], [list(range(p - 1, n - 1))], rows)[0]
+        pred = adapter.vocab_ids[logits.argmax(-1)].cpu()  # (A, R) token ids
+        for key, sub in [("all", None), *((",".join(map(str, s)), s) for s in subsets)]:
+            f, c = simulate(pred, ids, p, sub)
+            tot[key][0] += f
+            tot[key][1] += c
+        truth = torch.full((n - p, rows), -1, dtype=torch.long)  # (A, R) ids at anchor+1+r
+        for a in range(n - p):
+            seg = ids[p + a : p + a + rows]
+            truth[a, : len(seg)] = torch.tensor(seg)
+        ok = pred == truth
+        hits[0] += ok[:-1, 0].sum()  # row 1 vs the bonus token q (exact from verify row q-1)
+        hits[1:] += ok[:-1, 1:].long().cumprod(1).sum(0)  # pending q = anchor+1 in p..n-2
+        n_q += n - 1 - p
+    out = {f"tokens_per_step{'' if key == 'all' else '_' + key}": v[1] / max(v[0], 1)
+           for key, v in tot.items()}  # fmt: skip
+    for i in range(k + 1):
+        out[f"acc{i}"] = float(hits[i]) / max(n_q, 1)
+    return out
+
+
+# --- command line ---------------------------------------------------------------------------
+
+
+def _held(recs: list[Record], n: int) -> list[Record]:
+    """The held-out greedy answers, first n in file order (the first 13 are design (b)'s
+    curve set in model/adapters/card.md); n = 0: all."""
+    held = [r for r in recs if r["heldout"] and r["sample"] == 0]
+    return held[:n] if n else held
+
+
+def train(a: argparse.Namespace) -> None:
+    torch.manual_seed(a.seed)
+    rng = random.Random(a.seed)
+    base, tok = load(a.model, a.device, a.dtype)
+    recs = load_records(Path(a.data), set())
+    for r in recs:
+        r.pop("hidden")  # design (b)'s layer-27 features: not used here (all layers recomputed)
+    train_recs = [r for r in recs if usable(r)]
+    held = _held(recs, a.eval_answers)
+    if not train_recs or not held:
+        raise SystemExit(f"{a.data}: no training/held-out data; run python -m model.gen_data")
+    out = Path(a.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt_file = out / "ckpt.pt"
+    ckpt = torch.load(ckpt_file, weights_only=False) if a.resume and ckpt_file.exists() else None
+    vocab_ids, coverage = draft_vocab(train_recs, a.vocab, set(tok.stop_ids))
+    vocab_ids = ckpt["vocab_ids"] if ckpt else vocab_ids
+    to_vocab = torch.full((base.args.vocab_size,), -100, dtype=torch.long)
+    to_vocab[vocab_ids] = torch.arange(len(vocab_ids))
+    adapter = InPassAdapter.from_base(base, vocab_ids, rank=a.rank, block=a.block)
+    adapter.requires_grad_(True).train()
+    opt = torch.optim.AdamW(adapter.parameters(), lr=a.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    st = {"step": 0, "targets": 0, "draft_targets": 0, "train_s": 0.0, "curve": []}
+    if ckpt:
+        adapter.load_state_dict(ckpt["adapter"])
+        opt.load_state_dict(ckpt["opt"])
+        st = ckpt["state"]
+        rng.setstate(ckpt["rng"])
+    n_params = sum(p.numel() for p in adapter.parameters())
+    print(
+        f"{len(train_recs)} train answers, {len(held)} held-out; LoRA r={a.rank}, "
+        f"{n_params / 1e6:.2f} M trainable; draft vocab covers {coverage:.3f}",
+        flush=True,
+    )
+    log = (out / "log.jsonl").open("a")
+
+    def checkpoint_and_eval() -> None:
+        t = time.time()
+        adapter.eval()
+        ev = evaluate(adapter, base, held)
+        adapter.train()
+        row = {k: st[k] for k in ("step", "targets", "draft_targets")}
+        row |= {"train_s": round(st["train_s"]), "eval_s": round(time.time() - t), **ev}
+        st["curve"].append(row)
+        print(json.dumps(row), flush=True)
+        log.write(json.dumps(row) + "\n")
+        log.flush()
+        torch.save({"adapter": adapter.state_dict(), "opt": opt.state_dict(), "state": st,
+                    "rng": rng.getstate(), "vocab_ids": vocab_ids}, ckpt_file)  # fmt: skip
+        info = {"design": f"in-pass draft rows (a), LoRA r={a.rank}, K={a.block}",
+                "answers": len(train_recs), "coverage": round(coverage, 4), **row}  # fmt: skip
+        adapter.save(out / "inpass.safetensors", info)
+
+    if st["step"] == 0:
+        checkpoint_and_eval()
+    last_eval = st["train_s"]
+    while st["step"] < a.steps and st["train_s"] < 60 * a.minutes:
+        t0 = time.time()
+        batch = rng.sample(train_recs, a.batch)
+        anchors = [sample_anchors(r, a.blocks, rng) for r in batch]
+        progress = max(st["step"] / a.steps, st["train_s"] / (60 * a.minutes))
+        lr = a.lr * min(1.0, (st["step"] + 1) / a.warmup)
+        for g in opt.param_groups:
+            g["lr"] = lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        loss, n, nd = train_step(adapter, base, opt, batch, anchors, to_vocab)
+        st["step"] += 1
+        st["targets"] += n
+        st["draft_targets"] += nd
+        st["train_s"] += time.time() - t0
+        if st["step"] % a.log_every == 0:
+            print(f"step {st['step']} loss {loss:.3f} targets {st['targets']} draft targets "
+                  f"{st['draft_targets']} ({st['train_s']:.0f} s)", flush=True)  # fmt: skip
+        if st["step"] % a.eval_every == 0 or st["train_s"] - last_eval >= 60 * a.eval_minutes:
+            checkpoint_and_eval()
+            last_eval = st["train_s"]
+    if st["curve"][-1]["step"] != st["step"]:
+        checkpoint_and_eval()
+
+
+def evaluate_cli(a: argparse.Namespace) -> None:
+    base, _ = load(a.model, a.device, a.dtype)
+    held = _held(load_records(Path(a.data), set()), a.eval_answers)
+    adapter = InPassAdapter.load(a.adapter, base)
+    t = time.time()
+    ev = evaluate(adapter, base, held, a.rows)
+    print(json.dumps({"design": "a", "answers": len(held), "rows": a.rows or adapter.args.block
+                      + 1, "s": round(time.time() - t), **ev}), flush=True)  # fmt: skip
+    if a.drafter:  # design (b) on the same answers, for a like-for-like line
+        from model import train_drafter
+        from model.drafter import BlockDrafter
+
+        drafter = BlockDrafter.load(a.drafter, base)
+        to_vocab = torch.full((base.args.vocab_size,), -100, dtype=torch.long)
+        to_vocab[drafter.vocab_ids] = torch.arange(len(drafter.vocab_ids))
+        ev = train_drafter.evaluate(drafter, base, held, to_vocab)
+        print(json.dumps({"design": "b", "answers": len(held), **ev}), flush=True)
+
+
+@torch.no_grad()
+def rowcost(a: argparse.Namespace) -> None:
+    """Median forward ms of the step shapes after a `--prefill`-token prefill, interleaved."""
+    base, _ = load(a.model, a.device, a.dtype)
+    ad = (InPassAdapter.load(a.adapter, base) if a.adapter else
+          InPassAdapter.from_base(base, torch.arange(a.vocab)))  # fmt: skip
+    g = torch.Generator().manual_seed(0)
+    cache = base.new_cache(a.prefill + 64)
+    base(torch.randint(100, 20000, (1, a.prefill), generator=g), cache=cache, logits="none")
+    v1, v5 = torch.tensor([[42]]), torch.randint(100, 20000, (1, 5), generator=g)
+    cases = {"1 row": lambda: base(v1, cache=cache), "5 verify": lambda: base(v5, cache=cache),
+             "5 verify, in-pass loop": lambda: inpass_forward(base, ad, cache, v5, ())}  # fmt: skip
+    for j, r in ((5, 4), (5, 5), (2, 4), (2, 5)):
+        acc = tuple(range(5)) if j == 5 else (0, 4)
+        cases[f"5 verify + {j}x{r} draft"] = lambda acc=acc, r=r: inpass_forward(
+            base, ad, cache, v5, acc, r
+        )
+    if a.drafter:
+        from model.drafter import BlockDrafter
+
+        dr = BlockDrafter.load(a.drafter, base)
+
+        def design_b() -> None:
+            out = base(v5, cache=cache, hidden=True)
+            dr.draft(base, cache, 7, out.hidden_normed[0, -1])
+
+        cases["5 verify + design (b) drafter pass"] = design_b
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for rep in range(a.reps + 2):
+        for name, fn in cases.items():
+            t = time.perf_counter()
+            fn()
+            if rep >= 2:  # two warm-up rounds
+                times[name].append(1000 * (time.perf_counter() - t))
+            cache.truncate(a.prefill)
+    one = statistics.median(times["1 row"])
+    for name, ts in times.items():
+        ms = statistics.median(ts)
+        print(json.dumps({"case": name, "median_ms": round(ms, 1), "vs_1_row": round(ms / one, 2)}))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    tr, ev, rc = sub.add_parser("train"), sub.add_parser("eval"), sub.add_parser("rowcost")
+    for p in (tr, ev, rc):
+        p.add_argument("--model", default="", help="lm.path ('' = bundled SmolLM2)")
+        p.add_argument("--device", default="cpu")
+        p.add_argument("--dtype", default="auto")
+        p.add_argument("--threads", type=int, default=1)
+    for p in (tr, ev):
+        p.add_argument("--data", default="data/drafter", help="model.gen_data output")
+        p.add_argument("--eval-answers", type=int, default=13, help="held-out answers; 0 = all")
+    tr.add_argument("--rank", type=int, default=32)
+    tr.add_argument("--block", type=int, default=4, help="K drafts per step (K + 1 block rows)")
+    for p in (tr, rc):
+        p.add_argument("--vocab", type=int, default=8192, help="draft vocabulary size")
+    tr.add_argument("--batch", type=int, default=2, help="answers per step")
+    tr.add_argument("--blocks", type=int, default=48, help="blocks per answer per step")
+    tr.add_argument("--steps", type=int, default=100000)
+    tr.add_argument("--minutes", type=float, default=30.0, help="training time cap (no evals)")
+    tr.add_argument("--lr", type=float, default=1e-3)
+    tr.add_argument("--warmup", type=int, default=20)
+    tr.add_argument("--eval-every", type=int, default=1000, help="steps")
+    tr.add_argument("--eval-minutes", type=float, default=5.0, help="of training time")
+    tr.add_argument("--log-every", type=int, default=10)
+    tr.add_argument("--out-dir", default="data/inpass", help="ckpt, log.jsonl, adapter")
+    tr.add_argument("--resume", action="store_true")
+    tr.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--adapter", default="data/inpass/inpass.safetensors")
+    ev.add_argument("--rows", type=int, default=0, help="rows per block (0 = K + 1)")
+    for p in (ev, rc):
+        p.add_argument("--drafter", default="", help="design (b) adapter to compare with")
+    rc.add_argument("--adapter", default="", help="'' = untrained (same cost)")
+    rc.add_argument("--prefill", type=int, default=120)
+    rc.add_argument("--reps", type=int, default=15)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    {"train": train, "eval": evaluate_cli, "rowcost": rowcost}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
