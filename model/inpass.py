@@ -16,9 +16,10 @@ step, the same K = 4 drafts per step as design (b) (whose blocks are K + 1 rows 
 Verify rows: one GEMM per projection runs all rows (one weight read per forward, the point of
 this design); the LoRA is added to the draft rows' slice only; attention of the verify rows is
 its own SDPA call over cache + verify rows, identical to Transformer.forward's. So the verify
-logits and the cache do not depend on the draft rows or the adapter, bit for bit; they equal a
-plain forward of the verify rows wherever the BLAS gives a row the same result at any row count
-(MKL here: yes from 3 rows, not for 1-2, measured).
+logits and the cache do not depend on the draft rows or the adapter, bit for bit, and equal a
+plain forward of the verify rows wherever the GEMM gives a row the same result at any row count:
+measured yes with the loader's oneDNN-prepacked weights (1..9 verify rows, bundled model);
+plain MKL sgemm only from 3 rows on (1-2 rows take another kernel).
 
 Training (`python -m model.inpass train`): self-distilled records of model/gen_data.py, one
 base forward per batch under no_grad for the context K/V of all layers, then many blocks per
@@ -50,7 +51,7 @@ from model.errors import ModelLoadError
 from model.kv_cache import KVCache
 from model.loader import load
 from model.train_drafter import Record, draft_vocab, load_records, targets_for, usable
-from model.transformer import Block, Transformer, apply_rope
+from model.transformer import Block, Transformer, apply_rope, linear, prepack
 
 PROJECTIONS = ("wqkv", "wo", "w_gate_up", "w_down")
 
@@ -91,6 +92,7 @@ class InPassAdapter(nn.Module):
         self.offset_embed = nn.Parameter(torch.zeros(args.block + 1, base.args.dim))
         self.register_buffer("vocab_ids", vocab_ids.long())
         self.head: torch.Tensor | None = None  # (V_d, dim) rows of the base's output embedding
+        self.head_packed: torch.Tensor | None = None
 
     @classmethod
     def from_base(
@@ -109,6 +111,7 @@ class InPassAdapter(nn.Module):
                 f"{base.args.n_layers}: retrain it with python -m model.inpass train"
             )
         self.head = base.lm_head_weight.detach()[self.vocab_ids]
+        self.head_packed = prepack(self.head)  # CPU inference: see model/transformer.py
         return self
 
     def block_inputs(self, rows: int) -> torch.Tensor:
@@ -233,9 +236,9 @@ def inpass_forward(
     positions = torch.cat((torch.arange(s, s + tv, device=dev), draft_pos))
     mask = _block_mask(anchors, rows, s + tv)  # (J * R, S + Tv + J * R)
     hv, hd = rows_forward(base, adapter, cache, x, tv, positions, mask)
-    vl = F.linear(hv, base.lm_head_weight).float()
-    dl = F.linear(hd, adapter.head).float().view(1, len(accept), rows, len(adapter.vocab_ids))
-    return InPassOut(vl, dl)
+    vl = base.head(hv)
+    dl = linear(hd, adapter.head, adapter.head_packed).float()
+    return InPassOut(vl, dl.view(1, len(accept), rows, len(adapter.vocab_ids)))
 
 
 def _block_mask(anchors: torch.Tensor, rows: int, n_ctx: int) -> torch.Tensor:
@@ -271,7 +274,7 @@ def block_logits(
     pos = (an[..., None] + torch.arange(1, rows + 1, device=dev)).view(bsz, m * rows)  # (B, Q)
     x = adapter.block_inputs(rows).repeat(m, 1).expand(bsz, -1, -1)  # (B, Q, dim)
     _, hd = rows_forward(base, adapter, cache, x, 0, pos, _block_mask(an, rows, n))
-    return F.linear(hd, adapter.head).float().view(bsz, m, rows, -1)
+    return linear(hd, adapter.head, adapter.head_packed).float().view(bsz, m, rows, -1)
 
 
 def train_step(
