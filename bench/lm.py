@@ -169,6 +169,11 @@ def main() -> int:
     ap.add_argument(
         "--lookup-only", action="store_true", help="add a hybrid row with lm.drafter none"
     )
+    ap.add_argument(
+        "--plain-ar",
+        action="store_true",
+        help="add an ar row on a second copy of the weights without CPU prepacking (F.linear)",
+    )
     a = ap.parse_args()
     decoders = [d.strip() for d in a.decoders.split(",") if d.strip()]
     unknown = [d for d in decoders if d not in DECODERS]
@@ -193,6 +198,10 @@ def main() -> int:
         )
     if a.lookup_only:
         runs["hybrid/lookup"] = (LM(lm.model, lm.tokenizer, replace(cfg, drafter="none")), "hybrid")
+    if a.plain_ar:
+        plain = LM.load(cfg)
+        plain.model.unpack()
+        runs["ar/plain"] = (plain, "ar")
     decoders = list(runs)
     for d in decoders:  # warm-up: first-call allocations, lazy tables, the drafter file
         run_one(*runs[d], "Hi", 4)
