@@ -160,7 +160,7 @@ def main() -> int:
     # Hybrid / parallel settings (lm.* fields) and the parallel threshold sweep.
     ap.add_argument("--drafter", default="", help="lm.drafter ('' = bundled adapter, 'none')")
     ap.add_argument("--draft-len", type=int, default=LMConfig.draft_len)
-    ap.add_argument("--draft-min-conf", type=float, default=LMConfig.draft_min_conf)
+    ap.add_argument("--row-cost", type=float, default=LMConfig.row_cost, help="-1 = auto")
     ap.add_argument("--lookup-ngram", type=int, default=LMConfig.lookup_ngram)
     ap.add_argument("--threshold", type=float, default=LMConfig.threshold)
     ap.add_argument(
@@ -184,7 +184,7 @@ def main() -> int:
         ap.error(f"--prompts must be 1..{len(prompts)}")
 
     cfg = replace(LMConfig(), path=a.model, device=a.device, dtype=a.dtype, threads=a.threads,
-                  drafter=a.drafter, draft_len=a.draft_len, draft_min_conf=a.draft_min_conf,
+                  drafter=a.drafter, draft_len=a.draft_len, row_cost=a.row_cost,
                   lookup_ngram=a.lookup_ngram, threshold=a.threshold)  # fmt: skip
     t = time.perf_counter()
     lm = LM.load(cfg)
@@ -231,7 +231,7 @@ def main() -> int:
         "prompt_set": a.prompt_set,
         "hybrid": {
             k: getattr(cfg, k)
-            for k in ("drafter", "draft_len", "draft_min_conf", "lookup_ngram", "threshold")
+            for k in ("drafter", "draft_len", "row_cost", "lookup_ngram", "threshold")
         },  # fmt: skip
         "decoders": {},
     }

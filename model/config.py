@@ -62,7 +62,7 @@ class LMConfig:
         default=8,
         metadata={
             "help": "most draft tokens verified per forward (the drafter fills up to its block, "
-            "prompt lookup the rest; 9 rows cost about what 5 do on CPU)",
+            "prompt lookup the rest)",
             "min": 1,
             "max": 16,
         },
@@ -99,12 +99,13 @@ class LMConfig:
             "max": 64,
         },
     )
-    draft_min_conf: float = field(
-        default=0.3,
+    row_cost: float = field(
+        default=-1.0,
         metadata={
-            "help": "drop draft slots whose cumulative confidence is below this: extra verify "
-            "rows cost 1.3-2.7x a 1-row forward on CPU (~0 on GPU: use 0 there)",
-            "min": 0.0,
+            "help": "cost of one more verify row as a fraction of a 1-row forward: drafts are "
+            "verified while they raise the expected tokens per unit of cost; -1 = auto "
+            "(0.1 on CPU, measured with prepacked weights; 0 on CUDA)",
+            "min": -1.0,
             "max": 1.0,
         },
     )

@@ -35,6 +35,11 @@ from model.drafter import BlockDrafter, load_default
 from model.lookup import PromptLookup
 from model.transformer import Transformer
 
+# lm.row_cost = -1: the extra cost of a verify row relative to a 1-row forward. CPU: measured
+# with prepacked weights on the 2-core dev box (5 rows ~1.3-1.55x one row, 9 rows ~1.5-1.8x,
+# BENCHMARKS.md); CUDA: a few rows are free next to reading the weights.
+AUTO_ROW_COST = {False: 0.1, True: 0.0}
+
 # Loaded drafters per base model and lm.drafter value: weights are shared by every session.
 _DRAFTERS: weakref.WeakKeyDictionary[Transformer, dict[str, BlockDrafter | None]] = (
     weakref.WeakKeyDictionary()
@@ -80,6 +85,9 @@ class HybridStepper:
         self.answer: list[int] = []  # committed answer tokens (the pending one included)
         self.aligned = bool(self.old)  # the answer so far equals a prefix of the earlier one
         self.dev = self.model.embed.weight.device
+        self.row_cost = (
+            cfg.row_cost if cfg.row_cost >= 0 else AUTO_ROW_COST[self.dev.type == "cuda"]
+        )
 
     # --- 1. verify ----------------------------------------------------------------------------
 
@@ -159,7 +167,7 @@ class HybridStepper:
                     confs.append(c)
                 elif c > confs[i]:
                     drafts[i], confs[i] = t, c
-        return _trim(drafts, confs, cfg.draft_min_conf, self.req.stop_ids)
+        return _worth_verifying(drafts, confs, self.row_cost, self.req.stop_ids)
 
 
 def _leading(ok: list[bool], forced: int) -> int:
@@ -169,20 +177,22 @@ def _leading(ok: list[bool], forced: int) -> int:
     return a
 
 
-def _trim(
-    drafts: list[int], confs: list[float], min_conf: float, stop_ids: frozenset[int]
+def _worth_verifying(
+    drafts: list[int], confs: list[float], row_cost: float, stop_ids: frozenset[int]
 ) -> tuple[list[int], list[float]]:
-    """Cut where the chance that every draft so far is accepted falls below min_conf, and after
-    a stop token (nothing follows it)."""
-    n, chain = 0, 1.0
-    while n < len(drafts):
-        chain *= confs[n]
-        if min_conf > 0.0 and chain < min_conf:
+    """The leading drafts that maximise expected committed tokens per unit of step cost,
+    (1 + sum over i <= n of P(drafts 1..i accepted)) / (1 + row_cost * n), with P the product of
+    the confidences; nothing after a stop token (nothing follows it)."""
+    best_n, best_rate, expected, chain = 0, 1.0, 1.0, 1.0
+    for i, (t, c) in enumerate(zip(drafts, confs, strict=True)):
+        chain *= c
+        expected += chain
+        rate = expected / (1.0 + row_cost * (i + 1))
+        if rate > best_rate:
+            best_n, best_rate = i + 1, rate
+        if t in stop_ids:
             break
-        n += 1
-        if drafts[n - 1] in stop_ids:
-            break
-    return drafts[:n], confs[:n]
+    return drafts[:best_n], confs[:best_n]
 
 
 def _decode(req: DecodeRequest, threshold: float) -> Iterator[list[int]]:

@@ -16,7 +16,7 @@ from model.drafter import BlockDrafter
 from model.hybrid import HybridStepper
 from model.transformer import ModelArgs, Transformer
 
-CFG = LMConfig(drafter="none", draft_min_conf=0.0)  # every draft slot verified
+CFG = LMConfig(drafter="none", row_cost=0.0)  # every draft slot verified
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -193,14 +193,16 @@ def test_speculative_sampling_preserves_distribution(top_p) -> None:
     assert _chi2_pvalue(counts, exact) > 1e-3
 
 
-def test_trim_by_chain_confidence_and_stop() -> None:
-    from model.hybrid import _trim
+def test_drafts_verified_while_they_pay_for_their_rows() -> None:
+    from model.hybrid import _worth_verifying as worth
 
     drafts, confs = [1, 2, 3, 4], [0.9, 0.8, 0.5, 0.9]
-    assert _trim(drafts, confs, 0.0, frozenset()) == (drafts, confs)
-    # chain: 0.9, 0.72, 0.36 (< 0.4: cut here)
-    assert _trim(drafts, confs, 0.4, frozenset()) == ([1, 2], [0.9, 0.8])
-    assert _trim(drafts, confs, 0.0, frozenset({2})) == ([1, 2], [0.9, 0.8])
+    assert worth(drafts, confs, 0.0, frozenset()) == (drafts, confs)  # free rows: all of them
+    # chain 0.9, 0.72, 0.36, 0.324 -> expected tokens 1.9, 2.62, 2.98, 3.30 for n = 1..4;
+    # at 0.5 per row the rates are 1.27, 1.31, 1.19, 1.10: two drafts are worth their rows.
+    assert worth(drafts, confs, 0.5, frozenset()) == ([1, 2], [0.9, 0.8])
+    assert worth(drafts, [0.05] * 4, 0.1, frozenset()) == ([], [])  # unlikely: not worth a row
+    assert worth(drafts, confs, 0.0, frozenset({2})) == ([1, 2], [0.9, 0.8])  # stop ends it
 
 
 def test_bad_draft_ids_are_rejected(tiny) -> None:
