@@ -140,7 +140,7 @@ def generate_batch(
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", default="data/drafter", help="cache folder (gitignored data/)")
     ap.add_argument("--model", default="", help="lm.path ('' = bundled SmolLM2)")
@@ -154,7 +154,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     ap.add_argument("--max-batches", type=int, default=0, help="stop after N new batches")
     ap.add_argument("--minutes", type=float, default=0.0, help="stop after this long (0 = no cap)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parser().parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
 

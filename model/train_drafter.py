@@ -318,7 +318,7 @@ RECIPES = {
 }  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--recipe", choices=sorted(RECIPES), help="generate data + train, one go")
     ap.add_argument("--data", default="data/drafter")
@@ -342,7 +342,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parser().parse_args(argv)
     if a.recipe:
         from model import gen_data
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
 
 from model.drafter import BlockDrafter, load_default
 from model.errors import ModelLoadError
@@ -133,3 +134,35 @@ def test_training_reduces_loss(tiny, records) -> None:
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0]
+
+
+def test_recipes_name_real_options() -> None:
+    """A recipe's options are set on the parsed namespace: a misspelt one would be ignored."""
+    from model import gen_data, train_drafter
+
+    known = vars(train_drafter.parser().parse_args([]))
+    for name, recipe in train_drafter.RECIPES.items():
+        gen_data.parser().parse_args(recipe["gen"])  # exits on an unknown option
+        assert set(recipe["train"]) <= set(known), name
+
+
+def test_generate_then_train_from_the_command_line(lm, tmp_path) -> None:
+    """The two documented commands, end to end on the bundled model at toy scale: data on
+    disk, a resumable checkpoint, an eval row, and an adapter the decoder loads."""
+    import json
+
+    from model import gen_data, train_drafter
+
+    data, run, adapter = tmp_path / "data", tmp_path / "run", tmp_path / "drafter.safetensors"
+    gen_data.main(["--out", str(data), "--rounds", "1", "--batch", "4", "--max-new-tokens", "6",
+                   "--max-batches", "1"])  # fmt: skip
+    assert len(torch.load(data / "b00000.pt")) == 4
+    train = ["--data", str(data), "--steps", "2", "--batch", "2", "--blocks", "2",
+             "--eval-every", "1", "--out-dir", str(run), "--save", str(adapter)]  # fmt: skip
+    train_drafter.main(train)
+    train_drafter.main([*train[:2], "--steps", "3", *train[4:], "--resume"])
+    rows = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    with safe_open(str(adapter), "pt") as f:
+        assert json.loads(f.metadata()["info"])["steps"] == 3
+    assert BlockDrafter.load(adapter, lm.model).head_packed is not None  # CPU: prepacked
