@@ -17,9 +17,9 @@ Verify rows: one GEMM per projection runs all rows (one weight read per forward,
 this design); the LoRA is added to the draft rows' slice only; attention of the verify rows is
 its own SDPA call over cache + verify rows, identical to Transformer.forward's. So the verify
 logits and the cache do not depend on the draft rows or the adapter, bit for bit, and equal a
-plain forward of the verify rows wherever the GEMM gives a row the same result at any row count:
-measured yes with the loader's oneDNN-prepacked weights (1..9 verify rows, bundled model);
-plain MKL sgemm only from 3 rows on (1-2 rows take another kernel).
+plain forward of the verify rows wherever the GEMM gives a row the same bits at any row count:
+measured with the loader's oneDNN-prepacked weights from 2 verify rows on (a 1-row GEMM takes
+another kernel: logits ~5e-5 apart, as ar's 1-row steps already are from hybrid's 5-row ones).
 
 Training (`python -m model.inpass train`): self-distilled records of model/gen_data.py, one
 base forward per batch under no_grad for the context K/V of all layers, then many blocks per
@@ -71,8 +71,16 @@ class LoRA(nn.Module):
         self.a = nn.Parameter(torch.randn(rank, d_in) / math.sqrt(d_in))
         self.b = nn.Parameter(torch.zeros(d_out, rank))  # zero: starts as the base exactly
 
+    a_packed: torch.Tensor | None = None
+    b_packed: torch.Tensor | None = None
+
+    def pack(self) -> None:
+        """Prepacked copies for inference (model/transformer.py): as plain F.linear, the 240
+        small LoRA products cost ~19 ms of a 250 ms 15-row forward (1 thread, measured)."""
+        self.a_packed, self.b_packed = prepack(self.a), prepack(self.b)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(F.linear(x, self.a), self.b)
+        return linear(linear(x, self.a, self.a_packed), self.b, self.b_packed)
 
 
 class InPassAdapter(nn.Module):
@@ -80,14 +88,11 @@ class InPassAdapter(nn.Module):
         super().__init__()
         assert vocab_ids.shape == (args.vocab,), "vocab_ids must list args.vocab token ids"
         self.args = args
-        self.lora = nn.ModuleList()
-        for blk in base.layers:
-            mods = {n: _linear(blk, n) for n in PROJECTIONS}
-            self.lora.append(
-                nn.ModuleDict(
-                    {n: LoRA(m.in_features, m.out_features, args.rank) for n, m in mods.items()}
-                )  # fmt: skip
-            )
+        self.lora = nn.ModuleList(
+            nn.ModuleDict({n: LoRA(m.in_features, m.out_features, args.rank)
+                           for n in PROJECTIONS for m in [_linear(blk, n)]})
+            for blk in base.layers
+        )  # fmt: skip
         self.mask_embed = nn.Parameter(base.embed.weight.detach().mean(0).clone())
         self.offset_embed = nn.Parameter(torch.zeros(args.block + 1, base.args.dim))
         self.register_buffer("vocab_ids", vocab_ids.long())
@@ -139,7 +144,11 @@ class InPassAdapter(nn.Module):
         ad = cls(base, args, tensors["vocab_ids"].long())
         ad.load_state_dict(tensors, strict=True)
         w = base.embed.weight
-        return ad.to(device=w.device, dtype=w.dtype).eval().requires_grad_(False).bind(base)
+        ad = ad.to(device=w.device, dtype=w.dtype).eval().requires_grad_(False).bind(base)
+        for m in ad.modules():
+            if isinstance(m, LoRA):
+                m.pack()
+        return ad
 
 
 def _linear(blk: Block, name: str) -> nn.Linear:
@@ -205,8 +214,11 @@ def rows_forward(
     verify_mask = None  # Transformer.forward's choice: none for 1 row or a fresh prefill
     if tv > 1 and s > 0:
         verify_mask = torch.ones(tv, s + tv, dtype=torch.bool, device=x.device).tril(s)
-    if draft_mask is not None and draft_mask.dim() == 3:
-        draft_mask = draft_mask.unsqueeze(1)  # (B, 1, Td, S + T)
+    if draft_mask is not None:  # additive float mask, converted once instead of per layer
+        draft_mask = torch.zeros(draft_mask.shape, dtype=x.dtype, device=x.device).masked_fill(
+            ~draft_mask, float("-inf")
+        )
+        draft_mask = draft_mask.unsqueeze(1) if draft_mask.dim() == 3 else draft_mask
     for i, blk in enumerate(base.layers):
         x = _layer(blk, adapter.lora[i], x, tv, rope, cache, i, verify_mask, draft_mask)
     cache.length = s + tv
@@ -435,7 +447,6 @@ def train(a: argparse.Namespace) -> None:
 
     if st["step"] == 0:
         checkpoint_and_eval()
-    last_eval = st["train_s"]
     while st["step"] < a.steps and st["train_s"] < 60 * a.minutes:
         t0 = time.time()
         batch = rng.sample(train_recs, a.batch)
@@ -452,9 +463,8 @@ def train(a: argparse.Namespace) -> None:
         if st["step"] % a.log_every == 0:
             print(f"step {st['step']} loss {loss:.3f} targets {st['targets']} draft targets "
                   f"{st['draft_targets']} ({st['train_s']:.0f} s)", flush=True)  # fmt: skip
-        if st["step"] % a.eval_every == 0 or st["train_s"] - last_eval >= 60 * a.eval_minutes:
-            checkpoint_and_eval()
-            last_eval = st["train_s"]
+        if (st["draft_targets"] - nd) // a.eval_targets < st["draft_targets"] // a.eval_targets:
+            checkpoint_and_eval()  # at multiples of --eval-targets: design (b)'s curve points
     if st["curve"][-1]["step"] != st["step"]:
         checkpoint_and_eval()
 
@@ -488,23 +498,24 @@ def rowcost(a: argparse.Namespace) -> None:
     cache = base.new_cache(a.prefill + 64)
     base(torch.randint(100, 20000, (1, a.prefill), generator=g), cache=cache, logits="none")
     v1, v5 = torch.tensor([[42]]), torch.randint(100, 20000, (1, 5), generator=g)
+    v13, v30 = torch.randint(100, 20000, (1, 13)), torch.randint(100, 20000, (1, 30))
     cases = {"1 row": lambda: base(v1, cache=cache), "5 verify": lambda: base(v5, cache=cache),
              "5 verify, in-pass loop": lambda: inpass_forward(base, ad, cache, v5, ())}  # fmt: skip
+    # The same row counts as plain causal rows: what the in-pass masks + LoRA add.
+    cases["13 plain rows"] = lambda: base(v13, cache=cache)
+    cases["30 plain rows"] = lambda: base(v30, cache=cache)
     for j, r in ((5, 4), (5, 5), (2, 4), (2, 5)):
         acc = tuple(range(5)) if j == 5 else (0, 4)
         cases[f"5 verify + {j}x{r} draft"] = lambda acc=acc, r=r: inpass_forward(
             base, ad, cache, v5, acc, r
         )
-    if a.drafter:
+    if a.drafter:  # design (b): the verify rows, then its drafter pass
         from model.drafter import BlockDrafter
 
         dr = BlockDrafter.load(a.drafter, base)
-
-        def design_b() -> None:
-            out = base(v5, cache=cache, hidden=True)
-            dr.draft(base, cache, 7, out.hidden_normed[0, -1])
-
-        cases["5 verify + design (b) drafter pass"] = design_b
+        cases["5 verify + design (b) drafter pass"] = lambda: dr.draft(
+            base, cache, 7, base(v5, cache=cache, hidden=True).hidden_normed[0, -1]
+        )
     times: dict[str, list[float]] = {k: [] for k in cases}
     for rep in range(a.reps + 2):
         for name, fn in cases.items():
@@ -536,13 +547,12 @@ def main(argv: list[str] | None = None) -> None:
     for p in (tr, rc):
         p.add_argument("--vocab", type=int, default=8192, help="draft vocabulary size")
     tr.add_argument("--batch", type=int, default=2, help="answers per step")
-    tr.add_argument("--blocks", type=int, default=48, help="blocks per answer per step")
+    tr.add_argument("--blocks", type=int, default=64, help="blocks per answer per step")
     tr.add_argument("--steps", type=int, default=100000)
     tr.add_argument("--minutes", type=float, default=30.0, help="training time cap (no evals)")
     tr.add_argument("--lr", type=float, default=1e-3)
     tr.add_argument("--warmup", type=int, default=20)
-    tr.add_argument("--eval-every", type=int, default=1000, help="steps")
-    tr.add_argument("--eval-minutes", type=float, default=5.0, help="of training time")
+    tr.add_argument("--eval-targets", type=int, default=24000, help="eval every N draft targets")
     tr.add_argument("--log-every", type=int, default=10)
     tr.add_argument("--out-dir", default="data/inpass", help="ckpt, log.jsonl, adapter")
     tr.add_argument("--resume", action="store_true")
