@@ -71,16 +71,8 @@ class LoRA(nn.Module):
         self.a = nn.Parameter(torch.randn(rank, d_in) / math.sqrt(d_in))
         self.b = nn.Parameter(torch.zeros(d_out, rank))  # zero: starts as the base exactly
 
-    a_packed: torch.Tensor | None = None
-    b_packed: torch.Tensor | None = None
-
-    def pack(self) -> None:
-        """Prepacked copies for inference (model/transformer.py): as plain F.linear, the 240
-        small LoRA products cost ~19 ms of a 250 ms 15-row forward (1 thread, measured)."""
-        self.a_packed, self.b_packed = prepack(self.a), prepack(self.b)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(linear(x, self.a, self.a_packed), self.b, self.b_packed)
+        return F.linear(F.linear(x, self.a), self.b)
 
 
 class InPassAdapter(nn.Module):
@@ -144,11 +136,7 @@ class InPassAdapter(nn.Module):
         ad = cls(base, args, tensors["vocab_ids"].long())
         ad.load_state_dict(tensors, strict=True)
         w = base.embed.weight
-        ad = ad.to(device=w.device, dtype=w.dtype).eval().requires_grad_(False).bind(base)
-        for m in ad.modules():
-            if isinstance(m, LoRA):
-                m.pack()
-        return ad
+        return ad.to(device=w.device, dtype=w.dtype).eval().requires_grad_(False).bind(base)
 
 
 def _linear(blk: Block, name: str) -> nn.Linear:
@@ -386,8 +374,8 @@ def evaluate(
 
 
 def _held(recs: list[Record], n: int) -> list[Record]:
-    """The held-out greedy answers, first n in file order (the first 13 are design (b)'s
-    curve set in model/adapters/card.md); n = 0: all."""
+    """The first n held-out greedy answers in file order (n = 0: all); design (b)'s trainer
+    picks its eval set the same way (13 answers in model/adapters/card.md)."""
     held = [r for r in recs if r["heldout"] and r["sample"] == 0]
     return held[:n] if n else held
 
