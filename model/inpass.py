@@ -393,21 +393,13 @@ def train(a: argparse.Namespace) -> None:
         raise SystemExit(f"{a.data}: no training/held-out data; run python -m model.gen_data")
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ckpt_file = out / "ckpt.pt"
-    ckpt = torch.load(ckpt_file, weights_only=False) if a.resume and ckpt_file.exists() else None
     vocab_ids, coverage = draft_vocab(train_recs, a.vocab, set(tok.stop_ids))
-    vocab_ids = ckpt["vocab_ids"] if ckpt else vocab_ids
     to_vocab = torch.full((base.args.vocab_size,), -100, dtype=torch.long)
     to_vocab[vocab_ids] = torch.arange(len(vocab_ids))
     adapter = InPassAdapter.from_base(base, vocab_ids, rank=a.rank, block=a.block)
     adapter.requires_grad_(True).train()
     opt = torch.optim.AdamW(adapter.parameters(), lr=a.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    st = {"step": 0, "targets": 0, "draft_targets": 0, "train_s": 0.0, "curve": []}
-    if ckpt:
-        adapter.load_state_dict(ckpt["adapter"])
-        opt.load_state_dict(ckpt["opt"])
-        st = ckpt["state"]
-        rng.setstate(ckpt["rng"])
+    st = {"step": 0, "targets": 0, "draft_targets": 0, "train_s": 0.0, "evaluated": -1}
     n_params = sum(p.numel() for p in adapter.parameters())
     print(
         f"{len(train_recs)} train answers, {len(held)} held-out; LoRA r={a.rank}, "
@@ -416,25 +408,22 @@ def train(a: argparse.Namespace) -> None:
     )
     log = (out / "log.jsonl").open("a")
 
-    def checkpoint_and_eval() -> None:
+    def checkpoint_and_eval() -> None:  # the adapter file is the checkpoint
         t = time.time()
         adapter.eval()
         ev = evaluate(adapter, base, held)
         adapter.train()
         row = {k: st[k] for k in ("step", "targets", "draft_targets")}
         row |= {"train_s": round(st["train_s"]), "eval_s": round(time.time() - t), **ev}
-        st["curve"].append(row)
+        st["evaluated"] = st["step"]
         print(json.dumps(row), flush=True)
         log.write(json.dumps(row) + "\n")
         log.flush()
-        torch.save({"adapter": adapter.state_dict(), "opt": opt.state_dict(), "state": st,
-                    "rng": rng.getstate(), "vocab_ids": vocab_ids}, ckpt_file)  # fmt: skip
         info = {"design": f"in-pass draft rows (a), LoRA r={a.rank}, K={a.block}",
                 "answers": len(train_recs), "coverage": round(coverage, 4), **row}  # fmt: skip
         adapter.save(out / "inpass.safetensors", info)
 
-    if st["step"] == 0:
-        checkpoint_and_eval()
+    checkpoint_and_eval()
     while st["step"] < a.steps and st["train_s"] < 60 * a.minutes:
         t0 = time.time()
         batch = rng.sample(train_recs, a.batch)
@@ -453,7 +442,7 @@ def train(a: argparse.Namespace) -> None:
                   f"{st['draft_targets']} ({st['train_s']:.0f} s)", flush=True)  # fmt: skip
         if (st["draft_targets"] - nd) // a.eval_targets < st["draft_targets"] // a.eval_targets:
             checkpoint_and_eval()  # at multiples of --eval-targets: design (b)'s curve points
-    if st["curve"][-1]["step"] != st["step"]:
+    if st["evaluated"] != st["step"]:
         checkpoint_and_eval()
 
 
@@ -542,8 +531,7 @@ def main(argv: list[str] | None = None) -> None:
     tr.add_argument("--warmup", type=int, default=20)
     tr.add_argument("--eval-targets", type=int, default=24000, help="eval every N draft targets")
     tr.add_argument("--log-every", type=int, default=10)
-    tr.add_argument("--out-dir", default="data/inpass", help="ckpt, log.jsonl, adapter")
-    tr.add_argument("--resume", action="store_true")
+    tr.add_argument("--out-dir", default="data/inpass", help="log.jsonl + the adapter")
     tr.add_argument("--seed", type=int, default=0)
     ev.add_argument("--adapter", default="data/inpass/inpass.safetensors")
     ev.add_argument("--rows", type=int, default=0, help="rows per block (0 = K + 1)")
