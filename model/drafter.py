@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -34,6 +35,23 @@ from model.kv_cache import KVCache
 from model.transformer import Block, Linear, ModelArgs, Transformer, linear, prepack
 
 DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / "drafter.safetensors"
+
+
+def write_adapter(path: str | Path, tensors: dict, args: object, info: dict | None) -> None:
+    """safetensors file with the architecture (a dataclass) and training info as metadata."""
+    meta = {"args": json.dumps(asdict(args)), "info": json.dumps(info or {})}
+    save_file(tensors, str(path), metadata=meta)
+
+
+def read_adapter(path: str | Path, args_cls: type, what: str, fix: str) -> tuple:
+    """(args_cls(**metadata args), tensors) of a write_adapter file; one-line ModelLoadError
+    naming `what` it should be and the `fix` otherwise."""
+    try:
+        with safe_open(str(path), "pt") as f:
+            args = args_cls(**json.loads((f.metadata() or {})["args"]))
+        return args, load_file(str(path))
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        raise ModelLoadError(f"{path}: not {what} ({type(e).__name__}: {e}); {fix}") from e
 
 
 @dataclass(frozen=True)
@@ -125,23 +143,14 @@ class BlockDrafter(nn.Module):
             k: v.detach().to(torch.float16 if v.is_floating_point() else torch.int32).contiguous()
             for k, v in self.state_dict().items()
         }
-        meta = {"args": json.dumps(asdict(self.args)), "info": json.dumps(info or {})}
-        save_file(tensors, str(path), metadata=meta)
+        write_adapter(path, tensors, self.args, info)
 
     @classmethod
     def load(cls, path: str | Path, base: Transformer) -> BlockDrafter:
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(path), "pt") as f:
-                meta = f.metadata() or {}
-            args = DrafterArgs(**json.loads(meta["args"]))
-            tensors = load_file(str(path))
-        except (OSError, KeyError, ValueError, TypeError) as e:
-            raise ModelLoadError(
-                f"{path}: not a drafter adapter ({type(e).__name__}: {e}); retrain it with "
-                "model/train_drafter.py or set lm.drafter: none"
-            ) from e
+        args, tensors = read_adapter(
+            path, DrafterArgs, "a drafter adapter",
+            "retrain it with model/train_drafter.py or set lm.drafter: none",
+        )  # fmt: skip
         w = base.embed.weight
         d = cls(base.args, args, tensors["vocab_ids"].long())
         state = {

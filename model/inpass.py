@@ -38,15 +38,15 @@ import random
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
+from model.drafter import read_adapter, write_adapter
 from model.errors import ModelLoadError
 from model.kv_cache import KVCache
 from model.loader import load
@@ -117,22 +117,13 @@ class InPassAdapter(nn.Module):
 
     def save(self, path: str | Path, info: dict | None = None) -> None:
         tensors = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
-        meta = {"args": json.dumps(asdict(self.args)), "info": json.dumps(info or {})}
-        save_file(tensors, str(path), metadata=meta)
+        write_adapter(path, tensors, self.args, info)
 
     @classmethod
     def load(cls, path: str | Path, base: Transformer) -> InPassAdapter:
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(path), "pt") as f:
-                args = InPassArgs(**json.loads((f.metadata() or {})["args"]))
-            tensors = load_file(str(path))
-        except (OSError, KeyError, ValueError, TypeError) as e:
-            raise ModelLoadError(
-                f"{path}: not an in-pass adapter ({type(e).__name__}: {e}); "
-                "train one with python -m model.inpass train"
-            ) from e
+        args, tensors = read_adapter(
+            path, InPassArgs, "an in-pass adapter", "train one with python -m model.inpass train"
+        )
         ad = cls(base, args, tensors["vocab_ids"].long())
         ad.load_state_dict(tensors, strict=True)
         w = base.embed.weight
