@@ -1,0 +1,87 @@
+"""Row cost: one forward of T new rows vs one row, with plain and with prepacked weights.
+
+    .venv/bin/python bench/rows.py --rows 1,2,3,5,9,13,17 --reps 15 [--threads 1]
+
+What a verified decoder pays for k drafts is the cost of k extra rows in its forward. Two copies
+of the bundled model are loaded, one prepacked (as the loader leaves it) and one unpacked
+(plain F.linear), and every (rows, weights) case runs interleaved in one process after a
+`--prefill`-token context, logits for every row (the verify step's shape). "packed" forces the
+prepacked path even for a single row, where the model itself keeps MKL's gemv, so the table shows
+both choices. JSON to stdout: median ms per case and each case's ratio to the 1-row plain forward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench/lm.py
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import model.transformer as transformer  # noqa: E402
+from model.loader import load  # noqa: E402
+
+
+def packed_always(x, weight, packed, bias=None):  # noqa: ANN001, ANN201 - transformer.linear's
+    """transformer.linear without its single-row exception."""
+    if packed is not None and not x.requires_grad:
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="1,2,3,5,9,13,17", help="comma list of row counts")
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--prefill", type=int, default=120)
+    ap.add_argument("--threads", type=int, default=0, help="0 = torch default")
+    a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    rows = sorted({1, *(int(r) for r in a.rows.split(","))})  # 1 row: the reference
+    packed, _ = load("")
+    plain, _ = load("")
+    plain.unpack()
+    models = {"plain": plain, "packed": packed}
+    caches = {k: m.new_cache(a.prefill + max(rows) + 1) for k, m in models.items()}
+    default_linear = transformer.linear
+    times: dict[tuple[str, int], list[float]] = {}
+    gen = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for k, m in models.items():
+            m(torch.randint(0, 1000, (1, a.prefill), generator=gen), cache=caches[k], logits="none")
+        for rep in range(a.reps + 1):  # the first round warms up and is not counted
+            for t in rows:
+                for k, m in models.items():
+                    transformer.linear = packed_always if k == "packed" else default_linear
+                    ids = torch.randint(0, 1000, (1, t), generator=gen)
+                    t0 = time.perf_counter()
+                    m(ids, cache=caches[k], logits="all")
+                    if rep:
+                        times.setdefault((k, t), []).append(time.perf_counter() - t0)
+                    caches[k].truncate(a.prefill)
+    transformer.linear = default_linear
+    ms = {key: statistics.median(v) * 1e3 for key, v in times.items()}
+    one = ms[("plain", 1)]
+    out = {
+        "threads": torch.get_num_threads(),
+        "prefill": a.prefill,
+        "reps": a.reps,
+        "median_ms": {f"{k}/{t}": round(v, 1) for (k, t), v in ms.items()},
+        "vs_plain_1_row": {f"{k}/{t}": round(v / one, 2) for (k, t), v in ms.items()},
+    }
+    json.dump(out, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
