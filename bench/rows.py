@@ -6,8 +6,9 @@ What a verified decoder pays for k drafts is the cost of k extra rows in its for
 of the bundled model are loaded, one prepacked (as the loader leaves it) and one unpacked
 (plain F.linear), and every (rows, weights) case runs interleaved in one process after a
 `--prefill`-token context, logits for every row (the verify step's shape). "packed" forces the
-prepacked path even for a single row, where the model itself keeps MKL's gemv, so the table shows
-both choices. JSON to stdout: median ms per case and each case's ratio to the 1-row plain forward.
+prepacked path even for a single row, where the model keeps MKL's gemv at 1 thread, so the table
+shows both choices. JSON to stdout: median ms per case and each case's ratio to the 1-row plain
+forward.
 """
 
 from __future__ import annotations

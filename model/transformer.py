@@ -16,7 +16,7 @@ instead of 7). fp32 on CPU, bf16 on CUDA (see model/loader.py). On CPU, inferenc
 oneDNN-prepacked copy of every matrix (`Transformer.pack`, called by the loader): plain
 F.linear goes through MKL sgemm, which re-packs the weight on every call, so on this 2-core AMD
 box 2 rows cost 1.9x one row and 5 rows 2.2x; prepacked, 5 rows cost 1.3-1.4x one row, which
-is what makes verifying drafts pay (BENCHMARKS.md). Single rows keep MKL's gemv.
+is what makes verifying drafts pay (BENCHMARKS.md). At 1 thread single rows keep MKL's gemv.
 """
 
 from __future__ import annotations
@@ -130,11 +130,12 @@ def linear(
     packed: torch.Tensor | None,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """x @ weight.T (+ bias), through the prepacked copy for several rows when there is one and
-    no gradient is wanted (the packed op has no backward: training paths use the plain weight).
-    A single row stays on F.linear (MKL's gemv): 15 % faster than the packed op per decode
-    step, measured side by side on this box under load."""
-    if packed is not None and x.numel() > x.shape[-1] and not x.requires_grad:
+    """x @ weight.T (+ bias), through the prepacked copy when there is one and no gradient is
+    wanted (the packed op has no backward: training paths use the plain weight). A single row
+    on one thread stays on F.linear (MKL's gemv): bench/rows.py, whole model, 76 ms gemv vs
+    91 ms packed at 1 thread, but 104 vs 83 ms at 2 threads (gemv does not gain from the 2nd)."""
+    several = x.numel() > x.shape[-1] or torch.get_num_threads() > 1
+    if packed is not None and several and not x.requires_grad:
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
     return F.linear(x, weight, bias)
 
