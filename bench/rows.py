@@ -6,9 +6,9 @@ What a verified decoder pays for k drafts is the cost of k extra rows in its for
 of the bundled model are loaded, one prepacked (as the loader leaves it) and one unpacked
 (plain F.linear), and every (rows, weights) case runs interleaved in one process after a
 `--prefill`-token context, logits for every row (the verify step's shape). "packed" forces the
-prepacked path even for a single row, where the model keeps MKL's gemv at 1 thread, so the table
-shows both choices. JSON to stdout: median ms per case and each case's ratio to the 1-row plain
-forward.
+prepacked path even for a single row (transformer.gemv_wins switched off), where the model keeps
+MKL's gemv at 1 thread, so the table shows both choices. JSON to stdout: median ms per case and
+each case's ratio to the 1-row plain forward.
 """
 
 from __future__ import annotations
@@ -25,17 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench/lm.py
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 import model.transformer as transformer  # noqa: E402
 from model.loader import load  # noqa: E402
-
-
-def packed_always(x, weight, packed, bias=None):  # noqa: ANN001, ANN201 - transformer.linear's
-    """transformer.linear without its single-row exception."""
-    if packed is not None and not x.requires_grad:
-        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-    return F.linear(x, weight, bias)
 
 
 def main() -> int:
@@ -53,7 +45,7 @@ def main() -> int:
     plain.unpack()
     models = {"plain": plain, "packed": packed}
     caches = {k: m.new_cache(a.prefill + max(rows) + 1) for k, m in models.items()}
-    default_linear = transformer.linear
+    gemv_wins = transformer.gemv_wins
     times: dict[tuple[str, int], list[float]] = {}
     gen = torch.Generator().manual_seed(0)
     with torch.inference_mode():
@@ -62,14 +54,14 @@ def main() -> int:
         for rep in range(a.reps + 1):  # the first round warms up and is not counted
             for t in rows:
                 for k, m in models.items():
-                    transformer.linear = packed_always if k == "packed" else default_linear
+                    transformer.gemv_wins = (lambda x: False) if k == "packed" else gemv_wins
                     ids = torch.randint(0, 1000, (1, t), generator=gen)
                     t0 = time.perf_counter()
                     m(ids, cache=caches[k], logits="all")
                     if rep:
                         times.setdefault((k, t), []).append(time.perf_counter() - t0)
                     caches[k].truncate(a.prefill)
-    transformer.linear = default_linear
+    transformer.gemv_wins = gemv_wins
     ms = {key: statistics.median(v) * 1e3 for key, v in times.items()}
     one = ms[("plain", 1)]
     out = {

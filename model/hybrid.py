@@ -35,10 +35,10 @@ from model.drafter import BlockDrafter, load_default
 from model.lookup import PromptLookup
 from model.transformer import Transformer
 
-# lm.row_cost = -1: the extra cost of a verify row relative to a 1-row forward. CPU: measured
+# lm.row_cost = -1 on CPU: the extra cost of a verify row relative to a 1-row forward, measured
 # with prepacked weights on the 2-core dev box (5 rows ~1.3-1.55x one row, 9 rows ~1.5-1.8x,
-# BENCHMARKS.md); CUDA: a few rows are free next to reading the weights.
-AUTO_ROW_COST = {False: 0.1, True: 0.0}
+# BENCHMARKS.md). On CUDA it is 0: a few rows are free next to reading the weights.
+CPU_ROW_COST = 0.1
 
 # Loaded drafters per base model and lm.drafter value: weights are shared by every session.
 _DRAFTERS: weakref.WeakKeyDictionary[Transformer, dict[str, BlockDrafter | None]] = (
@@ -85,9 +85,8 @@ class HybridStepper:
         self.answer: list[int] = []  # committed answer tokens (the pending one included)
         self.aligned = bool(self.old)  # the answer so far equals a prefix of the earlier one
         self.dev = self.model.embed.weight.device
-        self.row_cost = (
-            cfg.row_cost if cfg.row_cost >= 0 else AUTO_ROW_COST[self.dev.type == "cuda"]
-        )
+        auto = 0.0 if self.dev.type == "cuda" else CPU_ROW_COST
+        self.row_cost = cfg.row_cost if cfg.row_cost >= 0 else auto
 
     # --- 1. verify ----------------------------------------------------------------------------
 

@@ -124,18 +124,23 @@ def prepack(weight: torch.Tensor) -> torch.Tensor | None:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
 
 
+def gemv_wins(x: torch.Tensor) -> bool:
+    """A single row on one thread: MKL's gemv (F.linear) beats the packed op there —
+    bench/rows.py, whole model: 76 ms gemv vs 91 ms packed at 1 thread, but 104 vs 83 ms at
+    2 threads (gemv does not gain from the second)."""
+    return x.numel() == x.shape[-1] and torch.get_num_threads() == 1
+
+
 def linear(
     x: torch.Tensor,
     weight: torch.Tensor,
     packed: torch.Tensor | None,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """x @ weight.T (+ bias), through the prepacked copy when there is one and no gradient is
-    wanted (the packed op has no backward: training paths use the plain weight). A single row
-    on one thread stays on F.linear (MKL's gemv): bench/rows.py, whole model, 76 ms gemv vs
-    91 ms packed at 1 thread, but 104 vs 83 ms at 2 threads (gemv does not gain from the 2nd)."""
-    several = x.numel() > x.shape[-1] or torch.get_num_threads() > 1
-    if packed is not None and several and not x.requires_grad:
+    """x @ weight.T (+ bias), through the prepacked copy when there is one, no gradient is
+    wanted (the packed op has no backward: training paths use the plain weight) and gemv does
+    not win."""
+    if packed is not None and not x.requires_grad and not gemv_wins(x):
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
     return F.linear(x, weight, bias)
 
