@@ -160,6 +160,7 @@ def main() -> int:
     # Hybrid / parallel settings (lm.* fields) and the parallel threshold sweep.
     ap.add_argument("--drafter", default="", help="lm.drafter ('' = bundled adapter, 'none')")
     ap.add_argument("--draft-len", type=int, default=LMConfig.draft_len)
+    ap.add_argument("--draft-branch", type=int, default=LMConfig.draft_branch)
     ap.add_argument("--row-cost", type=float, default=LMConfig.row_cost, help="-1 = auto")
     ap.add_argument("--lookup-ngram", type=int, default=LMConfig.lookup_ngram)
     ap.add_argument("--threshold", type=float, default=LMConfig.threshold)
@@ -168,6 +169,9 @@ def main() -> int:
     )
     ap.add_argument(
         "--lookup-only", action="store_true", help="add a hybrid row with lm.drafter none"
+    )
+    ap.add_argument(
+        "--chain", action="store_true", help="add a hybrid row with lm.draft_branch 1 (no tree)"
     )
     ap.add_argument(
         "--plain-ar",
@@ -184,7 +188,8 @@ def main() -> int:
         ap.error(f"--prompts must be 1..{len(prompts)}")
 
     cfg = replace(LMConfig(), path=a.model, device=a.device, dtype=a.dtype, threads=a.threads,
-                  drafter=a.drafter, draft_len=a.draft_len, row_cost=a.row_cost,
+                  drafter=a.drafter, draft_len=a.draft_len, draft_branch=a.draft_branch,
+                  row_cost=a.row_cost,
                   lookup_ngram=a.lookup_ngram, threshold=a.threshold)  # fmt: skip
     t = time.perf_counter()
     lm = LM.load(cfg)
@@ -198,6 +203,8 @@ def main() -> int:
         )
     if a.lookup_only:
         runs["hybrid/lookup"] = (LM(lm.model, lm.tokenizer, replace(cfg, drafter="none")), "hybrid")
+    if a.chain:
+        runs["hybrid/chain"] = (LM(lm.model, lm.tokenizer, replace(cfg, draft_branch=1)), "hybrid")
     if a.plain_ar:
         plain = LM.load(cfg)
         plain.model.unpack()
@@ -231,7 +238,14 @@ def main() -> int:
         "prompt_set": a.prompt_set,
         "hybrid": {
             k: getattr(cfg, k)
-            for k in ("drafter", "draft_len", "row_cost", "lookup_ngram", "threshold")
+            for k in (
+                "drafter",
+                "draft_len",
+                "draft_branch",
+                "row_cost",
+                "lookup_ngram",
+                "threshold",
+            )
         },  # fmt: skip
         "decoders": {},
     }

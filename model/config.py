@@ -61,10 +61,18 @@ class LMConfig:
     draft_len: int = field(
         default=8,
         metadata={
-            "help": "most draft tokens verified per forward (the drafter fills up to its block, "
-            "prompt lookup the rest)",
+            "help": "most draft tokens (tree nodes) verified per forward, and deepest draft "
+            "(the drafter fills up to its block, prompt lookup the rest)",
             "min": 1,
             "max": 16,
+        },
+    )
+    draft_branch: int = field(
+        default=3,
+        metadata={
+            "help": "drafter candidates per draft position in the draft tree (1 = a chain)",
+            "min": 1,
+            "max": 8,
         },
     )
     threshold: float = field(

@@ -11,9 +11,10 @@ to the K + 1 rows of its block:
 
 Rows 1..K go through the base's final norm (a trainable copy) and the base's tied output
 embedding restricted to a draft vocabulary of the most frequent answer tokens (8192 of 49152
-ids cover ~99 % of answer tokens and cut the head cost 6x); argmax = draft, max probability =
-confidence. Nothing here writes to the base cache or touches the base pass: the verified
-decoder's output cannot depend on the drafter.
+ids cover ~99 % of answer tokens and cut the head cost 6x); the top few tokens per offset and
+their probabilities are the drafts and confidences that feed the draft tree (model/tree.py).
+Nothing here writes to the base cache or touches the base pass: the verified decoder's output
+cannot depend on the drafter.
 
 Files: safetensors with the trainable tensors + `vocab_ids`, the architecture in the metadata.
 """
@@ -191,10 +192,11 @@ class BlockDrafter(nn.Module):
 
     @torch.no_grad()
     def draft(
-        self, base: Transformer, cache: KVCache, token: int, h_last: torch.Tensor
-    ) -> tuple[list[int], list[float]]:
-        """K drafts for positions cache.length + 1 .. + K, given the pending token at position
-        cache.length and the base's final normed hidden state (dim,) of the position before."""
+        self, base: Transformer, cache: KVCache, token: int, h_last: torch.Tensor, top: int = 1
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """The `top` most likely tokens (best first) and their probabilities for each of the
+        positions cache.length + 1 .. + K, given the pending token at position cache.length and
+        the base's final normed hidden state (dim,) of the position before."""
         p, k = cache.length, self.args.block
         base._ensure_rope(p + k + 1)
         cos = base.rope_cos[p : p + k + 1].view(1, k + 1, 1, -1)  # (1, K+1, 1, D)
@@ -202,7 +204,7 @@ class BlockDrafter(nn.Module):
         tok = torch.tensor([[token]], device=h_last.device)
         x = self.block_inputs(base.embed, tok, h_last.view(1, 1, -1))  # (1, K+1, dim)
         logits = self.rows_logits(x, cos, sin, cache, None, self.first_base_layer)[0, 1:]
-        conf, idx = torch.softmax(logits, dim=-1).max(dim=-1)  # (K,), (K,)
+        conf, idx = torch.softmax(logits, dim=-1).topk(top, dim=-1)  # (K, top) each
         return self.vocab_ids[idx].tolist(), conf.tolist()
 
 

@@ -3,22 +3,24 @@
 
 One step (= one base forward, the unit the engine counts):
 
-1. Verify rows: the pending token (committed, not yet in the cache) + k draft tokens, causal,
-   base weights only, all written to the KV cache. Greedy: the longest prefix of drafts equal
-   to the row argmaxes is accepted, plus the next argmax as a bonus token. Sampling:
-   speculative rejection sampling with one-hot drafts (accept draft i with probability
-   p_i(d_i); on rejection sample the residual p with d_i removed), which samples exactly from
-   the base's temperature/top-p distribution. Rejected rows are rolled back: cache.truncate.
+1. Verify rows: the pending token (committed, not yet in the cache) + a tree of draft tokens
+   (model/tree.py; a chain is the simplest tree), base weights only, each row seeing the cache
+   and its own ancestors, all written to the KV cache. Greedy: from the pending token, follow
+   the child equal to the row's argmax while there is one; the argmax where none is the bonus
+   token. Sampling: recursive rejection sampling over each node's children with one-hot
+   drafts, which samples exactly from the base's temperature/top-p distribution. The accepted
+   path's cache rows are moved next to each other, the rest rolled back (cache.truncate).
 2. Drafts for the next step: the block drafter (model/drafter.py) reads the base's cache and
-   the last accepted row's hidden state, never writes; prompt lookup (model/lookup.py) takes a
-   slot where its measured acceptance beats the drafter's confidence; with `drafts=` (an
-   earlier answer, refinement) that answer is proposed `refine_len` tokens at a time while the
-   new answer follows it, and is looked up by n-gram once it diverges.
+   the last accepted row's hidden state, never writes, and gives its top lm.draft_branch tokens
+   per offset; prompt lookup (model/lookup.py) adds chains with their measured acceptance; the
+   tree keeps the nodes that pay for their rows (lm.row_cost). With `drafts=` (an earlier
+   answer, refinement) that answer is proposed `refine_len` tokens at a time while the new
+   answer follows it, and is looked up by n-gram once it diverges.
 
-`parallel` adds the diffusion dial: next-step drafts whose confidence >= lm.threshold (a
-leading run of them) are committed at once, with the tokens of this step, without waiting for
-the base; the next forward writes them like verified tokens. threshold 1.0 never does that, so
-`parallel` at 1.0 is exactly `hybrid`.
+`parallel` adds the diffusion dial: next-step drafts on the tree's top-1 path whose confidence
+>= lm.threshold (a leading run of them) are committed at once, with the tokens of this step,
+without waiting for the base; the next forward writes them like verified tokens. threshold 1.0
+never does that, so `parallel` at 1.0 is exactly `hybrid`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from model.decode import PREFILL_CHUNK, DecodeRequest, register
 from model.drafter import BlockDrafter, load_default
 from model.lookup import PromptLookup
 from model.transformer import Transformer
+from model.tree import DraftTree, build
 
 # lm.row_cost = -1 on CPU: the extra cost of a verify row relative to a 1-row forward, measured
 # with prepacked weights on the 2-core dev box (5 rows ~1.3-1.55x one row, 9 rows ~1.5-1.8x,
@@ -69,8 +72,11 @@ class Verified:
 class HybridStepper:
     """The decode state between forwards: what is cached, the pending token, the drafts."""
 
-    def __init__(self, req: DecodeRequest, drafter: BlockDrafter | None) -> None:
+    def __init__(
+        self, req: DecodeRequest, drafter: BlockDrafter | None, threshold: float = 1.0
+    ) -> None:
         self.req, self.model, self.cache = req, req.model, req.cache
+        self.threshold = threshold
         self.drafter = drafter
         cfg = req.cfg
         self.k = cfg.draft_len
@@ -91,45 +97,74 @@ class HybridStepper:
     # --- 1. verify ----------------------------------------------------------------------------
 
     def forward_rows(
-        self, rows: list[int], first_logit_row: int
+        self,
+        rows: list[int],
+        first_logit_row: int,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append `rows` to the cache; logits (R, V) and normed hidden (R, dim) of rows
         first_logit_row.. (the output head runs only where a row checks a draft)."""
         ids = torch.tensor([rows], device=self.dev)  # (1, T)
-        out = self.model(ids, cache=self.cache, logits="none", hidden=True)
+        out = self.model(
+            ids, cache=self.cache, positions=positions, mask=mask, logits="none", hidden=True
+        )
         normed = out.hidden_normed[0, first_logit_row:]  # (R, dim)
         return self.model.head(normed), normed
 
-    def accept(self, logits: torch.Tensor, drafts: list[int], forced: int) -> tuple[int, int]:
-        """(accepted drafts, bonus token) from logits (k + 1, V) of [anchor] + drafts; the first
-        `forced` drafts are committed already (parallel mode) and count as accepted."""
-        sampler, k = self.req.sampler, len(drafts)
-        d = torch.tensor(drafts, dtype=torch.long, device=logits.device)
+    def accept(self, logits: torch.Tensor, tree: DraftTree) -> tuple[list[int], int]:
+        """(accepted path of tree nodes, bonus token) from logits (1 + nodes, V) of [anchor] +
+        tree; row 1 + j predicts what follows node j. The tree's forced nodes (a chain) are
+        committed already (parallel mode) and count as accepted."""
+        kids, sampler = tree.children(), self.req.sampler
+        path = list(range(tree.forced))
+        node = tree.forced - 1  # -1: the anchor
         if sampler.greedy:
-            res = verify_select(logits, d, check_drafts=False)
-            ok = (res.argmax[:k] == d).tolist()
-            a = _leading(ok, forced)
-            return a, int(res.argmax[a])
-        p = sampler.probs(logits)  # (k + 1, V): exactly the distribution `ar` samples from
-        u = torch.rand(k, generator=sampler.generator, device=logits.device)
-        ok = (u < p[:k].gather(1, d[:, None])[:, 0]).tolist() if k else []
-        a = _leading(ok, forced)
-        row = p[a]
-        if a < k:  # rejected draft a: resample from the residual
-            residual = row.clone()
-            residual[drafts[a]] = 0.0
-            if float(residual.sum()) > 0.0:
-                row = residual / residual.sum()
-        return a, sampler.sample_probs(row)
+            d = torch.tensor(tree.tokens, dtype=torch.long, device=logits.device)
+            argmax = verify_select(logits, d, check_drafts=False).argmax.tolist()
+            while True:
+                want = argmax[node + 1]
+                node = next((c for c in kids[node] if tree.tokens[c] == want), -2)
+                if node == -2:
+                    return path, want
+                path.append(node)
+        # Recursive rejection sampling over each node's children (one-hot drafts): accept child
+        # c with probability r(c), else remove c from r and renormalise; if none is accepted,
+        # sample r. The committed token is distributed exactly as p, whatever the drafts.
+        p = sampler.probs(logits)  # (1 + nodes, V): exactly the distribution `ar` samples from
+        while True:
+            r = p[node + 1]
+            for c in kids[node]:
+                u = float(torch.rand((), generator=sampler.generator, device=r.device))
+                if u < float(r[tree.tokens[c]]):
+                    path.append(c)
+                    node = c
+                    break
+                r = r.clone()
+                r[tree.tokens[c]] = 0.0
+                r = r / r.sum()  # > 0: c was rejected, so r(c) < 1
+            else:
+                return path, sampler.sample_probs(r)
 
-    def verify(self, pre: list[int], anchor: int, drafts: list[int], forced: int = 0) -> Verified:
-        """One forward over pre + [anchor] + drafts (pre: prompt rows with no draft to check),
-        then roll the cache back to anchor + accepted drafts."""
+    def verify(self, pre: list[int], anchor: int, tree: DraftTree) -> Verified:
+        """One forward over pre + [anchor] + the tree's nodes (pre: prompt rows with no draft to
+        check), then keep anchor + the accepted path in the cache, contiguous."""
         start = self.cache.length
-        logits, normed = self.forward_rows([*pre, anchor, *drafts], len(pre))
-        a, bonus = self.accept(logits, drafts, forced)
-        self.cache.truncate(start + len(pre) + 1 + a)
-        return Verified(a, [*drafts[:a], bonus], normed[a])
+        at = start + len(pre)  # the anchor's position
+        rows = [*pre, anchor, *tree.tokens]
+        positions = mask = None
+        if not tree.is_chain():  # node j at at + depth(j), seeing the anchor and its ancestors
+            t = len(rows)
+            depths = [at + d for d in tree.depths]
+            positions = torch.tensor([*range(start, at + 1), *depths], device=self.dev)  # (T,)
+            mask = torch.ones(t, start + t, dtype=torch.bool, device=self.dev).tril(start)
+            mask[len(pre) + 1 :, at + 1 :] = tree.mask()  # (T, S + T), True = visible
+        logits, normed = self.forward_rows(rows, len(pre), positions, mask)
+        path, bonus = self.accept(logits, tree)
+        self.cache.move(at + 1, [at + 1 + j for j in path])
+        self.cache.truncate(at + 1 + len(path))
+        tokens = [tree.tokens[j] for j in path]
+        return Verified(len(path), [*tokens, bonus], normed[path[-1] + 1 if path else 0])
 
     # --- 2. propose ---------------------------------------------------------------------------
 
@@ -141,61 +176,34 @@ class HybridStepper:
         if self.lookup is not None:
             self.lookup.extend(tokens)
 
-    def propose(
-        self, pending: int, hidden: torch.Tensor, budget: int
-    ) -> tuple[list[int], list[float]]:
-        """Drafts (and confidences) for the positions after the pending token; at most
-        `budget` of them (tokens still allowed before max_new_tokens)."""
+    def propose(self, pending: int, hidden: torch.Tensor, budget: int) -> DraftTree:
+        """The draft tree for the positions after the pending token, at most `budget` deep
+        (tokens still allowed before max_new_tokens); parallel: its forced nodes first."""
         cfg, m = self.req.cfg, len(self.answer)
         if self.aligned and m < len(self.old):
             drafts = self.old[m : m + min(cfg.refine_len, budget)]
-            return drafts, [0.0] * len(drafts)  # verified, never committed blind
+            return DraftTree.chain(drafts, [0.0] * len(drafts))  # verified, never committed blind
         k = min(self.k, budget)
-        drafts: list[int] = []
-        confs: list[float] = []
+        marginals: list[list[tuple[int, float]]] = []
         if self.drafter is not None and k > 0:
-            drafts, confs = self.drafter.draft(self.model, self.cache, pending, hidden)
-            drafts, confs = drafts[:k], confs[:k]
+            toks, probs = self.drafter.draft(
+                self.model, self.cache, pending, hidden, cfg.draft_branch
+            )
+            marginals = [list(zip(t, q, strict=True)) for t, q in zip(toks, probs, strict=True)]
+        chains = []
         for source in (self.lookup, self.old_lookup):
-            if source is None or k == 0:
-                continue
-            lk, lk_conf = source.propose(k, None if source is self.lookup else self.answer)
-            for i, (t, c) in enumerate(zip(lk, lk_conf, strict=True)):
-                if i >= len(drafts):
-                    drafts.append(t)
-                    confs.append(c)
-                elif c > confs[i]:
-                    drafts[i], confs[i] = t, c
-        return _worth_verifying(drafts, confs, self.row_cost, self.req.stop_ids)
-
-
-def _leading(ok: list[bool], forced: int) -> int:
-    a = forced
-    while a < len(ok) and ok[a]:
-        a += 1
-    return a
-
-
-def _worth_verifying(
-    drafts: list[int], confs: list[float], row_cost: float, stop_ids: frozenset[int]
-) -> tuple[list[int], list[float]]:
-    """The leading drafts that maximise expected committed tokens per unit of step cost,
-    (1 + sum over i <= n of P(drafts 1..i accepted)) / (1 + row_cost * n), with P the product of
-    the confidences; nothing after a stop token (nothing follows it)."""
-    best_n, best_rate, expected, chain = 0, 1.0, 1.0, 1.0
-    for i, (t, c) in enumerate(zip(drafts, confs, strict=True)):
-        chain *= c
-        expected += chain
-        rate = expected / (1.0 + row_cost * (i + 1))
-        if rate > best_rate:
-            best_n, best_rate = i + 1, rate
-        if t in stop_ids:
-            break
-    return drafts[:best_n], confs[:best_n]
+            if source is not None and k > 0:
+                lk = source.propose(k, None if source is self.lookup else self.answer)
+                if lk[0]:
+                    chains.append(lk)
+        return build(
+            marginals[:k], chains, max_nodes=k, max_depth=k, row_cost=self.row_cost,
+            stop_ids=self.req.stop_ids, threshold=self.threshold,
+        )  # fmt: skip
 
 
 def _decode(req: DecodeRequest, threshold: float) -> Iterator[list[int]]:
-    st = HybridStepper(req, drafter_for(req.model, req.cfg.drafter))
+    st = HybridStepper(req, drafter_for(req.model, req.cfg.drafter), threshold)
     # Prompt rows beyond the last chunk: plain prefill, no logits (cancel checked per chunk).
     rest = req.prompt[req.cache.length :]
     while len(rest) > PREFILL_CHUNK:
@@ -207,31 +215,28 @@ def _decode(req: DecodeRequest, threshold: float) -> Iterator[list[int]]:
     # First forward: the last prompt rows, the last one anchoring the earlier answer's tokens
     # as drafts when refining.
     pre, anchor = rest[:-1], rest[-1]
-    drafts = st.old[: min(req.cfg.refine_len, req.max_new_tokens - 1)]
-    forced = 0
+    first = st.old[: min(req.cfg.refine_len, req.max_new_tokens - 1)]
+    tree = DraftTree.chain(first, [0.0] * len(first))
     produced = 0
     while True:
-        v = st.verify(pre, anchor, drafts, forced)
+        v = st.verify(pre, anchor, tree)
         pre = []
-        st.commit(v.tokens[forced:])
-        out = v.tokens[forced:]
+        out = v.tokens[tree.forced :]
+        st.commit(out)
         produced += len(out)
         budget = req.max_new_tokens - produced
         if budget <= 0 or v.tokens[-1] in req.stop_ids or any(t in req.stop_ids for t in out):
             yield out
             return
         anchor = v.tokens[-1]
-        drafts, confs = st.propose(anchor, v.hidden, budget - 1)
-        forced = 0
-        if threshold < 1.0:
-            while forced < len(drafts) and confs[forced] >= threshold:
-                forced += 1
-            if forced:  # committed now, written by the next forward like verified tokens
-                st.commit(drafts[:forced])
-                out = out + drafts[:forced]
-                produced += forced
+        tree = st.propose(anchor, v.hidden, budget - 1)
+        committed = tree.tokens[: tree.forced]
+        if committed:  # parallel: committed now, written by the next forward like verified ones
+            st.commit(committed)
+            out = out + committed
+            produced += len(committed)
         yield out
-        if any(t in req.stop_ids for t in drafts[:forced]):
+        if any(t in req.stop_ids for t in committed):
             return
 
 

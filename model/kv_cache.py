@@ -3,7 +3,8 @@
 One tensor pair for all layers, allocated once: `k`, `v` have shape (L, B, Hkv, capacity, D).
 `length` is the number of valid positions; rows past it are garbage and never read. Rolling back
 (rejected draft rows, edited chat history) is `truncate(n)`: O(1), no copy, because the next
-write simply overwrites the stale slots.
+write simply overwrites the stale slots. A draft tree's accepted path is first made contiguous
+with `move` (a few positions copied).
 """
 
 from __future__ import annotations
@@ -37,6 +38,16 @@ class KVCache:
         if not 0 <= n <= self.length:
             raise ValueError(f"truncate({n}) outside the cache's valid range 0..{self.length}")
         self.length = n
+
+    def move(self, dst: int, src: list[int]) -> None:
+        """Copy positions `src` to dst, dst + 1, ... in every layer (the accepted path of a draft
+        tree, made contiguous before `truncate`); src[i] >= dst + i, ascending."""
+        if src == list(range(dst, dst + len(src))):
+            return
+        idx = torch.tensor(src, device=self.k.device)
+        end = dst + len(src)
+        self.k[:, :, :, dst:end] = self.k[:, :, :, idx]  # the gather copies before the write
+        self.v[:, :, :, dst:end] = self.v[:, :, :, idx]
 
     def reset(self) -> None:
         self.length = 0

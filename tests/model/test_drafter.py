@@ -69,12 +69,14 @@ def test_runtime_draft_equals_training_pass(tiny, records) -> None:
     p = int(rec["prompt_len"])
     s = p + 4  # block start: pending token at s, context < s
     logits = block_forward(drafter, tiny, [rec], [[s]])[0, 0]  # (K, V_d)
-    conf, idx = torch.softmax(logits, -1).max(-1)
+    conf, idx = torch.softmax(logits, -1).topk(3, -1)  # (K, 3)
     cache = tiny.new_cache(128)
     out = tiny(rec["ids"][None, :s].long(), cache=cache, hidden=True)
-    drafts, confs = drafter.draft(tiny, cache, int(rec["ids"][s]), out.hidden_normed[0, -1])
+    h = out.hidden_normed[0, -1]
+    drafts, confs = drafter.draft(tiny, cache, int(rec["ids"][s]), h, top=3)
     assert drafts == drafter.vocab_ids[idx].tolist()
     assert torch.allclose(torch.tensor(confs), conf, atol=1e-3)
+    assert drafter.draft(tiny, cache, int(rec["ids"][s]), h)[0] == [[d[0]] for d in drafts]
 
 
 def test_save_load_roundtrip(tiny, tmp_path) -> None:

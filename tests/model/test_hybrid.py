@@ -15,6 +15,7 @@ from model.decode import DecodeRequest, Sampler, get_decoder
 from model.drafter import BlockDrafter
 from model.hybrid import HybridStepper
 from model.transformer import ModelArgs, Transformer
+from model.tree import DraftTree, build
 
 CFG = LMConfig(drafter="none", row_cost=0.0)  # every draft slot verified
 
@@ -96,7 +97,7 @@ def test_drafter_never_touches_cache_or_verify_rows(tiny) -> None:
                             frozenset(), CFG, None)  # fmt: skip
         drafter = BlockDrafter.random(tiny, seed=weight_seed)
         st = HybridStepper(req, drafter)
-        v = st.verify(ids[:-1], ids[-1], [])
+        v = st.verify(ids[:-1], ids[-1], DraftTree())
         k_before, v_before, n_before = cache.k.clone(), cache.v.clone(), cache.length
         # Perturbed inputs too: another pending token and hidden state.
         st.propose(v.tokens[-1] + weight_seed, v.hidden * weight_seed, 4)
@@ -193,8 +194,46 @@ def test_speculative_sampling_preserves_distribution(top_p) -> None:
     assert _chi2_pvalue(counts, exact) > 1e-3
 
 
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_tree_sampling_preserves_distribution(top_p) -> None:
+    """Recursive rejection sampling over a tree with siblings: the first committed token is
+    distributed as the anchor row's p, the second (after a draft node) as that node's row."""
+    vocab = 5
+    tree = DraftTree()
+    for token, parent in ((1, -1), (2, -1), (3, -1), (0, 0), (4, 0), (1, 1)):
+        tree.add(token, parent, 0.5, 0.5)
+    logits = torch.randn(1 + len(tree), vocab, generator=torch.Generator().manual_seed(4)) * 1.5
+    model = Transformer(ModelArgs.preset("tiny", vocab_size=vocab, n_layers=1))
+    sampler = Sampler(1.0, top_p, 0, torch.device("cpu"))
+    req = DecodeRequest(model, model.new_cache(8), [0], sampler, 8, frozenset(), CFG, None)
+    st = HybridStepper(req, None)
+    p = sampler.probs(logits)  # (7, V)
+    # Outcome (first, second) for a first token that is a root child, (first, -) otherwise.
+    exact = torch.zeros(vocab, vocab + 1)
+    for x in range(vocab):
+        node = next((j for j in range(len(tree)) if tree.parents[j] < 0 and tree.tokens[j] == x),
+                    None)  # fmt: skip
+        if node is None:
+            exact[x, vocab] = p[0, x]
+        else:
+            exact[x, :vocab] = p[0, x] * p[node + 1]
+    counts, deep, n = torch.zeros_like(exact), 0, 4000
+    for _ in range(n):
+        path, bonus = st.accept(logits, tree)
+        toks = [tree.tokens[j] for j in path] + [bonus]
+        counts[toks[0], toks[1] if len(toks) > 1 and path[0] < 3 else vocab] += 1
+        deep += len(path) == 2
+    assert deep > n // 20  # second-level nodes were accepted too
+    assert counts[exact == 0].sum() == 0
+    assert _chi2_pvalue(counts.flatten(), exact.flatten()) > 1e-3
+
+
 def test_drafts_verified_while_they_pay_for_their_rows() -> None:
-    from model.hybrid import _worth_verifying as worth
+    def worth(drafts, confs, row_cost, stop_ids):
+        tree = build([], [(drafts, confs)], max_nodes=8, max_depth=8, row_cost=row_cost,
+                     stop_ids=stop_ids)  # fmt: skip
+        assert tree.is_chain()
+        return tree.tokens, tree.confs
 
     drafts, confs = [1, 2, 3, 4], [0.9, 0.8, 0.5, 0.9]
     assert worth(drafts, confs, 0.0, frozenset()) == (drafts, confs)  # free rows: all of them
