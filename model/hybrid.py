@@ -42,6 +42,10 @@ from model.tree import DraftTree, build
 # with prepacked weights on the 2-core dev box (5 rows ~1.3-1.55x one row, 9 rows ~1.5-1.8x,
 # BENCHMARKS.md). On CUDA it is 0: a few rows are free next to reading the weights.
 CPU_ROW_COST = 0.1
+# ... and at 1 thread a single row runs MKL's gemv while 2+ rows take the packed gemm
+# (transformer.gemv_wins): 1 -> 2 rows costs 1.46x, each row after that ~0.05 (bench/rows.py
+# --threads 1). The jump is charged once to any step that verifies a draft.
+CPU_1THREAD_FIRST_ROW_COST = 0.35
 
 # Loaded drafters per base model and lm.drafter value: weights are shared by every session.
 _DRAFTERS: weakref.WeakKeyDictionary[Transformer, dict[str, BlockDrafter | None]] = (
@@ -91,8 +95,10 @@ class HybridStepper:
         self.answer: list[int] = []  # committed answer tokens (the pending one included)
         self.aligned = bool(self.old)  # the answer so far equals a prefix of the earlier one
         self.dev = self.model.embed.weight.device
-        auto = 0.0 if self.dev.type == "cuda" else CPU_ROW_COST
-        self.row_cost = cfg.row_cost if cfg.row_cost >= 0 else auto
+        cpu, auto = self.dev.type == "cpu", cfg.row_cost < 0
+        self.row_cost = cfg.row_cost if not auto else CPU_ROW_COST if cpu else 0.0
+        one_thread = cpu and auto and torch.get_num_threads() == 1
+        self.first_row_cost = CPU_1THREAD_FIRST_ROW_COST if one_thread else 0.0
 
     # --- 1. verify ----------------------------------------------------------------------------
 
@@ -199,6 +205,7 @@ class HybridStepper:
         return build(
             marginals[:k], chains, max_nodes=k, max_depth=k, row_cost=self.row_cost,
             stop_ids=self.req.stop_ids, threshold=self.threshold,
+            first_row_cost=self.first_row_cost,
         )  # fmt: skip
 
 

@@ -11,7 +11,7 @@ SpecInfer style, built from the block drafter's per-offset top-r and prompt-look
   when both propose the token). Children never score above their parent, so every prefix of the
   pop order is a tree. The expected tokens committed by a step are 1 + the sum of the chosen
   nodes' scores; the tree keeps the prefix that maximises that per unit of step cost
-  (1 + row_cost * nodes), as the chain did.
+  (1 + row_cost * nodes, + first_row_cost where extra rows switch kernels), as the chain did.
 - The verify forward puts node j at position anchor + depth(j); it sees the cache, the anchor
   and its own ancestors (`mask`), nothing else, so each row predicts exactly what `ar` would
   after that path. Acceptance walks from the anchor down the child that matches (model/hybrid.py).
@@ -98,11 +98,13 @@ def build(
     row_cost: float,
     stop_ids: frozenset[int],
     threshold: float = 1.0,
+    first_row_cost: float = 0.0,
 ) -> DraftTree:
     """Best-first draft tree. marginals[d]: the drafter's (token, prob) candidates for offset
     d + 1 (any node at depth d gets them as children); chains: (tokens, confidences) proposals
     that apply along their own path only (prompt lookup). Nothing grows below a stop token.
-    threshold < 1: the leading confident chain is committed unverified (tree.forced)."""
+    threshold < 1: the leading confident chain is committed unverified (tree.forced). Step cost
+    of n nodes: 1 + first_row_cost + row_cost * n (1 for none)."""
     tree = DraftTree()
     on_chain: dict[int, list[int]] = {-1: list(range(len(chains)))}
     heap: list[tuple[float, int, int, int, float]] = []  # (-score, order, parent, token, conf)
@@ -139,7 +141,7 @@ def build(
             if len(chains[c][0]) >= depth and chains[c][0][depth - 1] == t
         ]
         expected += score
-        rate = expected / (1.0 + row_cost * len(tree))
+        rate = expected / (1.0 + first_row_cost + row_cost * len(tree))
         if rate > best_rate or j < tree.forced:
             best_n, best_rate = len(tree), rate
         if t not in stop_ids:

@@ -18,9 +18,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 NO_STOP: frozenset[int] = frozenset()
 
 
-def grow(marginals, chains=(), n=8, depth=4, row_cost=0.0, stop=NO_STOP, threshold=1.0):
+def grow(marginals, chains=(), n=8, depth=4, row_cost=0.0, stop=NO_STOP, threshold=1.0,
+         first_row_cost=0.0):  # fmt: skip
     return build(marginals, list(chains), max_nodes=n, max_depth=depth, row_cost=row_cost,
-                 stop_ids=stop, threshold=threshold)  # fmt: skip
+                 stop_ids=stop, threshold=threshold, first_row_cost=first_row_cost)  # fmt: skip
 
 
 def paths(tree: DraftTree) -> list[tuple[int, ...]]:
@@ -62,6 +63,9 @@ def test_rows_are_kept_while_they_pay_and_stop_tokens_end_a_path() -> None:
     marg = [[(10, 0.9), (11, 0.05)], [(20, 0.8)], [(30, 0.5)]]
     assert paths(grow(marg, row_cost=0.1)) == [(10,), (10, 20), (10, 20, 30)]
     assert len(grow([[(10, 0.05)]], row_cost=0.1)) == 0  # not worth a row
+    # A fixed cost for leaving the 1-row kernel: a few likely drafts no longer pay, many do.
+    assert len(grow([[(10, 0.3)]], row_cost=0.05, first_row_cost=0.35)) == 0
+    assert len(grow(marg, row_cost=0.05, first_row_cost=0.35)) == 3
     tree = grow(marg, stop=frozenset({20}))
     assert (10, 20) in paths(tree) and not any(len(p) == 3 and p[1] == 20 for p in paths(tree))
 
