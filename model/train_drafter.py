@@ -43,14 +43,16 @@ from model.transformer import Transformer
 Record = dict[str, torch.Tensor | int]
 
 
-def load_records(folder: Path, seen: set[str]) -> list[Record]:
-    """Records of the batch files not in `seen` (which is updated): gen_data may still be
-    adding files while training runs; each eval picks up the new ones."""
+def load_records(folders: str | Path, seen: set[str]) -> list[Record]:
+    """Records of the batch files (in one folder, or several comma-separated) not in `seen`
+    (which is updated): gen_data may still be adding files while training runs; each eval picks
+    up the new ones."""
     recs: list[Record] = []
-    for f in sorted(folder.glob("b*.pt")):
-        if f.name not in seen:
-            seen.add(f.name)
-            recs += torch.load(f)
+    for folder in str(folders).split(","):
+        for f in sorted(Path(folder).glob("b*.pt")):
+            if str(f) not in seen:
+                seen.add(str(f))
+                recs += torch.load(f)
     if recs and "hidden" not in recs[0]:
         raise SystemExit(f"{folder}: data without features (--no-hidden); regenerate with them")
     return recs
@@ -204,7 +206,7 @@ def train(a: argparse.Namespace) -> None:
     base, tok = load(a.model, a.device, a.dtype)
     dev = base.embed.weight.device
     files: set[str] = set()
-    recs = load_records(Path(a.data), files)
+    recs = load_records(a.data, files)
     train_recs = [r for r in recs if usable(r)]
     if not train_recs:
         raise SystemExit(f"{a.data}: no generated training data; run model.gen_data first")
@@ -241,7 +243,7 @@ def train(a: argparse.Namespace) -> None:
 
     def checkpoint_and_eval() -> None:
         nonlocal n_tokens
-        new = [r for r in load_records(Path(a.data), files) if usable(r)]
+        new = [r for r in load_records(a.data, files) if usable(r)]
         train_recs.extend(new)
         n_tokens += sum(len(r["greedy"]) for r in new)
         drafter.eval()
@@ -321,7 +323,7 @@ RECIPES = {
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--recipe", choices=sorted(RECIPES), help="generate data + train, one go")
-    ap.add_argument("--data", default="data/drafter")
+    ap.add_argument("--data", default="data/drafter", help="gen_data folder(s), comma-separated")
     ap.add_argument("--model", default="", help="lm.path ('' = bundled SmolLM2)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")

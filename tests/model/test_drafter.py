@@ -162,7 +162,13 @@ def test_generate_then_train_from_the_command_line(lm, tmp_path) -> None:
     train = ["--data", str(data), "--steps", "2", "--batch", "2", "--blocks", "2",
              "--eval-every", "1", "--out-dir", str(run), "--save", str(adapter)]  # fmt: skip
     train_drafter.main(train)
-    train_drafter.main([*train[:2], "--steps", "3", *train[4:], "--resume"])
+    # More sampled rounds into a second folder (no round 0 again), then train on both.
+    more = tmp_path / "more"
+    gen_data.main(["--out", str(more), "--first-round", "1", "--rounds", "2", "--batch", "4",
+                   "--max-new-tokens", "6", "--max-batches", "1"])  # fmt: skip
+    assert {(r["sample"], r["heldout"]) for r in torch.load(more / "b00000.pt")} == {(1, 0)}
+    assert len(train_drafter.load_records(f"{data},{more}", set())) == 8
+    train_drafter.main(["--data", f"{data},{more}", "--steps", "3", *train[4:], "--resume"])
     rows = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     with safe_open(str(adapter), "pt") as f:
