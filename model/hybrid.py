@@ -15,7 +15,8 @@ One step (= one base forward, the unit the engine counts):
    per offset; prompt lookup (model/lookup.py) adds chains with their measured acceptance; the
    tree keeps the nodes that pay for their rows (lm.row_cost). With `drafts=` (an earlier
    answer, refinement) that answer is proposed `refine_len` tokens at a time while the new
-   answer follows it, and is looked up by n-gram once it diverges.
+   answer follows it, and is looked up by n-gram once it diverges. `hybrid` hands a step's
+   tokens to the caller before this drafter pass, so drafting never delays verified tokens.
 
 `parallel` adds the diffusion dial: next-step drafts on the tree's top-1 path whose confidence
 >= lm.threshold (a leading run of them) are committed at once, with the tokens of this step,
@@ -236,13 +237,17 @@ def _decode(req: DecodeRequest, threshold: float) -> Iterator[list[int]]:
             yield out
             return
         anchor = v.tokens[-1]
+        if threshold >= 1.0:  # hybrid: hand the tokens over before the drafter pass
+            yield out
+            out = []
         tree = st.propose(anchor, v.hidden, budget - 1)
         committed = tree.tokens[: tree.forced]
         if committed:  # parallel: committed now, written by the next forward like verified ones
             st.commit(committed)
             out = out + committed
             produced += len(committed)
-        yield out
+        if threshold < 1.0:
+            yield out
         if any(t in req.stop_ids for t in committed):
             return
 

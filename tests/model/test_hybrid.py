@@ -126,6 +126,24 @@ def test_one_forward_per_step(tiny) -> None:
         hook.remove()
 
 
+def test_tokens_are_handed_over_before_the_drafter_pass(tiny, monkeypatch) -> None:
+    """hybrid yields a step's tokens first and drafts the next tree on the next resume, so the
+    drafter pass never delays tokens that are already verified."""
+    drafter = hybrid.drafter_for(tiny, "random")
+    calls = []
+    real = drafter.draft
+    monkeypatch.setattr(drafter, "draft", lambda *a, **k: calls.append(1) or real(*a, **k))
+    cache = tiny.new_cache(256)
+    req = DecodeRequest(tiny, cache, prompt(14), Sampler(0, 1, 0, torch.device("cpu")), 30,
+                        frozenset(), replace(CFG, drafter="random"), None)  # fmt: skip
+    with torch.inference_mode():
+        steps = get_decoder("hybrid")(req)
+        assert len(next(steps)) == 1 and not calls
+        next(steps)
+        assert len(calls) == 1
+        steps.close()
+
+
 def test_parallel_threshold_one_is_hybrid(tiny) -> None:
     for drafter in ("random", "from_base"):
         cfg = replace(CFG, drafter=drafter, threshold=1.0)
