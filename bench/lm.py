@@ -152,10 +152,11 @@ def main() -> int:
     )
     ap.add_argument(
         "--prompt-set",
-        choices=("fixed", "heldout"),
+        choices=("fixed", "heldout", "unseen"),
         default="fixed",
         help="fixed: the 24 prompts above (several are also in the drafter's training list); "
-        "heldout: model/prompts.py conversations the drafter never saw",
+        "heldout: model/prompts.py conversations the drafter never saw; unseen: those of them "
+        "whose questions occur in no training conversation either",
     )
     # Hybrid / parallel settings (lm.* fields) and the parallel threshold sweep.
     ap.add_argument("--drafter", default="", help="lm.drafter ('' = bundled adapter, 'none')")
@@ -167,9 +168,13 @@ def main() -> int:
     ap.add_argument(
         "--thresholds", default="", help="parallel sweep, e.g. 0.5,0.7,0.9: adds parallel@T rows"
     )
+    ap.add_argument("--ngram", default="", help="lm.ngram ('' = bundled store, 'none')")
     ap.add_argument(
-        "--lookup-only", action="store_true", help="add a hybrid row with lm.drafter none"
+        "--lookup-only",
+        action="store_true",
+        help="add a hybrid row with lm.drafter none (free drafts: lookup + n-gram store)",
     )
+    ap.add_argument("--no-ngram", action="store_true", help="add a hybrid row with lm.ngram none")
     ap.add_argument(
         "--chain", action="store_true", help="add a hybrid row with lm.draft_branch 1 (no tree)"
     )
@@ -183,14 +188,14 @@ def main() -> int:
     unknown = [d for d in decoders if d not in DECODERS]
     if unknown:
         ap.error(f"unknown decoder(s) {unknown}; available: {', '.join(sorted(DECODERS))}")
-    prompts: list = PROMPTS if a.prompt_set == "fixed" else conversations("heldout")
+    prompts: list = PROMPTS if a.prompt_set == "fixed" else conversations(a.prompt_set)
     if not 1 <= a.prompts <= len(prompts):
         ap.error(f"--prompts must be 1..{len(prompts)}")
 
     cfg = replace(LMConfig(), path=a.model, device=a.device, dtype=a.dtype, threads=a.threads,
-                  drafter=a.drafter, draft_len=a.draft_len, draft_branch=a.draft_branch,
-                  row_cost=a.row_cost,
-                  lookup_ngram=a.lookup_ngram, threshold=a.threshold)  # fmt: skip
+                  drafter=a.drafter, ngram=a.ngram, draft_len=a.draft_len,
+                  draft_branch=a.draft_branch, row_cost=a.row_cost, lookup_ngram=a.lookup_ngram,
+                  threshold=a.threshold)  # fmt: skip
     t = time.perf_counter()
     lm = LM.load(cfg)
     load_s = time.perf_counter() - t
@@ -203,6 +208,8 @@ def main() -> int:
         )
     if a.lookup_only:
         runs["hybrid/lookup"] = (LM(lm.model, lm.tokenizer, replace(cfg, drafter="none")), "hybrid")
+    if a.no_ngram:
+        runs["hybrid/no-ngram"] = (LM(lm.model, lm.tokenizer, replace(cfg, ngram="none")), "hybrid")
     if a.chain:
         runs["hybrid/chain"] = (LM(lm.model, lm.tokenizer, replace(cfg, draft_branch=1)), "hybrid")
     if a.plain_ar:

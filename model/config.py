@@ -91,6 +91,13 @@ class LMConfig:
             "'none' = prompt lookup only, or a .safetensors path"
         },
     )
+    ngram: str = field(
+        default="",
+        metadata={
+            "help": "n-gram store of the base's own answers (free drafts): '' = bundled "
+            "model/adapters/ngram.safetensors if present, 'none' = off, or a .safetensors path"
+        },
+    )
     lookup_ngram: int = field(
         default=8,
         metadata={

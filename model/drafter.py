@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -51,7 +51,7 @@ def read_adapter(path: str | Path, args_cls: type, what: str, fix: str) -> tuple
         with safe_open(str(path), "pt") as f:
             args = args_cls(**json.loads((f.metadata() or {})["args"]))
         return args, load_file(str(path))
-    except (OSError, KeyError, ValueError, TypeError) as e:
+    except (OSError, KeyError, ValueError, TypeError, SafetensorError) as e:
         raise ModelLoadError(f"{path}: not {what} ({type(e).__name__}: {e}); {fix}") from e
 
 

@@ -7,7 +7,7 @@ conversation is a list of chat messages as `ChatSession.generate` takes them.
 
 `conversations("train")` and `conversations("heldout")` split the list deterministically (one in
 ten held out, by a stable hash of the text), so benchmarks measure drafts on prompts the drafter
-never saw.
+never saw; `conversations("unseen")` drops the held-out ones that repeat a training question.
 """
 
 from __future__ import annotations
@@ -330,10 +330,20 @@ def _held_out(conv: list[Message]) -> bool:
 
 
 def conversations(split: str = "all") -> list[list[Message]]:
-    """All conversations, or the deterministic 'train' (~90%) / 'heldout' (~10%) part."""
-    if split not in ("all", "train", "heldout"):
-        raise ValueError(f"split must be all|train|heldout, got {split!r}")
+    """All conversations, or the deterministic 'train' (~90%) / 'heldout' (~10%) part, or
+    'unseen': the held-out ones none of whose user turns occurs in a training conversation
+    (the same question also comes with the voice system prompt or as a follow-up's first turn;
+    17 of the 123 held-out conversations repeat a training question that way)."""
+    if split not in ("all", "train", "heldout", "unseen"):
+        raise ValueError(f"split must be all|train|heldout|unseen, got {split!r}")
     convs = _all()
     if split == "all":
         return convs
+    if split == "unseen":
+        seen = {m["content"] for c in convs if not _held_out(c) for m in c if m["role"] == "user"}
+        return [
+            c
+            for c in convs
+            if _held_out(c) and not any(m["content"] in seen for m in c if m["role"] == "user")
+        ]
     return [c for c in convs if _held_out(c) == (split == "heldout")]

@@ -88,6 +88,9 @@ def test_save_load_roundtrip(tiny, tmp_path) -> None:
     for (name, a), (_, b) in zip(d.state_dict().items(), e.state_dict().items(), strict=True):
         assert torch.allclose(a.float(), b.float(), atol=1e-2), name
     assert load_default("none", tiny) is None
+    (tmp_path / "bad.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ModelLoadError, match="not a drafter adapter"):
+        BlockDrafter.load(tmp_path / "bad.safetensors", tiny)
     with pytest.raises(ModelLoadError, match="not found"):
         load_default(str(tmp_path / "missing.safetensors"), tiny)
     other = Transformer(ModelArgs.preset("tiny", n_layers=3))

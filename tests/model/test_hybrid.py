@@ -17,7 +17,7 @@ from model.hybrid import HybridStepper
 from model.transformer import ModelArgs, Transformer
 from model.tree import DraftTree, build
 
-CFG = LMConfig(drafter="none", row_cost=0.0)  # every draft slot verified
+CFG = LMConfig(drafter="none", ngram="none", row_cost=0.0)  # every draft slot verified
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

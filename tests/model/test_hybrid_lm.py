@@ -1,6 +1,6 @@
 """Hybrid / parallel decoders with the bundled SmolLM2 through the engine: token-for-token
 equal to ar with the trained drafter, without one and with a random one; refinement;
-cancellation; the committed adapter loads by default."""
+cancellation; the committed adapter and n-gram store load by default."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from model import hybrid
 from model.drafter import DEFAULT_ADAPTER, BlockDrafter
 from model.engine import LM
+from model.ngram import DEFAULT_STORE
 from model.prompts import conversations
 
 PROMPTS = conversations("heldout")
@@ -21,9 +22,11 @@ PROMPTS = conversations("heldout")
 def lms(lm: LM) -> dict[str, LM]:
     """LMs sharing the session's weights, one per drafter setting."""
     hybrid.set_drafter(lm.model, "random", BlockDrafter.random(lm.model, seed=0))
+    # "random" runs without the n-gram store, so the random drafter drafts at every step.
+    settings = (("trained", "", ""), ("none", "none", ""), ("random", "random", "none"))
     return {
-        name: LM(lm.model, lm.tokenizer, replace(lm.cfg, decoder="hybrid", drafter=spec))
-        for name, spec in (("trained", ""), ("none", "none"), ("random", "random"))
+        name: LM(lm.model, lm.tokenizer, replace(lm.cfg, decoder="hybrid", drafter=d, ngram=n))
+        for name, d, n in settings
     }
 
 
@@ -51,6 +54,7 @@ def test_trained_adapter_is_the_default(lms) -> None:
     d = hybrid.drafter_for(lms["trained"].model, "")
     assert d is not None and d.args.block >= 2
     assert hybrid.drafter_for(lms["none"].model, "none") is None
+    assert DEFAULT_STORE.exists() and hybrid.ngram_for(lms["trained"].model, "") is not None
 
 
 @pytest.mark.parametrize("drafter", ["trained", "none", "random"])

@@ -122,7 +122,7 @@ def test_verify_follows_the_matching_branch_and_keeps_its_cache_rows() -> None:
     tree.add((g3 + 1) % 512, 3, 0.1, 0.3)  # 4: wrong third token
     cache = model.new_cache(64)
     req = DecodeRequest(model, cache, ids, Sampler(0, 1, 0, torch.device("cpu")), 8, NO_STOP,
-                        LMConfig(drafter="none"), None)  # fmt: skip
+                        LMConfig(drafter="none", ngram="none"), None)  # fmt: skip
     v = HybridStepper(req, None).verify(ids[:-1], ids[-1], tree)
     assert v.tokens == [g1, g2, g3] and v.accepted == 2
     n = len(ids) + 2

@@ -1,0 +1,106 @@
+"""N-gram store: counting the base's greedy next tokens, chained proposals with back-off, the
+file round trip and its errors, and the hybrid decoder drafting from it (exact, fewer
+forwards, the drafter pass skipped where the store is sure)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from model import hybrid
+from model.config import LMConfig
+from model.decode import DecodeRequest, Sampler, get_decoder
+from model.drafter import BlockDrafter
+from model.errors import ModelLoadError
+from model.ngram import MIN_TOTAL, NgramStore, load_default
+from model.transformer import ModelArgs, Transformer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def records():
+    # (ids, prompt_len, greedy): greedy[i] follows ids[:prompt_len + i].
+    return [
+        ([1, 2, 3, 4, 5], 2, [3, 4, 5, 9]),
+        ([7, 2, 3, 4, 6], 2, [3, 4, 6, 9]),
+        ([8, 2, 3, 4, 5], 2, [3, 4, 5, 9]),
+    ]
+
+
+def test_counts_the_most_frequent_next_token_per_context() -> None:
+    store = NgramStore.build(records())
+    assert store.info["tokens"] == 12
+    assert store.table[(2, 3, 4)] == (5, pytest.approx(2 / 4))  # 5 twice, 6 once
+    assert store.table[(2,)] == (3, pytest.approx(3 / 4))
+    assert (1, 2) not in store.table  # seen once: below MIN_TOTAL
+    assert MIN_TOTAL == 2
+
+
+def test_proposes_a_chain_backing_off_to_shorter_contexts() -> None:
+    store = NgramStore.build(records())
+    toks, confs = store.propose([99, 2], 4)
+    # (99, 2) unseen -> (2,) gives 3; then (99, 2, 3) -> (2, 3) gives 4; then 5 and 9.
+    assert toks == [3, 4, 5, 9]
+    assert confs[0] == pytest.approx(3 / 4) and len(confs) == 4
+    assert store.propose([42], 3) == ([], [])
+    assert store.propose([99, 2], 2)[0] == [3, 4]
+
+
+def test_file_round_trip_and_errors(tmp_path) -> None:
+    store = NgramStore.build(records())
+    f = tmp_path / "ngram.safetensors"
+    store.save(f)
+    back = NgramStore.load(f, vocab_size=100)
+    assert back.table.keys() == store.table.keys()
+    assert all(back.table[k][0] == v[0] for k, v in store.table.items())
+    assert back.propose([99, 2], 4) == (store.propose([99, 2], 4)[0], back.propose([99, 2], 4)[1])
+    with pytest.raises(ModelLoadError, match="vocabulary"):
+        NgramStore.load(f, vocab_size=8)
+    (tmp_path / "bad.safetensors").write_bytes(b"nope")
+    with pytest.raises(ModelLoadError, match="not an n-gram store"):
+        NgramStore.load(tmp_path / "bad.safetensors", 100)
+    assert load_default("none", 100) is None
+    with pytest.raises(ModelLoadError, match="not found"):
+        load_default(str(tmp_path / "missing.safetensors"), 100)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(ModelArgs.preset("tiny", n_layers=3)).eval().requires_grad_(False)
+
+
+def decode(model, ids, decoder, cfg, max_new=40):
+    cache = model.new_cache(256)
+    req = DecodeRequest(model, cache, ids, Sampler(0, 1, 0, torch.device("cpu")), max_new,
+                        frozenset(), cfg, None)  # fmt: skip
+    out, forwards = [], 0
+    with torch.inference_mode():
+        for toks in get_decoder(decoder)(req):
+            forwards += 1
+            out += toks
+    return out[:max_new], forwards
+
+
+def test_hybrid_drafts_from_the_store_exactly(tiny, monkeypatch) -> None:
+    cfg = LMConfig(drafter="random", ngram="store", row_cost=0.0, lookup_ngram=0)
+    ids = torch.randint(0, 512, (12,), generator=torch.Generator().manual_seed(3)).tolist()
+    ref, ref_fw = decode(tiny, ids, "ar", cfg)
+    # A store of what this model said on the same prompt: its drafts are right.
+    store = NgramStore.build([(ids + ref, len(ids), ref)])
+    hybrid._NGRAMS.setdefault(tiny, {})["store"] = store
+    drafter = BlockDrafter.random(tiny, seed=2)
+    hybrid.set_drafter(tiny, "random", drafter)
+    calls = []
+    real = drafter.draft
+    monkeypatch.setattr(drafter, "draft", lambda *a, **k: calls.append(1) or real(*a, **k))
+    got, fw = decode(tiny, ids, "hybrid", cfg)
+    assert got == ref and fw < ref_fw / 2
+    assert len(calls) < fw / 2  # the store was sure most of the time: no drafter pass then
+    # A store of unrelated text changes nothing but speed.
+    junk = [(list(range(100, 140)), 5, list(range(105, 140)))] * 2
+    hybrid._NGRAMS[tiny]["store"] = NgramStore.build(junk)
+    assert decode(tiny, ids, "hybrid", cfg)[0] == ref
+    assert decode(tiny, ids, "hybrid", replace(cfg, ngram="none"))[0] == ref
