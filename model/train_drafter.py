@@ -16,7 +16,8 @@ tokens/step vs training tokens. Checkpoints make the run resumable (--resume).
 
 CPU (2 shared cores, 1 thread, niced):
     nice -n 10 .venv/bin/python -m model.train_drafter --data data/drafter --threads 1
-One H200, data generation (>= 1e7 tokens) + training, within 12 minutes, ONE command:
+One H200, data generation (>= 1e7 tokens) + the n-gram store + training, within 12 minutes, ONE
+command:
     .venv/bin/python -m model.train_drafter --recipe h200
 """
 
@@ -309,7 +310,7 @@ RECIPES = {
     # One H200, <= 12 min in all (an estimate: not yet run on a GPU): 80 rounds x ~1K answers
     # x 137 tokens (the CPU data's mean answer) ~ 1.1e7 tokens generated within a 5 min cap
     # (batch 1024, bf16), 1-2 min to load the features, then a 4 min training cap.
-    # Writes model/adapters/drafter.safetensors.
+    # Writes model/adapters/drafter.safetensors and model/adapters/ngram.safetensors.
     "h200": {
         "gen": ["--out", "data/drafter_h200", "--rounds", "80", "--batch", "1024",
                 "--device", "cuda", "--dtype", "bfloat16", "--minutes", "5"],
@@ -350,10 +351,11 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     a = parser().parse_args(argv)
     if a.recipe:
-        from model import gen_data
+        from model import gen_data, ngram
 
         recipe = RECIPES[a.recipe]
         gen_data.main(recipe["gen"])
+        ngram.main(["--data", recipe["train"]["data"]])  # the n-gram store, from the same data
         for key, value in recipe["train"].items():
             setattr(a, key, value)
     train(a)
