@@ -87,15 +87,16 @@ class LMConfig:
     drafter: str = field(
         default="",
         metadata={
-            "help": "drafter adapter: '' = bundled model/adapters/drafter.safetensors if present, "
-            "'none' = prompt lookup only, or a .safetensors path"
+            "help": "drafter adapter: '' = bundled model/adapters/drafter.safetensors (with the "
+            "bundled model, lm.path ''), 'none' = free drafts only, or a .safetensors path"
         },
     )
     ngram: str = field(
         default="",
         metadata={
             "help": "n-gram store of the base's own answers (free drafts): '' = bundled "
-            "model/adapters/ngram.safetensors if present, 'none' = off, or a .safetensors path"
+            "model/adapters/ngram.safetensors (with the bundled model, lm.path ''), 'none' = off, "
+            "or a .safetensors path"
         },
     )
     lookup_ngram: int = field(

@@ -74,6 +74,12 @@ def drafter_for(model: Transformer, spec: str) -> BlockDrafter | None:
     return per_model[spec]
 
 
+def bundled_only(spec: str, lm_path: str) -> str:
+    """lm.drafter / lm.ngram '' means the bundled file, which was made for the bundled model:
+    with another lm.path it means none."""
+    return "none" if not spec and lm_path else spec
+
+
 def ngram_for(model: Transformer, spec: str) -> NgramStore | None:
     """The n-gram store named by lm.ngram for this base model, loaded once."""
     per_model = _NGRAMS.setdefault(model, {})
@@ -104,7 +110,7 @@ class HybridStepper:
         self.threshold = threshold
         self.drafter = drafter
         cfg = req.cfg
-        self.ngram = ngram_for(self.model, cfg.ngram)
+        self.ngram = ngram_for(self.model, bundled_only(cfg.ngram, cfg.path))
         self.k = cfg.draft_len
         self.lookup = (
             PromptLookup(req.prompt, max_ngram=cfg.lookup_ngram) if cfg.lookup_ngram else None
@@ -235,7 +241,8 @@ class HybridStepper:
 
 
 def _decode(req: DecodeRequest, threshold: float) -> Iterator[list[int]]:
-    st = HybridStepper(req, drafter_for(req.model, req.cfg.drafter), threshold)
+    cfg = req.cfg
+    st = HybridStepper(req, drafter_for(req.model, bundled_only(cfg.drafter, cfg.path)), threshold)
     # Prompt rows beyond the last chunk: plain prefill, no logits (cancel checked per chunk).
     rest = req.prompt[req.cache.length :]
     while len(rest) > PREFILL_CHUNK:

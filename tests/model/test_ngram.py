@@ -104,3 +104,9 @@ def test_hybrid_drafts_from_the_store_exactly(tiny, monkeypatch) -> None:
     hybrid._NGRAMS[tiny]["store"] = NgramStore.build(junk)
     assert decode(tiny, ids, "hybrid", cfg)[0] == ref
     assert decode(tiny, ids, "hybrid", replace(cfg, ngram="none"))[0] == ref
+
+
+def test_bundled_files_apply_to_the_bundled_model_only() -> None:
+    assert hybrid.bundled_only("", "") == ""  # bundled model: bundled drafter / store
+    assert hybrid.bundled_only("", "other.gguf") == "none"
+    assert hybrid.bundled_only("mine.safetensors", "other.gguf") == "mine.safetensors"
