@@ -208,13 +208,18 @@ class BlockDrafter(nn.Module):
         return self.vocab_ids[idx].tolist(), conf.tolist()
 
 
+def resolve_file(spec: str, bundled: Path, key: str) -> Path | None:
+    """A file setting (lm.drafter, lm.ngram): '' = the bundled file if present, 'none' =
+    nothing, else a path that must exist."""
+    if spec == "none" or (not spec and not bundled.exists()):
+        return None
+    path = Path(spec) if spec else bundled
+    if not path.exists():
+        raise ModelLoadError(f"{key} file not found: {path} (use '' or 'none')")
+    return path
+
+
 def load_default(spec: str, base: Transformer) -> BlockDrafter | None:
     """lm.drafter: '' = the bundled adapter if present, 'none' = no drafter, else a path."""
-    if spec == "none":
-        return None
-    path = Path(spec) if spec else DEFAULT_ADAPTER
-    if not spec and not path.exists():
-        return None
-    if not path.exists():
-        raise ModelLoadError(f"lm.drafter file not found: {path} (use '' or 'none')")
-    return BlockDrafter.load(path, base)
+    path = resolve_file(spec, DEFAULT_ADAPTER, "lm.drafter")
+    return None if path is None else BlockDrafter.load(path, base)

@@ -29,6 +29,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from model.drafter import resolve_file
 from model.errors import ModelLoadError
 
 DEFAULT_STORE = Path(__file__).parent / "adapters" / "ngram.safetensors"
@@ -122,14 +123,8 @@ class NgramStore:
 
 def load_default(spec: str, vocab_size: int) -> NgramStore | None:
     """lm.ngram: '' = the bundled store if present, 'none' = no store, else a path."""
-    if spec == "none":
-        return None
-    path = Path(spec) if spec else DEFAULT_STORE
-    if not spec and not path.exists():
-        return None
-    if not path.exists():
-        raise ModelLoadError(f"lm.ngram file not found: {path} (use '' or 'none')")
-    return NgramStore.load(path, vocab_size)
+    path = resolve_file(spec, DEFAULT_STORE, "lm.ngram")
+    return None if path is None else NgramStore.load(path, vocab_size)
 
 
 def main(argv: list[str] | None = None) -> None:
