@@ -104,13 +104,15 @@ class HybridStepper:
     """The decode state between forwards: what is cached, the pending token, the drafts."""
 
     def __init__(
-        self, req: DecodeRequest, drafter: BlockDrafter | None, threshold: float = 1.0
+        self,
+        req: DecodeRequest,
+        drafter: BlockDrafter | None,
+        ngram: NgramStore | None = None,
+        threshold: float = 1.0,
     ) -> None:
         self.req, self.model, self.cache = req, req.model, req.cache
-        self.threshold = threshold
-        self.drafter = drafter
+        self.drafter, self.ngram, self.threshold = drafter, ngram, threshold
         cfg = req.cfg
-        self.ngram = ngram_for(self.model, bundled_only(cfg.ngram, cfg.path))
         self.k = cfg.draft_len
         self.lookup = (
             PromptLookup(req.prompt, max_ngram=cfg.lookup_ngram) if cfg.lookup_ngram else None
@@ -242,7 +244,10 @@ class HybridStepper:
 
 def _decode(req: DecodeRequest, threshold: float) -> Iterator[list[int]]:
     cfg = req.cfg
-    st = HybridStepper(req, drafter_for(req.model, bundled_only(cfg.drafter, cfg.path)), threshold)
+    drafter = drafter_for(req.model, bundled_only(cfg.drafter, cfg.path))
+    st = HybridStepper(
+        req, drafter, ngram_for(req.model, bundled_only(cfg.ngram, cfg.path)), threshold
+    )
     # Prompt rows beyond the last chunk: plain prefill, no logits (cancel checked per chunk).
     rest = req.prompt[req.cache.length :]
     while len(rest) > PREFILL_CHUNK:
