@@ -247,6 +247,7 @@ def main() -> int:
             k: getattr(cfg, k)
             for k in (
                 "drafter",
+                "ngram",
                 "draft_len",
                 "draft_branch",
                 "row_cost",

@@ -33,7 +33,7 @@ class LMConfig:
         },
     )
     decoder: str = field(
-        default="ar",
+        default="hybrid",
         metadata={"help": "decoding mode", "choices": ("ar", "hybrid", "parallel")},
     )
     max_new_tokens: int = field(

@@ -20,7 +20,7 @@ def small_lm(lm: LM, **cfg: object) -> LM:
 
 
 def test_capital_of_france_stops_by_itself(lm: LM) -> None:
-    gen = lm.session().generate(FRANCE)
+    gen = lm.session().generate(FRANCE, decoder="ar")
     pieces = list(gen)
     assert "Paris" in gen.text
     assert "".join(pieces) == gen.text
@@ -159,7 +159,7 @@ def test_prefill_warms_the_cache_for_the_next_answer(lm: LM) -> None:
     msgs = [*system, *FRANCE]
     n = s.prefill(msgs)
     assert n == len(s.lm.tokenizer.apply_chat(msgs)) - 1
-    g = s.generate(msgs, max_new_tokens=8)
+    g = s.generate(msgs, max_new_tokens=8, decoder="ar")
     list(g)
     assert g.stats.cached_tokens == n
     # Only the last prompt token was fed: one forward per committed token (EOS included).
