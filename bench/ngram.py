@@ -1,0 +1,92 @@
+"""N-gram store curve: free drafts only (prompt lookup + model/ngram.py's store), greedy hybrid
+decoding simulated exactly along the `unseen` held-out greedy answers (64 tokens), with stores
+built from growing shares of the training answers. JSON lines to stdout; no model needed.
+
+    .venv/bin/python bench/ngram.py --data data/drafter,data/drafter_more
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from model.lookup import PromptLookup  # noqa: E402
+from model.ngram import NgramStore  # noqa: E402
+from model.prompts import conversations  # noqa: E402
+from model.train_drafter import load_records  # noqa: E402
+from model.tree import build  # noqa: E402
+
+STOP = frozenset({0, 2})  # SmolLM2's end-of-text / im_end
+
+
+def simulate(held: list, store: NgramStore | None, tokens: int, row_cost: float) -> dict:
+    steps = committed = positions = 0
+    right = [0, 0, 0, 0]  # first i + 1 store drafts all right
+    for r in held:
+        ids, p0 = r["ids"].tolist(), int(r["prompt_len"])
+        n = min(len(ids), p0 + tokens)
+        for s in range(p0, n - 1):
+            toks = store.propose(ids[max(0, s - 7) : s + 1], 4)[0] if store else []
+            ok = True
+            for i in range(4):
+                ok = ok and i < len(toks) and s + 1 + i < n and toks[i] == ids[s + 1 + i]
+                right[i] += ok
+            positions += 1
+        lookup, s = PromptLookup(ids[: p0 + 1]), p0
+        while s < n - 1:
+            k = min(8, n - 1 - s)
+            chains = [lookup.propose(k)]
+            if store is not None:
+                chains.append(store.propose(ids[max(0, s - 7) : s + 1], k))
+            tree = build([], [c for c in chains if c[0]], max_nodes=k, max_depth=k,
+                         row_cost=row_cost, stop_ids=STOP)  # fmt: skip
+            kids, node, a = tree.children(), -1, 0
+            while s + 1 + a < n:
+                node = next((c for c in kids[node] if tree.tokens[c] == ids[s + 1 + a]), -2)
+                if node == -2:
+                    break
+                a += 1
+            c = min(a + 1, n - 1 - s)
+            steps, committed = steps + 1, committed + c
+            lookup.extend(ids[s + 1 : s + 1 + c])
+            s += c
+    return {
+        "tokens_per_step": round(committed / max(steps, 1), 3),
+        "first_i_right": [round(x / max(positions, 1), 3) for x in right],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="data/drafter", help="gen_data folder(s), comma-separated")
+    ap.add_argument("--tokens", type=int, default=64, help="answer tokens simulated")
+    ap.add_argument("--row-cost", type=float, default=0.1)
+    a = ap.parse_args()
+    recs = load_records(a.data, set())
+    unseen = {tuple(m["content"] for m in c) for c in conversations("unseen")}
+    every = conversations("all")
+    unseen_idx = {i for i, c in enumerate(every) if tuple(m["content"] for m in c) in unseen}
+    train = [r for r in recs if not r["heldout"]]
+    held = [r for r in recs if r["heldout"] and r["sample"] == 0 and int(r["conv"]) in unseen_idx]
+    if not train or not held:
+        raise SystemExit(f"{a.data}: no training or unseen held-out answers; run model.gen_data")
+    random.Random(0).shuffle(train)
+    print(json.dumps({"unseen_answers": len(held), "train_answers": len(train)}))
+    print(json.dumps({"store_tokens": 0, **simulate(held, None, a.tokens, a.row_cost)}))
+    for share in (0.125, 0.25, 0.5, 1.0):
+        part = train[: int(len(train) * share)]
+        store = NgramStore.build(
+            (r["ids"].tolist(), int(r["prompt_len"]), r["greedy"].tolist()) for r in part
+        )
+        row = {"store_tokens": store.info["tokens"], "contexts": len(store.table)}
+        print(json.dumps({**row, **simulate(held, store, a.tokens, a.row_cost)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
