@@ -120,8 +120,8 @@ class LMConfig:
         metadata={
             "help": "cost of one more verify row as a fraction of a 1-row forward: drafts are "
             "verified while they raise the expected tokens per unit of cost; -1 = auto "
-            "(0.1 on CPU, measured with prepacked weights, + 0.35 once per step at 1 thread; "
-            "0 on CUDA)",
+            "(0.1 on CPU, measured with prepacked weights, + 0.35 once per step and no drafter "
+            "pass at 1 thread; 0 on CUDA)",
             "min": -1.0,
             "max": 1.0,
         },

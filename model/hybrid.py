@@ -55,6 +55,9 @@ CPU_1THREAD_FIRST_ROW_COST = 0.35
 # to pay for itself (always: 1.82 tokens/step, 1.29x est.; below 0.4 only: 1.76, 1.33x; never:
 # 1.62, 1.34x, at a pass cost of 0.1 forward; BENCHMARKS.md).
 DRAFTER_SKIP_CONF = 0.4
+# At 1 thread on CPU (lm.row_cost auto) the pass is skipped altogether: free drafts alone were
+# faster in both runs (bench/lm.py, 12 unseen prompts: 1.20x and 1.17x ar vs 1.12x and 1.05x
+# with the drafter).
 
 # Loaded drafters (and n-gram stores) per base model and lm.drafter (lm.ngram) value: shared by
 # every session.
@@ -129,6 +132,8 @@ class HybridStepper:
         self.row_cost = cfg.row_cost if not auto else CPU_ROW_COST if cpu else 0.0
         one_thread = cpu and auto and torch.get_num_threads() == 1
         self.first_row_cost = CPU_1THREAD_FIRST_ROW_COST if one_thread else 0.0
+        if one_thread:  # there the drafter pass does not pay for itself (DRAFTER_SKIP_CONF)
+            self.drafter = None
 
     # --- 1. verify ----------------------------------------------------------------------------
 

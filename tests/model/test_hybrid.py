@@ -144,6 +144,14 @@ def test_tokens_are_handed_over_before_the_drafter_pass(tiny, monkeypatch) -> No
         steps.close()
 
 
+def test_one_thread_auto_cost_runs_without_the_drafter_pass(tiny) -> None:
+    req = DecodeRequest(tiny, tiny.new_cache(64), prompt(1), Sampler(0, 1, 0, torch.device("cpu")),
+                        8, frozenset(), replace(CFG, row_cost=-1.0), None)  # fmt: skip
+    drafter = BlockDrafter.random(tiny, seed=4)
+    assert HybridStepper(req, drafter).drafter is None  # this test runs at 1 thread
+    assert HybridStepper(replace(req, cfg=CFG), drafter).drafter is drafter
+
+
 def test_parallel_threshold_one_is_hybrid(tiny) -> None:
     for drafter in ("random", "from_base"):
         cfg = replace(CFG, drafter=drafter, threshold=1.0)

@@ -25,7 +25,12 @@ def lms(lm: LM) -> dict[str, LM]:
     # "random" runs without the n-gram store, so the random drafter drafts at every step.
     settings = (("trained", "", ""), ("none", "none", ""), ("random", "random", "none"))
     return {
-        name: LM(lm.model, lm.tokenizer, replace(lm.cfg, decoder="hybrid", drafter=d, ngram=n))
+        # row_cost explicit: at 1 thread the auto setting would skip the drafter pass.
+        name: LM(
+            lm.model,
+            lm.tokenizer,
+            replace(lm.cfg, decoder="hybrid", drafter=d, ngram=n, row_cost=0.1),
+        )
         for name, d, n in settings
     }
 
