@@ -27,7 +27,7 @@ never does that, so `parallel` at 1.0 is exactly `hybrid`.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -59,22 +59,27 @@ DRAFTER_SKIP_CONF = 0.4
 # faster in both runs (bench/lm.py, 12 unseen prompts: 1.20x and 1.17x ar vs 1.12x and 1.05x
 # with the drafter).
 
-# Loaded drafters (and n-gram stores) per base model and lm.drafter (lm.ngram) value: shared by
-# every session.
-_DRAFTERS: weakref.WeakKeyDictionary[Transformer, dict[str, BlockDrafter | None]] = (
+# Loaded drafters and n-gram stores per base model, by (setting, value): shared by every session.
+_LOADED: weakref.WeakKeyDictionary[Transformer, dict[tuple[str, str], object]] = (
     weakref.WeakKeyDictionary()
 )
-_NGRAMS: weakref.WeakKeyDictionary[Transformer, dict[str, NgramStore | None]] = (
-    weakref.WeakKeyDictionary()
-)
+
+
+def _loaded(model: Transformer, key: tuple[str, str], load: Callable[[], object]) -> object:
+    per_model = _LOADED.setdefault(model, {})
+    if key not in per_model:
+        per_model[key] = load()
+    return per_model[key]
 
 
 def drafter_for(model: Transformer, spec: str) -> BlockDrafter | None:
     """The drafter named by lm.drafter for this base model, loaded once."""
-    per_model = _DRAFTERS.setdefault(model, {})
-    if spec not in per_model:
-        per_model[spec] = load_default(spec, model)
-    return per_model[spec]
+    return _loaded(model, ("drafter", spec), lambda: load_default(spec, model))
+
+
+def ngram_for(model: Transformer, spec: str) -> NgramStore | None:
+    """The n-gram store named by lm.ngram for this base model, loaded once."""
+    return _loaded(model, ("ngram", spec), lambda: load_ngram(spec, model.args.vocab_size))
 
 
 def bundled_only(spec: str, lm_path: str) -> str:
@@ -83,17 +88,14 @@ def bundled_only(spec: str, lm_path: str) -> str:
     return "none" if not spec and lm_path else spec
 
 
-def ngram_for(model: Transformer, spec: str) -> NgramStore | None:
-    """The n-gram store named by lm.ngram for this base model, loaded once."""
-    per_model = _NGRAMS.setdefault(model, {})
-    if spec not in per_model:
-        per_model[spec] = load_ngram(spec, model.args.vocab_size)
-    return per_model[spec]
-
-
 def set_drafter(model: Transformer, spec: str, drafter: BlockDrafter | None) -> None:
     """Register an in-memory drafter under an lm.drafter name (tests, benchmarks)."""
-    _DRAFTERS.setdefault(model, {})[spec] = drafter
+    _LOADED.setdefault(model, {})["drafter", spec] = drafter
+
+
+def set_ngram(model: Transformer, spec: str, store: NgramStore | None) -> None:
+    """Register an in-memory n-gram store under an lm.ngram name (tests, benchmarks)."""
+    _LOADED.setdefault(model, {})["ngram", spec] = store
 
 
 @dataclass
