@@ -117,7 +117,7 @@ class InPassAdapter(nn.Module):
 
     @classmethod
     def load(cls, path: str | Path, base: Transformer) -> InPassAdapter:
-        args, tensors = read_adapter(
+        args, tensors, _ = read_adapter(
             path, InPassArgs, "an in-pass adapter", "train one with python -m model.inpass train"
         )
         ad = cls(base, args, tensors["vocab_ids"].long())

@@ -264,7 +264,7 @@ def train(a: argparse.Namespace) -> None:
                 "train_answers": len(train_recs), "data_tokens": n_tokens,
                 "target_tokens_seen": seen, "steps": step, "vocab_coverage": round(coverage, 4),
                 "device": str(dev), "heldout": ev}  # fmt: skip
-        drafter.save(a.save, info)
+        drafter.save(a.save, base, info)
 
     if step == 0:
         checkpoint_and_eval()

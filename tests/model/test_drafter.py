@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from model.drafter import BlockDrafter, load_default
+from model.drafter import BlockDrafter, load_default, q4_decode, q4_encode
 from model.errors import ModelLoadError
 from model.gen_data import generate_batch
 from model.train_drafter import block_forward, draft_vocab, targets_for
@@ -79,14 +79,29 @@ def test_runtime_draft_equals_training_pass(tiny, records) -> None:
     assert drafter.draft(tiny, cache, int(rec["ids"][s]), h)[0] == [[d[0]] for d in drafts]
 
 
+def test_q4_code_roundtrip() -> None:
+    x = torch.randn(6, 64) * torch.logspace(-3, 0, 6)[:, None]  # rows of different magnitudes
+    codes, scales = q4_encode(x)
+    assert codes.dtype == torch.uint8 and codes.shape == (6, 32) and scales.shape == (6, 2)
+    err = (q4_decode(codes, scales) - x).abs().view(6, 2, 32)
+    assert (err <= scales.float()[..., None] / 2 + 1e-6).all()
+    assert torch.equal(q4_decode(*q4_encode(torch.zeros(2, 32))), torch.zeros(2, 32))
+
+
 def test_save_load_roundtrip(tiny, tmp_path) -> None:
     d = BlockDrafter.from_base(tiny, torch.arange(100, 300), n_layers=2, block=3)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # as after training: every tensor moved off its starting point
+        for p in d.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.02)
     f = tmp_path / "d.safetensors"
-    d.save(f, {"note": "test"})
+    d.save(f, tiny, {"note": "test"})
     e = BlockDrafter.load(f, tiny)
     assert e.args == d.args and torch.equal(e.vocab_ids, d.vocab_ids)
     for (name, a), (_, b) in zip(d.state_dict().items(), e.state_dict().items(), strict=True):
-        assert torch.allclose(a.float(), b.float(), atol=1e-2), name
+        assert torch.allclose(a.float(), b.float(), atol=0.02 * 4 / 14 + 1e-3), name
+    n_params = sum(p.numel() for p in d.parameters())
+    assert f.stat().st_size < n_params  # 4-bit matrices: under a byte per parameter
     assert load_default("none", tiny) is None
     (tmp_path / "bad.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(ModelLoadError, match="not a drafter adapter"):
@@ -96,6 +111,10 @@ def test_save_load_roundtrip(tiny, tmp_path) -> None:
     other = Transformer(ModelArgs.preset("tiny", n_layers=3))
     with pytest.raises(ModelLoadError, match="lm.drafter: none"):
         BlockDrafter.load(f, other)
+    torch.manual_seed(5)  # same shapes, other weights: the stored changes would not fit them
+    retrained = Transformer(ModelArgs.preset("tiny", n_layers=4))
+    with pytest.raises(ModelLoadError, match="other base weights.*lm.drafter: none"):
+        BlockDrafter.load(f, retrained)
 
 
 def test_targets_only_on_the_greedy_chain() -> None:
