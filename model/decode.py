@@ -89,15 +89,27 @@ class DecodeRequest:
 
 
 Decoder = Callable[[DecodeRequest], Iterator[list[int]]]
+Prepare = Callable[[Transformer, LMConfig], None]
 DECODERS: dict[str, Decoder] = {}
+PREPARE: dict[str, Prepare] = {}
 
 
-def register(name: str) -> Callable[[Decoder], Decoder]:
+def register(name: str, prepare: Prepare | None = None) -> Callable[[Decoder], Decoder]:
+    """Register a decoder; `prepare(model, cfg)` loads what it needs once, at LM.load (so a
+    bad file fails at startup and the first answer pays no loading time)."""
+
     def deco(fn: Decoder) -> Decoder:
         DECODERS[name] = fn
+        if prepare is not None:
+            PREPARE[name] = prepare
         return fn
 
     return deco
+
+
+def prepare(name: str, model: Transformer, cfg: LMConfig) -> None:
+    if name in PREPARE:
+        PREPARE[name](model, cfg)
 
 
 def get_decoder(name: str) -> Decoder:

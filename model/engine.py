@@ -56,6 +56,7 @@ class LM:
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         model, tok = loader.load(cfg.path, cfg.device, cfg.dtype)
+        decode.prepare(cfg.decoder, model, cfg)
         return cls(model, tok, cfg)
 
     def session(self) -> ChatSession:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels.verify_select import verify_select
+from model.config import LMConfig
 from model.decode import PREFILL_CHUNK, DecodeRequest, register
 from model.drafter import BlockDrafter, load_default
 from model.lookup import PromptLookup
@@ -295,13 +296,19 @@ def _decode(req: DecodeRequest, threshold: float) -> Iterator[list[int]]:
             return
 
 
-@register("hybrid")
+def prepare(model: Transformer, cfg: LMConfig) -> None:
+    """Load the drafter and n-gram store the config names (LM.load, before the first answer)."""
+    drafter_for(model, bundled_only(cfg.drafter, cfg.path))
+    ngram_for(model, bundled_only(cfg.ngram, cfg.path))
+
+
+@register("hybrid", prepare)
 def decode_hybrid(req: DecodeRequest) -> Iterator[list[int]]:
     """Verified decoding: exactly the base model's tokens, several per forward."""
     return _decode(req, 1.0)
 
 
-@register("parallel")
+@register("parallel", prepare)
 def decode_parallel(req: DecodeRequest) -> Iterator[list[int]]:
     """Confident drafts committed without verification (lm.threshold); lossy."""
     return _decode(req, req.cfg.threshold)

@@ -5,13 +5,15 @@ cancellation; the committed adapter and n-gram store load by default."""
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import replace
 
 import pytest
 
-from model import hybrid
+from model import hybrid, loader
 from model.drafter import DEFAULT_ADAPTER, BlockDrafter
 from model.engine import LM
+from model.errors import ModelLoadError
 from model.ngram import DEFAULT_STORE
 from model.prompts import conversations
 
@@ -60,6 +62,17 @@ def test_trained_adapter_is_the_default(lms) -> None:
     assert d is not None and d.args.block >= 2
     assert hybrid.drafter_for(lms["none"].model, "none") is None
     assert DEFAULT_STORE.exists() and hybrid.ngram_for(lms["trained"].model, "") is not None
+
+
+def test_load_prepares_what_the_decoder_needs(lm, monkeypatch) -> None:
+    monkeypatch.setattr(loader, "load", lambda *_: (lm.model, lm.tokenizer))
+    monkeypatch.setattr(hybrid, "_LOADED", weakref.WeakKeyDictionary())
+    LM.load(replace(lm.cfg, decoder="ar"))
+    assert lm.model not in hybrid._LOADED
+    LM.load(replace(lm.cfg, decoder="hybrid"))  # loaded before the first answer
+    assert set(hybrid._LOADED[lm.model]) == {("drafter", ""), ("ngram", "")}
+    with pytest.raises(ModelLoadError, match="lm.drafter file not found"):  # at startup
+        LM.load(replace(lm.cfg, decoder="parallel", drafter="missing.safetensors"))
 
 
 @pytest.mark.parametrize("drafter", ["trained", "none", "random"])
