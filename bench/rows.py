@@ -1,14 +1,15 @@
-"""Row cost: one forward of T new rows vs one row, with plain and with prepacked weights.
+"""Row cost: one forward of T new rows vs one row, per matrix kernel.
 
     .venv/bin/python bench/rows.py --rows 1,2,3,5,9,13,17 --reps 15 [--threads 1]
 
-What a verified decoder pays for k drafts is the cost of k extra rows in its forward. Two copies
-of the bundled model are loaded, one prepacked (as the loader leaves it) and one unpacked
-(plain F.linear), and every (rows, weights) case runs interleaved in one process after a
-`--prefill`-token context, logits for every row (the verify step's shape). "packed" forces the
-prepacked path even for a single row (transformer.gemv_wins switched off), where the model keeps
-MKL's gemv at 1 thread, so the table shows both choices. JSON to stdout: median ms per case and
-each case's ratio to the 1-row plain forward.
+What a verified decoder pays for k drafts is the cost of k extra rows in its forward. One copy
+of the bundled model per `--kinds` entry is loaded: "rows" (kernels/cpu_rows.py, what the loader
+picks where it builds), "onednn" (oneDNN-prepacked), "plain" (F.linear, MKL), and every
+(rows, kind) case runs interleaved in one process after a `--prefill`-token context, logits for
+every row (the verify step's shape). "onednn" forces the packed path even for a single row
+(transformer.gemv_wins switched off), where the model would keep MKL's gemv at 1 thread: "plain"
+shows that choice. JSON to stdout: median ms per case and each case's ratio to the 1-row
+forward of the first kind.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench/lm.py
 import torch  # noqa: E402
 
 import model.transformer as transformer  # noqa: E402
+from kernels import cpu_rows  # noqa: E402
 from model.loader import load  # noqa: E402
 
 
@@ -36,14 +38,19 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--prefill", type=int, default=120)
     ap.add_argument("--threads", type=int, default=0, help="0 = torch default")
+    ap.add_argument("--kinds", default="rows,onednn,plain", help="comma list of weight kinds")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     rows = sorted({1, *(int(r) for r in a.rows.split(","))})  # 1 row: the reference
-    packed, _ = load("")
-    plain, _ = load("")
-    plain.unpack()
-    models = {"plain": plain, "packed": packed}
+    kinds = a.kinds.split(",")
+    if "rows" in kinds and not cpu_rows.available():
+        raise SystemExit("the cpu_rows kernel is not available here (see the log line above)")
+    models = {}
+    for kind in kinds:
+        models[kind], _ = load("")
+        models[kind].unpack()
+        models[kind].pack(kind)
     caches = {k: m.new_cache(a.prefill + max(rows) + 1) for k, m in models.items()}
     gemv_wins = transformer.gemv_wins
     times: dict[tuple[str, int], list[float]] = {}
@@ -54,7 +61,7 @@ def main() -> int:
         for rep in range(a.reps + 1):  # the first round warms up and is not counted
             for t in rows:
                 for k, m in models.items():
-                    transformer.gemv_wins = (lambda x: False) if k == "packed" else gemv_wins
+                    transformer.gemv_wins = (lambda x: False) if k == "onednn" else gemv_wins
                     ids = torch.randint(0, 1000, (1, t), generator=gen)
                     t0 = time.perf_counter()
                     m(ids, cache=caches[k], logits="all")
@@ -63,13 +70,13 @@ def main() -> int:
                     caches[k].truncate(a.prefill)
     transformer.gemv_wins = gemv_wins
     ms = {key: statistics.median(v) * 1e3 for key, v in times.items()}
-    one = ms[("plain", 1)]
+    one = ms[(kinds[0], 1)]
     out = {
         "threads": torch.get_num_threads(),
         "prefill": a.prefill,
         "reps": a.reps,
         "median_ms": {f"{k}/{t}": round(v, 1) for (k, t), v in ms.items()},
-        "vs_plain_1_row": {f"{k}/{t}": round(v / one, 2) for (k, t), v in ms.items()},
+        f"vs_{kinds[0]}_1_row": {f"{k}/{t}": round(v / one, 2) for (k, t), v in ms.items()},
     }
     json.dump(out, sys.stdout, indent=1)
     print()

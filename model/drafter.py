@@ -38,7 +38,7 @@ from torch import nn
 
 from model.errors import ModelLoadError
 from model.kv_cache import KVCache
-from model.transformer import Block, Linear, ModelArgs, Transformer, linear, prepack
+from model.transformer import Block, Linear, ModelArgs, Packed, Transformer, linear, prepack
 
 DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / "drafter.safetensors"
 
@@ -102,7 +102,7 @@ class BlockDrafter(nn.Module):
         nn.init.zeros_(self.ctx_proj.weight)
         self.register_buffer("vocab_ids", vocab_ids.long())
         self.head: torch.Tensor | None = None  # (vocab, dim) rows of the base output embedding
-        self.head_packed: torch.Tensor | None = None
+        self.head_packed: Packed | None = None
 
     @property
     def first_base_layer(self) -> int:
@@ -154,12 +154,12 @@ class BlockDrafter(nn.Module):
         self.head_packed = None
         return self
 
-    def pack(self) -> BlockDrafter:
-        """Prepack the matrices for CPU inference (see model/transformer.py)."""
+    def pack(self, kind: str = "auto") -> BlockDrafter:
+        """Pack the matrices for CPU inference (model/transformer.py's `prepack` kinds)."""
         for m in self.modules():
             if isinstance(m, Linear):
-                m.pack()
-        self.head_packed = None if self.head is None else prepack(self.head)
+                m.pack(kind)
+        self.head_packed = None if self.head is None else prepack(self.head, kind)
         return self
 
     def starting_point(self, base: Transformer) -> dict[str, torch.Tensor]:

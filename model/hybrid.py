@@ -42,23 +42,25 @@ from model.ngram import load_default as load_ngram
 from model.transformer import Transformer
 from model.tree import DraftTree, build
 
-# lm.row_cost = -1 on CPU: the extra cost of a verify row relative to a 1-row forward, measured
-# with prepacked weights on the 2-core dev box (5 rows ~1.3-1.55x one row, 9 rows ~1.5-1.8x,
-# BENCHMARKS.md). On CUDA it is 0: a few rows are free next to reading the weights.
-CPU_ROW_COST = 0.1
-# ... and at 1 thread a single row runs MKL's gemv while 2+ rows take the packed gemm
-# (transformer.gemv_wins): 1 -> 2 rows costs 1.46x, each row after that ~0.05 (bench/rows.py
-# --threads 1). The jump is charged once to any step that verifies a draft.
-CPU_1THREAD_FIRST_ROW_COST = 0.35
+# lm.row_cost = -1 on CPU: the extra cost of a verify row relative to a 1-row forward, by the
+# matrix kernel the model is packed for (Transformer.cpu_kernel), measured on the 2-core dev box
+# (bench/rows.py, BENCHMARKS.md): kernels/cpu_rows.py 5 rows ~1.1x one row, 9 rows ~1.25x, at 1
+# and 2 threads alike; oneDNN 5 rows ~1.3-1.55x, 9 rows ~1.5-1.8x. On CUDA it is 0: a few rows
+# are free next to reading the weights.
+CPU_ROW_COST = {"rows": 0.03, "onednn": 0.1, "plain": 0.1}
+# ... and otherwise, at 1 thread, a single row runs MKL's gemv while 2+ rows take oneDNN's
+# packed gemm (transformer.gemv_wins; MKL's sgemm when unpacked): 1 -> 2 rows costs 1.46x, each
+# row after that ~0.05 (bench/rows.py --threads 1). The jump is charged once to any step that
+# verifies a draft, and the drafter pass is skipped altogether: free drafts alone were faster
+# there (bench/lm.py, 12 unseen prompts: 1.20x and 1.17x ar vs 1.12x and 1.05x with it).
+GEMV_1THREAD_FIRST_ROW_COST = 0.35
 
 # The drafter pass is skipped when a free draft (prompt lookup, n-gram store) already gives the
-# next token this confidence: simulated on 40 held-out answers, the pass then adds too little
-# to pay for itself (always: 1.82 tokens/step, 1.29x est.; below 0.4 only: 1.76, 1.33x; never:
-# 1.62, 1.34x, at a pass cost of 0.1 forward; BENCHMARKS.md).
-DRAFTER_SKIP_CONF = 0.4
-# At 1 thread on CPU (lm.row_cost auto) the pass is skipped altogether: free drafts alone were
-# faster in both runs (bench/lm.py, 12 unseen prompts: 1.20x and 1.17x ar vs 1.12x and 1.05x
-# with the drafter).
+# next token this confidence: simulated on 60 unseen held-out answers with the cpu_rows kernel's
+# row costs and a pass cost of 0.11 forward, always running it gives 2.19 tokens/step but 1.65x
+# est.; below 0.6 only: 2.16, 1.68x; below 0.4 only: 2.07, 1.67x; never: 1.82, 1.62x
+# (BENCHMARKS.md). With oneDNN's costs 0.4 was ~1 % better than 0.6.
+DRAFTER_SKIP_CONF = 0.6
 
 # Loaded drafters and n-gram stores per base model, by (setting, value): shared by every session.
 _LOADED: weakref.WeakKeyDictionary[Transformer, dict[tuple[str, str], object]] = (
@@ -132,10 +134,11 @@ class HybridStepper:
         self.aligned = bool(self.old)  # the answer so far equals a prefix of the earlier one
         self.dev = self.model.embed.weight.device
         cpu, auto = self.dev.type == "cpu", cfg.row_cost < 0
-        self.row_cost = cfg.row_cost if not auto else CPU_ROW_COST if cpu else 0.0
-        one_thread = cpu and auto and torch.get_num_threads() == 1
-        self.first_row_cost = CPU_1THREAD_FIRST_ROW_COST if one_thread else 0.0
-        if one_thread:  # there the drafter pass does not pay for itself (DRAFTER_SKIP_CONF)
+        kernel = self.model.cpu_kernel
+        self.row_cost = cfg.row_cost if not auto else CPU_ROW_COST[kernel] if cpu else 0.0
+        gemv_jump = cpu and auto and kernel != "rows" and torch.get_num_threads() == 1
+        self.first_row_cost = GEMV_1THREAD_FIRST_ROW_COST if gemv_jump else 0.0
+        if gemv_jump:  # there the drafter pass does not pay for itself
             self.drafter = None
 
     # --- 1. verify ----------------------------------------------------------------------------

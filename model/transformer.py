@@ -13,10 +13,11 @@ The default path (causal, all rows cached) needs no mask at decode time and is t
 
 Weights: q/k/v and gate/up are fused into one matrix each (4 matrix products per layer
 instead of 7). fp32 on CPU, bf16 on CUDA (see model/loader.py). On CPU, inference models carry a
-oneDNN-prepacked copy of every matrix (`Transformer.pack`, called by the loader): plain
-F.linear goes through MKL sgemm, which re-packs the weight on every call, so on this 2-core AMD
-box 2 rows cost 1.9x one row and 5 rows 2.2x; prepacked, 5 rows cost 1.3-1.4x one row, which
-is what makes verifying drafts pay (BENCHMARKS.md). At 1 thread single rows keep MKL's gemv.
+packed copy of every matrix (`Transformer.pack`, called by the loader) for a kernel built for
+decode's few rows: kernels/cpu_rows.py where it builds (each weight streamed once for all rows;
+9 rows cost ~1.25x one row, and one row is ~1.4x faster than oneDNN's), else oneDNN's
+prepacked layout (5 rows 1.2-1.4x one row). Plain F.linear (MKL sgemm) re-packs the weight on
+every call: 2 rows cost 1.9x one row (BENCHMARKS.md, "Row cost").
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernels import cpu_rows
 from model.kv_cache import KVCache
 
 
@@ -103,6 +105,10 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), sin)
 
 
+# A weight's inference copy: kernels/cpu_rows.py's panels or a oneDNN-prepacked tensor.
+Packed = cpu_rows.Panels | torch.Tensor
+
+
 @functools.cache
 def _packing_works() -> bool:
     """oneDNN's prepacked fp32 linear exists in this torch build and agrees with F.linear."""
@@ -116,33 +122,41 @@ def _packing_works() -> bool:
         return False
 
 
-def prepack(weight: torch.Tensor) -> torch.Tensor | None:
-    """An inference-only oneDNN-prepacked copy of an (N, K) fp32 CPU weight; None where that
-    does not apply (other device or dtype, torch built without oneDNN)."""
-    if weight.device.type != "cpu" or weight.dtype != torch.float32 or not _packing_works():
+def prepack(weight: torch.Tensor, kind: str = "auto") -> Packed | None:
+    """An inference-only copy of an (N, K) fp32 CPU weight for `linear`: kernels/cpu_rows.py's
+    panels ("rows"; "auto" where that kernel is available) or oneDNN's prepacked layout
+    ("onednn"); None where neither applies (other device or dtype, "plain")."""
+    if weight.device.type != "cpu" or weight.dtype != torch.float32 or kind == "plain":
+        return None
+    if kind in ("auto", "rows") and cpu_rows.available():
+        return cpu_rows.pack(weight)
+    if kind == "rows" or not _packing_works():
         return None
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
 
 
 def gemv_wins(x: torch.Tensor) -> bool:
-    """A single row on one thread: MKL's gemv (F.linear) beats the packed op there —
-    bench/rows.py, whole model: 76 ms gemv vs 91 ms packed at 1 thread, but 104 vs 83 ms at
-    2 threads (gemv does not gain from the second)."""
+    """oneDNN layout, a single row on one thread: MKL's gemv (F.linear) beats the packed op
+    there - bench/rows.py, whole model: 76 ms gemv vs 91 ms packed at 1 thread, but 104 vs
+    83 ms at 2 threads (gemv does not gain from the second)."""
     return x.numel() == x.shape[-1] and torch.get_num_threads() == 1
 
 
 def linear(
     x: torch.Tensor,
     weight: torch.Tensor,
-    packed: torch.Tensor | None,
+    packed: Packed | None,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """x @ weight.T (+ bias), through the prepacked copy when there is one, no gradient is
-    wanted (the packed op has no backward: training paths use the plain weight) and gemv does
-    not win."""
-    if packed is not None and not x.requires_grad and not gemv_wins(x):
-        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-    return F.linear(x, weight, bias)
+    """x @ weight.T (+ bias), through the packed copy when there is one and no gradient is
+    wanted (the packed ops have no backward: training paths use the plain weight)."""
+    if packed is None or x.requires_grad:
+        return F.linear(x, weight, bias)
+    if isinstance(packed, cpu_rows.Panels):
+        return cpu_rows.matmul(x, weight, packed, bias)
+    if gemv_wins(x):
+        return F.linear(x, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
 class Linear(nn.Linear):
@@ -151,10 +165,10 @@ class Linear(nn.Linear):
     The copy is dropped whenever the weight may change under it: load_state_dict, .to(), and
     it is never used while the weight trains."""
 
-    packed: torch.Tensor | None = None
+    packed: Packed | None = None
 
-    def pack(self) -> None:
-        self.packed = None if self.weight.requires_grad else prepack(self.weight)
+    def pack(self, kind: str = "auto") -> None:
+        self.packed = None if self.weight.requires_grad else prepack(self.weight, kind)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.packed, self.bias)
@@ -246,7 +260,7 @@ class Transformer(nn.Module):
         self.output = None if args.tie_embeddings else Linear(args.dim, args.vocab_size, False)
         self._rope_len = 0
         self.rope_cos = self.rope_sin = torch.empty(0)
-        self._head_packed: torch.Tensor | None = None
+        self._head_packed: Packed | None = None
         self.register_load_state_dict_post_hook(lambda m, _: m.unpack())
 
     @property
@@ -257,15 +271,28 @@ class Transformer(nn.Module):
         """Output logits (..., vocab) in float32 from final-normed hidden states (..., dim)."""
         return linear(normed, self.lm_head_weight, self._head_packed).float()
 
-    def pack(self) -> Transformer:
-        """Prepack every matrix for CPU inference (a no-op elsewhere); costs a second copy of
-        the weights in memory (540 MB for SmolLM2-135M)."""
+    def pack(self, kind: str = "auto") -> Transformer:
+        """Pack every matrix for CPU inference (a no-op elsewhere; `prepack` kinds); costs a
+        second copy of the weights in memory (540 MB for SmolLM2-135M)."""
         for m in self.modules():
             if isinstance(m, Linear):
-                m.pack()
+                m.pack(kind)
         w = self.lm_head_weight
-        self._head_packed = None if w.requires_grad else prepack(w)
+        self._head_packed = None if w.requires_grad else prepack(w, kind)
         return self
+
+    @property
+    def cpu_kernel(self) -> str:
+        """The kernel of this model's matrix products on CPU: "rows" (kernels/cpu_rows.py),
+        "onednn" or "plain" (unpacked: F.linear)."""
+        packed = self._head_packed
+        return (
+            "plain"
+            if packed is None
+            else "rows"
+            if isinstance(packed, cpu_rows.Panels)
+            else "onednn"
+        )
 
     def unpack(self) -> None:
         for m in self.modules():

@@ -11,7 +11,7 @@ DEV=0
 [[ "${1:-}" == "--dev" ]] && DEV=1
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
-APT_PKGS=(libportaudio2)
+APT_PKGS=(libportaudio2 gcc)  # gcc builds kernels/cpu_rows.c (the CPU decode kernel)
 (( DEV )) && APT_PKGS+=(espeak-ng sox chromium)
 
 missing=()

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from kernels import cpu_rows
 from model import hybrid
 from model.config import LMConfig
 from model.decode import DecodeRequest, Sampler, get_decoder
@@ -144,12 +145,23 @@ def test_tokens_are_handed_over_before_the_drafter_pass(tiny, monkeypatch) -> No
         steps.close()
 
 
-def test_one_thread_auto_cost_runs_without_the_drafter_pass(tiny) -> None:
+def test_one_thread_auto_cost_skips_the_drafter_pass_where_a_second_row_jumps(tiny) -> None:
+    """At 1 thread F.linear/oneDNN run one row on MKL's gemv and more on a gemm (a 1.46x jump):
+    there auto row costs charge the jump and drop the drafter pass; cpu_rows has no jump."""
     req = DecodeRequest(tiny, tiny.new_cache(64), prompt(1), Sampler(0, 1, 0, torch.device("cpu")),
                         8, frozenset(), replace(CFG, row_cost=-1.0), None)  # fmt: skip
     drafter = BlockDrafter.random(tiny, seed=4)
-    assert HybridStepper(req, drafter).drafter is None  # this test runs at 1 thread
+    assert tiny.cpu_kernel == "plain"
+    st = HybridStepper(req, drafter)  # this test runs at 1 thread
+    assert st.drafter is None and st.first_row_cost > 0 and st.row_cost == 0.1
     assert HybridStepper(replace(req, cfg=CFG), drafter).drafter is drafter
+    if cpu_rows.available():
+        tiny.pack("rows")
+        try:
+            st = HybridStepper(req, drafter)
+            assert st.drafter is drafter and st.first_row_cost == 0 and st.row_cost == 0.03
+        finally:
+            tiny.unpack()
 
 
 def test_parallel_threshold_one_is_hybrid(tiny) -> None:

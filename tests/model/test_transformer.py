@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kernels import cpu_rows
 from model.transformer import ModelArgs, Transformer
 
 
@@ -100,17 +101,29 @@ def test_batched_rows_match_single(tiny: Transformer) -> None:
 
 
 @torch.inference_mode()
-def test_prepacked_weights_match_plain_and_are_dropped_when_stale(lm) -> None:
-    """The loader prepacks every CPU matrix; logits equal the plain F.linear path, greedy tokens
-    included, and a .to() or load_state_dict drops the copies instead of serving stale ones."""
+@pytest.mark.parametrize("kind", ["rows", "onednn"])
+def test_prepacked_weights_match_plain_and_are_dropped_when_stale(lm, kind: str) -> None:
+    """The loader packs every CPU matrix; logits equal the plain F.linear path, greedy tokens
+    included, for a prompt and for decode steps of 1 and 5 rows (each kernel the loader may
+    pick), and a .to() or load_state_dict drops the copies instead of serving stale ones."""
     model = lm.model
-    assert model.layers[0].mlp.w_down.packed is not None, "bundled model should load prepacked"
+    assert model.layers[0].mlp.w_down.packed is not None, "bundled model should load packed"
+    if kind == "rows" and not cpu_rows.available():
+        pytest.skip("cpu_rows kernel not built here")
     x = torch.tensor([lm.tokenizer.apply_chat([{"role": "user", "content": "Name a planet."}])])
-    packed = model(x, cache=model.new_cache(128)).logits  # (1, T, V)
+    steps = [x[:, :-6], x[:, -6:-5], x[:, -5:]]  # prompt, 1 row, 5 rows
+
+    def logits() -> torch.Tensor:
+        cache = model.new_cache(128)
+        return torch.cat([model(s, cache=cache).logits for s in steps], 1)  # (1, T, V)
+
     model.unpack()
     try:
-        plain = model(x, cache=model.new_cache(128)).logits
+        plain = logits()
+        model.pack(kind)
+        packed = logits()
     finally:
+        model.unpack()
         model.pack()
     assert (packed - plain).abs().max().item() < 1e-3
     assert torch.equal(packed.argmax(-1), plain.argmax(-1))
