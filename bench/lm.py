@@ -31,6 +31,7 @@ import torch  # noqa: E402
 from model.config import LMConfig  # noqa: E402
 from model.decode import DECODERS  # noqa: E402
 from model.engine import LM  # noqa: E402
+from model.hybrid import bundled_only, drafter_for  # noqa: E402
 from model.prompts import conversations  # noqa: E402
 
 PROMPTS = [
@@ -179,9 +180,10 @@ def main() -> int:
         "--chain", action="store_true", help="add a hybrid row with lm.draft_branch 1 (no tree)"
     )
     ap.add_argument(
-        "--plain-ar",
-        action="store_true",
-        help="add an ar row on a second copy of the weights without CPU prepacking (F.linear)",
+        "--kernels",
+        default="",
+        help="other CPU matrix kernels, e.g. onednn,plain: adds every decoder's row again on a "
+        "second copy of the weights packed for each (model/transformer.py prepack kinds)",
     )
     a = ap.parse_args()
     decoders = [d.strip() for d in a.decoders.split(",") if d.strip()]
@@ -212,10 +214,14 @@ def main() -> int:
         runs["hybrid/no-ngram"] = (LM(lm.model, lm.tokenizer, replace(cfg, ngram="none")), "hybrid")
     if a.chain:
         runs["hybrid/chain"] = (LM(lm.model, lm.tokenizer, replace(cfg, draft_branch=1)), "hybrid")
-    if a.plain_ar:
-        plain = LM.load(cfg)
-        plain.model.unpack()
-        runs["ar/plain"] = (plain, "ar")
+    for kind in (k.strip() for k in a.kernels.split(",") if k.strip()):
+        other = LM.load(cfg)
+        other.model.unpack()
+        other.model.pack(kind)
+        drafter = drafter_for(other.model, bundled_only(cfg.drafter, cfg.path))
+        if drafter is not None:
+            drafter.pack(kind)
+        runs.update({f"{d}/{kind}": (other, d) for d in decoders})
     decoders = list(runs)
     for d in decoders:  # warm-up: first-call allocations, lazy tables, the drafter file
         run_one(*runs[d], "Hi", 4)

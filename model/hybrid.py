@@ -12,8 +12,10 @@ One step (= one base forward, the unit the engine counts):
    path's cache rows are moved next to each other, the rest rolled back (cache.truncate).
 2. Drafts for the next step: the block drafter (model/drafter.py) reads the base's cache and
    the last accepted row's hidden state, never writes, and gives its top lm.draft_branch tokens
-   per offset; prompt lookup (model/lookup.py) adds chains with their measured acceptance; the
-   tree keeps the nodes that pay for their rows (lm.row_cost). With `drafts=` (an earlier
+   per offset; prompt lookup (model/lookup.py) and the n-gram store (model/ngram.py) add chains
+   with their measured acceptance, the store also one after each of the drafter's candidates
+   for the next token (the drafter's block is not autoregressive, the store is); the tree keeps
+   the nodes that pay for their rows (lm.row_cost). With `drafts=` (an earlier
    answer, refinement) that answer is proposed `refine_len` tokens at a time while the new
    answer follows it, and is looked up by n-gram once it diverges. `hybrid` hands a step's
    tokens to the caller before this drafter pass, so drafting never delays verified tokens.
@@ -232,12 +234,13 @@ class HybridStepper:
             return DraftTree.chain(drafts, [0.0] * len(drafts))  # verified, never committed blind
         k = min(self.k, budget)
         chains = []
+        context = self.req.prompt[-8:] + self.answer[-8:]  # for the n-gram store
         if k > 0:
             for source in (self.lookup, self.old_lookup):
                 if source is not None:
                     chains.append(source.propose(k, None if source is self.lookup else self.answer))
             if self.ngram is not None:
-                chains.append(self.ngram.propose(self.req.prompt[-8:] + self.answer[-8:], k))
+                chains.append(self.ngram.propose(context, k))
         chains = [c for c in chains if c[0]]
         sure = max((confs[0] for _, confs in chains), default=0.0) >= DRAFTER_SKIP_CONF
         marginals: list[list[tuple[int, float]]] = []
@@ -246,6 +249,11 @@ class HybridStepper:
                 self.model, self.cache, pending, hidden, cfg.draft_branch
             )
             marginals = [list(zip(t, q, strict=True)) for t, q in zip(toks, probs, strict=True)]
+            if self.ngram is not None:  # each candidate next token, continued by the store
+                for t, q in marginals[0]:
+                    more, confs = self.ngram.propose([*context, t], k - 1)
+                    if more:
+                        chains.append(([t, *more], [q, *confs]))
         return build(
             marginals[:k], chains, max_nodes=k, max_depth=k, row_cost=self.row_cost,
             stop_ids=self.req.stop_ids, threshold=self.threshold,

@@ -108,6 +108,31 @@ def test_hybrid_drafts_from_the_store_exactly(tiny, monkeypatch) -> None:
     assert decode(tiny, ids, "hybrid", replace(cfg, ngram="none"))[0] == ref
 
 
+def test_the_store_continues_each_drafter_candidate(tiny, monkeypatch) -> None:
+    """The drafter's block guesses each offset on its own; the store chains after each of its
+    candidates for the next token, so a right second choice can carry a right continuation."""
+    ids = [5, 6, 7, 8]
+    store = NgramStore.build([([3, 60, 61, 62, 63], 2, [61, 62, 63])] * MIN_TOTAL)  # not after 8
+    drafter = BlockDrafter.random(tiny, seed=2)
+    block = ([[50, 60], [51, 52], [53, 54], [55, 56]], [[0.5, 0.3]] + [[0.4, 0.2]] * 3)
+    monkeypatch.setattr(drafter, "draft", lambda *a, **k: block)
+    cfg = LMConfig(drafter="none", ngram="none", row_cost=0.0, lookup_ngram=0, draft_branch=2)
+    req = DecodeRequest(tiny, tiny.new_cache(64), ids, Sampler(0, 1, 0, torch.device("cpu")), 16,
+                        frozenset(), cfg, None)  # fmt: skip
+    st = hybrid.HybridStepper(req, drafter, store)
+    st.commit([8])
+    tree = st.propose(8, torch.zeros(tiny.args.dim), 15)
+    paths = set()
+    for j in range(len(tree)):
+        path, node = [], j
+        while node >= 0:
+            path.insert(0, tree.tokens[node])
+            node = tree.parents[node]
+        paths.add(tuple(path))
+    assert (60, 61, 62, 63) in paths and (50, 51) in paths
+    assert not any(p[:2] == (50, 61) for p in paths)  # the store knows nothing after 50
+
+
 def test_bundled_files_apply_to_the_bundled_model_only() -> None:
     assert hybrid.bundled_only("", "") == ""  # bundled model: bundled drafter / store
     assert hybrid.bundled_only("", "other.gguf") == "none"
