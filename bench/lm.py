@@ -133,6 +133,16 @@ def summarize(rows: list[dict[str, object]], ar_rows: list[dict[str, object]] | 
             total += n
         out["exact_match_vs_ar"] = round(same / len(rows), 3)
         out["token_agreement_vs_ar"] = round(agree / max(total, 1), 3)
+        # Per prompt, this decoder's tokens/s over ar's on the same prompt, run next to it: less
+        # sensitive to this box's drifting load than the ratio of the two medians.
+        ratios = [r["tokens_per_s"] / a["tokens_per_s"] for r, a in zip(rows, ar_rows, strict=True)
+                  if r["tokens_per_s"] and a["tokens_per_s"]]  # fmt: skip
+        out["paired_speed_vs_ar"] = round(statistics.median(ratios), 2) if ratios else None
+    # All tokens over all forwards (a long answer weighs more than in the per-prompt median).
+    forwards = sum(int(r["forwards"]) for r in rows)
+    out["tokens_per_forward_pooled"] = round(
+        sum(int(r["new_tokens"]) + (r["stop_reason"] == "eos") for r in rows) / max(forwards, 1), 3
+    )
     return out
 
 
