@@ -59,8 +59,8 @@ GEMV_1THREAD_FIRST_ROW_COST = 0.35
 
 # The drafter pass is skipped when a free draft (prompt lookup, n-gram store) already gives the
 # next token this confidence: simulated on 60 unseen held-out answers with the cpu_rows kernel's
-# row costs and a pass cost of 0.11 forward, always running it gives 2.19 tokens/step but 1.65x
-# est.; below 0.6 only: 2.16, 1.68x; below 0.4 only: 2.07, 1.67x; never: 1.82, 1.62x
+# row costs and a pass cost of 0.11 forward, skipping below 0.8 gives 2.27 tokens/step but 1.67x
+# est.; below 0.6: 2.22, 1.69x; below 0.4: 2.14, 1.68x; never running it: 1.85, 1.63x
 # (BENCHMARKS.md). With oneDNN's costs 0.4 was ~1 % better than 0.6.
 DRAFTER_SKIP_CONF = 0.6
 
