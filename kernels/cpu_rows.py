@@ -55,6 +55,10 @@ def cache_dir() -> Path:
     return Path(root) / "dllm-voice"
 
 
+def _compiler() -> str:
+    return os.environ.get("CC", "cc")
+
+
 def _unsupported() -> str | None:
     if os.environ.get("DLLM_CPU_ROWS", "1") == "0":
         return "DLLM_CPU_ROWS=0"
@@ -62,14 +66,14 @@ def _unsupported() -> str | None:
         return f"not an x86-64 CPU ({platform.machine()})"
     if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
         return "the CPU lacks AVX2/FMA"
-    if shutil.which(os.environ.get("CC", "cc")) is None:
-        return f"no C compiler ({os.environ.get('CC', 'cc')}) on PATH"
+    if shutil.which(_compiler()) is None:
+        return f"no C compiler ({_compiler()}) on PATH"
     return None
 
 
 def _build() -> Path:
     """The compiled library, built once per source and flags (atomic: concurrent builds)."""
-    cc = os.environ.get("CC", "cc")
+    cc = _compiler()
     tag = hashlib.sha256(SOURCE.read_bytes() + " ".join((cc, *FLAGS)).encode()).hexdigest()[:16]
     out = cache_dir() / f"cpu_rows-{tag}.so"
     if not out.exists():
@@ -98,8 +102,8 @@ def _library() -> ctypes.CDLL | None:
                 return lib
             why = "its self-test disagreed with F.linear"
         except (OSError, subprocess.CalledProcessError) as e:
-            detail = getattr(e, "stderr", "") or str(e)
-            why = f"build failed: {detail.strip().splitlines()[-1] if detail.strip() else e}"
+            lines = (getattr(e, "stderr", None) or str(e)).strip().splitlines()
+            why = f"build failed: {lines[-1] if lines else type(e).__name__}"
     log.info("cpu_rows kernel off (%s): CPU matrix products use oneDNN", why)
     return None
 

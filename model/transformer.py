@@ -285,14 +285,9 @@ class Transformer(nn.Module):
     def cpu_kernel(self) -> str:
         """The kernel of this model's matrix products on CPU: "rows" (kernels/cpu_rows.py),
         "onednn" or "plain" (unpacked: F.linear)."""
-        packed = self._head_packed
-        return (
-            "plain"
-            if packed is None
-            else "rows"
-            if isinstance(packed, cpu_rows.Panels)
-            else "onednn"
-        )
+        if self._head_packed is None:
+            return "plain"
+        return "rows" if isinstance(self._head_packed, cpu_rows.Panels) else "onednn"
 
     def unpack(self) -> None:
         for m in self.modules():
