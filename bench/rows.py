@@ -3,8 +3,9 @@
     .venv/bin/python bench/rows.py --rows 1,2,3,5,9,13,17 --reps 15 [--threads 1]
 
 What a verified decoder pays for k drafts is the cost of k extra rows in its forward. One copy
-of the bundled model per `--kinds` entry is loaded: "rows" (kernels/cpu_rows.py, what the loader
-picks where it builds), "onednn" (oneDNN-prepacked), "plain" (F.linear, MKL), and every
+of the bundled model per `--kinds` entry is loaded: "auto" (what the loader picks:
+kernels/cpu_rows.py from the GGUF file's Q4_1/Q8_0 blocks where it builds), "rows" (the same
+kernel from fp32 weights), "onednn" (oneDNN-prepacked), "plain" (F.linear, MKL), and every
 (rows, kind) case runs interleaved in one process after a `--prefill`-token context, logits for
 every row (the verify step's shape). "onednn" forces the packed path even for a single row
 (transformer.gemv_wins switched off), where the model would keep MKL's gemv at 1 thread: "plain"
@@ -38,13 +39,13 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--prefill", type=int, default=120)
     ap.add_argument("--threads", type=int, default=0, help="0 = torch default")
-    ap.add_argument("--kinds", default="rows,onednn,plain", help="comma list of weight kinds")
+    ap.add_argument("--kinds", default="auto,rows,onednn", help="comma list of weight kinds")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     rows = sorted({1, *(int(r) for r in a.rows.split(","))})  # 1 row: the reference
     kinds = a.kinds.split(",")
-    if "rows" in kinds and not cpu_rows.available():
+    if {"auto", "rows"} & set(kinds) and not cpu_rows.available():
         raise SystemExit("the cpu_rows kernel is not available here (see the log line above)")
     models = {}
     for kind in kinds:

@@ -8,6 +8,11 @@ once for up to 6 rows held in registers (BENCHMARKS.md, "Row cost"); every row i
 same order however many rows share the call, so verify rows compute bit for bit what `ar`
 computes for the same row.
 
+Weights read from a GGUF file in Q4_1 or Q8_0 can stay in those block formats (`Quantized`,
+`pack_quant`): the kernel expands each 32 x 16 block in L1 and gives exactly the outputs it gives
+for the dequantized fp32 weight, reading 0.625 (Q4_1) or 1.06 (Q8_0) bytes per weight instead of
+4 - decoding is bound by those reads.
+
 The C file is compiled on first use with the system C compiler (`CC`, else `cc`) into
 `$XDG_CACHE_HOME/dllm-voice` (default `~/.cache/dllm-voice`), named by a hash of the source and
 flags, and loaded with ctypes. `available()` is False - and model/transformer.py keeps oneDNN's
@@ -35,8 +40,11 @@ import torch.nn.functional as F
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("cpu_rows.c")
-FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
+FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC")
 PANEL = 16  # output columns per panel (cpu_rows.c)
+QK = 32  # inputs per quantization block
+# Block formats: (bytes of a block of 32 inputs in a GGUF row, bytes of a 32 x 16 panel block).
+QUANT_FORMATS = {"q4_1": (20, 4 * PANEL + QK * PANEL // 2), "q8_0": (34, 2 * PANEL + QK * PANEL)}
 # Up to this many rows the kernel beats oneDNN and MKL on whole forwards (dev box, 2 threads:
 # 24 rows 104 vs 147 / 220 ms, 64 rows 216 vs 252 / 312, 128 rows 372 vs 375 / 486); above it the
 # product is compute-bound and MKL's blocked gemm on the plain weight takes over (long prefills).
@@ -44,10 +52,21 @@ MAX_ROWS = 128
 
 
 class Panels(NamedTuple):
-    """A weight (n, k) in the kernel's layout: (ceil(n / 16), k, 16), zero-padded columns."""
+    """A weight (n, k) in the kernel's layout. fmt "f32": (ceil(n / 16), k, 16) floats; "q4_1" /
+    "q8_0": (ceil(n / 16), k / 32, bytes) uint8 blocks (`pack_quant`). Zero-padded columns."""
 
     data: torch.Tensor
     n: int
+    fmt: str = "f32"
+
+
+class Quantized(NamedTuple):
+    """A weight (n, k) as a GGUF file stores it: fmt "q4_1" or "q8_0", rows uint8 (n, bytes per
+    row), each row k / 32 blocks (Q4_1: fp16 d, fp16 m, 16 bytes of 4-bit codes, input i in the
+    low nibble of byte i, input i + 16 in its high nibble; Q8_0: fp16 d, 32 int8)."""
+
+    fmt: str
+    rows: torch.Tensor
 
 
 def cache_dir() -> Path:
@@ -98,6 +117,8 @@ def _library() -> ctypes.CDLL | None:
             lib = ctypes.CDLL(str(_build()))
             lib.rows_matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
             lib.rows_matmul.restype = None
+            lib.quant_matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 5
+            lib.quant_matmul.restype = None
             if _self_test(lib):
                 return lib
             why = "its self-test disagreed with F.linear"
@@ -111,15 +132,61 @@ def _library() -> ctypes.CDLL | None:
 def _call(lib: ctypes.CDLL, x: torch.Tensor, w: Panels) -> torch.Tensor:
     m, k = x.shape
     y = torch.empty(m, w.data.shape[0] * PANEL)
-    lib.rows_matmul(x.data_ptr(), w.data.data_ptr(), y.data_ptr(), m, y.shape[1], k,
-                    torch.get_num_threads())  # fmt: skip
+    threads = torch.get_num_threads()
+    args = (x.data_ptr(), w.data.data_ptr(), y.data_ptr(), m, y.shape[1], k, threads)
+    if w.fmt == "f32":
+        lib.rows_matmul(*args)
+    else:
+        lib.quant_matmul(*args, int(w.fmt == "q4_1"))
     return y if y.shape[1] == w.n else y[:, : w.n]
+
+
+def random_quantized(fmt: str, n: int, k: int, gen: torch.Generator) -> Quantized:
+    """Random well-formed blocks (finite fp16 scales) of an (n, k) weight: tests."""
+    raw, _ = QUANT_FORMATS[fmt]
+    rows = torch.randint(0, 256, (n, k // QK, raw), dtype=torch.uint8, generator=gen)
+    scales = (torch.rand(n, k // QK, 2 if fmt == "q4_1" else 1, generator=gen) - 0.5).half()
+    rows[:, :, : 2 * scales.shape[-1]] = scales.view(torch.uint8)  # d (and m)
+    return Quantized(fmt, rows.reshape(n, -1))
+
+
+def quantize_q8_0(w: torch.Tensor) -> Quantized | None:
+    """Q8_0 blocks of an (n, k) fp32 weight, like llama.cpp's (d = max |w| / 127 per 32 inputs,
+    in fp16; q = round(w / d)); None when k is not a multiple of 32. A weight that came from Q8_0
+    blocks gets those blocks back."""
+    n, k = w.shape
+    if k % QK:
+        return None
+    g = w.detach().float().reshape(n, k // QK, QK)
+    d = (g.abs().amax(-1, keepdim=True) / 127).half()
+    inv = torch.where(d == 0, 0.0, 1.0 / d.float())
+    q = (g * inv).round().clamp(-127, 127).to(torch.int8)
+    rows = torch.cat([d.view(torch.uint8), q.view(torch.uint8)], dim=-1)  # (n, k / 32, 34)
+    return Quantized("q8_0", rows.reshape(n, -1))
+
+
+def dequantize(w: Quantized) -> torch.Tensor:
+    """The fp32 weight (n, k) that `w` stands for, as gguf.quants computes it."""
+    n = w.rows.shape[0]
+    blocks = w.rows.reshape(n, -1, QUANT_FORMATS[w.fmt][0])
+    d = blocks[..., :2].contiguous().view(torch.float16).float()  # (n, k / 32, 1)
+    if w.fmt == "q8_0":
+        return (blocks[..., 2:].contiguous().view(torch.int8).float() * d).reshape(n, -1)
+    m = blocks[..., 2:4].contiguous().view(torch.float16).float()
+    codes = blocks[..., 4:]
+    q = torch.cat([codes & 15, codes >> 4], dim=-1).float()  # (n, k / 32, 32)
+    return (d * q + m).reshape(n, -1)
 
 
 def _self_test(lib: ctypes.CDLL) -> bool:
     gen = torch.Generator().manual_seed(0)
     w, x = torch.randn(40, 19, generator=gen), torch.randn(8, 19, generator=gen)
-    return bool(torch.allclose(_call(lib, x, pack(w)), F.linear(x, w), atol=1e-5, rtol=1e-5))
+    ok = torch.allclose(_call(lib, x, pack(w)), F.linear(x, w), atol=1e-5, rtol=1e-5)
+    x = torch.randn(8, 64, generator=gen)
+    for fmt in QUANT_FORMATS:
+        q = random_quantized(fmt, 40, 64, gen)
+        ok = ok and torch.equal(_call(lib, x, pack_quant(q)), _call(lib, x, pack(dequantize(q))))
+    return bool(ok)
 
 
 def available() -> bool:
@@ -137,10 +204,36 @@ def pack(weight: torch.Tensor) -> Panels:
     return Panels(w.view(-1, PANEL, k).transpose(1, 2).contiguous(), n)
 
 
+def pack_quant(w: Quantized) -> Panels:
+    """The kernel's copy of a GGUF-quantized weight: per panel of 16 columns and block of 32
+    inputs, the 16 scales (fp16) then the codes input by input, 16 columns each (Q4_1: d[16],
+    m[16], then 8 bytes per input, column j in the low nibble of byte j, column j + 8 in its high
+    nibble; Q8_0: d[16], then 16 int8 per input)."""
+    raw, _ = QUANT_FORMATS[w.fmt]
+    n = w.rows.shape[0]
+    blocks = w.rows.reshape(n, -1, raw)
+    pad = -n % PANEL
+    if pad:
+        blocks = torch.cat([blocks, blocks.new_zeros(pad, *blocks.shape[1:])])
+    panels = blocks.view(-1, PANEL, blocks.shape[1], raw).transpose(1, 2)  # (P, k/32, 16, raw)
+    d = panels[..., :2].reshape(*panels.shape[:2], 2 * PANEL)  # fp16 bytes, column by column
+    if w.fmt == "q8_0":
+        codes = panels[..., 2:].transpose(2, 3)  # (P, k/32, 32 inputs, 16 columns)
+        parts = [d, codes.reshape(*panels.shape[:2], QK * PANEL)]
+    else:
+        m = panels[..., 2:4].reshape(*panels.shape[:2], 2 * PANEL)
+        nib = panels[..., 4:]  # (P, k/32, 16 columns, 16 bytes)
+        q = torch.cat([nib & 15, nib >> 4], dim=-1).transpose(2, 3)  # (P, k/32, 32, 16)
+        codes = q[..., : PANEL // 2] | (q[..., PANEL // 2 :] << 4)  # (P, k/32, 32, 8)
+        parts = [d, m, codes.reshape(*panels.shape[:2], QK * PANEL // 2)]
+    return Panels(torch.cat(parts, dim=-1).contiguous(), n, w.fmt)
+
+
 def matmul(
     x: torch.Tensor, weight: torch.Tensor, panels: Panels, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """x @ weight.T (+ bias) for fp32 CPU x (..., k); panels = pack(weight). Needs available()."""
+    """x @ weight.T (+ bias) for fp32 CPU x (..., k); panels = pack(weight) or pack_quant of
+    the weight's blocks. Needs available()."""
     rows = x.numel() // x.shape[-1]
     if rows > MAX_ROWS:
         return F.linear(x, weight, bias)

@@ -92,18 +92,23 @@ class GGUFFile:
         self._pos += struct.calcsize(fmt)
         return v
 
-    def read(self, name: str) -> np.ndarray:
-        """Tensor `name` as a new float32 array in numpy order (dequantized if quantized)."""
+    def raw(self, name: str) -> np.ndarray:
+        """Tensor `name`'s bytes as stored, a read-only (rows, bytes per row) view of the file."""
         t = self.tensors[name]
         block, type_size = GGML_QUANT_SIZES[t.qtype]
         n = int(np.prod(t.shape))
         nbytes = n // block * type_size
         if t.offset + nbytes > len(self._map):
             raise ValueError(f"tensor {name} runs past the end of the file (truncated download?)")
-        raw = self._map[t.offset : t.offset + nbytes]
+        return self._map[t.offset : t.offset + nbytes].reshape(n // t.shape[-1], -1)
+
+    def read(self, name: str) -> np.ndarray:
+        """Tensor `name` as a new float32 array in numpy order (dequantized if quantized)."""
+        t = self.tensors[name]
+        raw = self.raw(name)
         if t.qtype == GGMLQuantizationType.F32:
             return np.array(raw.view(np.float32).reshape(t.shape))
         if t.qtype == GGMLQuantizationType.F16:
             return raw.view(np.float16).reshape(t.shape).astype(np.float32)
-        rows = raw.reshape(*t.shape[:-1], t.shape[-1] // block * type_size)  # (..., row bytes)
+        rows = raw.reshape(*t.shape[:-1], raw.shape[-1])  # (..., row bytes)
         return dequantize(rows, t.qtype).astype(np.float32, copy=False)

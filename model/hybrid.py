@@ -46,22 +46,27 @@ from model.tree import DraftTree, build
 
 # lm.row_cost = -1 on CPU: the extra cost of a verify row relative to a 1-row forward, by the
 # matrix kernel the model is packed for (Transformer.cpu_kernel), measured on the 2-core dev box
-# (bench/rows.py, BENCHMARKS.md): kernels/cpu_rows.py 5 rows ~1.1x one row, 9 rows ~1.25x, at 1
-# and 2 threads alike; oneDNN 5 rows ~1.3-1.55x, 9 rows ~1.5-1.8x. On CUDA it is 0: a few rows
-# are free next to reading the weights.
-CPU_ROW_COST = {"rows": 0.03, "onednn": 0.1, "plain": 0.1}
-# ... and otherwise, at 1 thread, a single row runs MKL's gemv while 2+ rows take oneDNN's
-# packed gemm (transformer.gemv_wins; MKL's sgemm when unpacked): 1 -> 2 rows costs 1.46x, each
-# row after that ~0.05 (bench/rows.py --threads 1). The jump is charged once to any step that
-# verifies a draft, and the drafter pass is skipped altogether: free drafts alone were faster
-# there (bench/lm.py, 12 unseen prompts: 1.20x and 1.17x ar vs 1.12x and 1.05x with it).
+# (bench/rows.py, BENCHMARKS.md). From the GGUF file's blocks ("quant") a forward reads a fifth of
+# the bytes and rows cost arithmetic: 4 rows ~1.1x one row, 6 ~1.35x, 9 ~1.8x; the simulation of
+# 60 held-out answers with those costs and a drafter pass of 0.14 forward gives 0.12 as the best
+# price (est. 1.56x ar; 0.03: 1.23x). From fp32 weights: 5 rows ~1.1x, 9 rows ~1.25x; oneDNN 5
+# rows ~1.3-1.55x, 9 rows ~1.5-1.8x. On CUDA it is 0: a few rows are free next to reading the
+# weights.
+CPU_ROW_COST = {"quant": 0.12, "rows": 0.03, "onednn": 0.1, "plain": 0.1}
+# ... and with oneDNN or plain weights at 1 thread, a single row runs MKL's gemv while 2+ rows
+# take oneDNN's packed gemm (transformer.gemv_wins; MKL's sgemm when unpacked): 1 -> 2 rows costs
+# 1.46x, each row after that ~0.05 (bench/rows.py --threads 1). The jump is charged once to any
+# step that verifies a draft, and the drafter pass is skipped altogether: free drafts alone were
+# faster there (bench/lm.py, 12 unseen prompts: 1.20x and 1.17x ar vs 1.12x and 1.05x with it).
 GEMV_1THREAD_FIRST_ROW_COST = 0.35
 
 # The drafter pass is skipped when a free draft (prompt lookup, n-gram store) already gives the
 # next token this confidence: simulated on 60 unseen held-out answers with the cpu_rows kernel's
 # row costs and a pass cost of 0.11 forward, skipping below 0.8 gives 2.27 tokens/step but 1.67x
 # est.; below 0.6: 2.22, 1.69x; below 0.4: 2.14, 1.68x; never running it: 1.85, 1.63x
-# (BENCHMARKS.md). With oneDNN's costs 0.4 was ~1 % better than 0.6.
+# (BENCHMARKS.md). With oneDNN's costs 0.4 was ~1 % better than 0.6; with the quant kernel's
+# (row cost 0.15, a pass 0.2 forward) 0.3 / 0.6 / 0.8 give est. 1.58x / 1.53x / 1.48x, closer
+# than this simulation's error (it overestimates measured ratios by ~10 %).
 DRAFTER_SKIP_CONF = 0.6
 
 # Loaded drafters and n-gram stores per base model, by (setting, value): shared by every session.
@@ -138,7 +143,7 @@ class HybridStepper:
         cpu, auto = self.dev.type == "cpu", cfg.row_cost < 0
         kernel = self.model.cpu_kernel
         self.row_cost = cfg.row_cost if not auto else CPU_ROW_COST[kernel] if cpu else 0.0
-        gemv_jump = cpu and auto and kernel != "rows" and torch.get_num_threads() == 1
+        gemv_jump = cpu and auto and kernel in ("onednn", "plain") and torch.get_num_threads() == 1
         self.first_row_cost = GEMV_1THREAD_FIRST_ROW_COST if gemv_jump else 0.0
         if gemv_jump:  # there the drafter pass does not pay for itself
             self.drafter = None

@@ -14,10 +14,12 @@ The default path (causal, all rows cached) needs no mask at decode time and is t
 Weights: q/k/v and gate/up are fused into one matrix each (4 matrix products per layer
 instead of 7). fp32 on CPU, bf16 on CUDA (see model/loader.py). On CPU, inference models carry a
 packed copy of every matrix (`Transformer.pack`, called by the loader) for a kernel built for
-decode's few rows: kernels/cpu_rows.py where it builds (each weight streamed once for all rows;
-9 rows cost ~1.25x one row, and one row is ~1.4x faster than oneDNN's), else oneDNN's
-prepacked layout (5 rows 1.2-1.4x one row). Plain F.linear (MKL sgemm) re-packs the weight on
-every call: 2 rows cost 1.9x one row (BENCHMARKS.md, "Row cost").
+decode's few rows: kernels/cpu_rows.py where it builds, from the GGUF file's own Q4_1/Q8_0 blocks
+where the loader kept them (`set_quantized`; a fifth of the bytes, outputs bit-identical to the
+fp32 weights'), else from the fp32 weights (each weight streamed once for all rows; one row ~1.4x
+faster than oneDNN's); without that kernel, oneDNN's prepacked layout (5 rows 1.2-1.4x one row).
+Plain F.linear (MKL sgemm) re-packs the weight on every call: 2 rows cost 1.9x one row
+(BENCHMARKS.md, "Row cost").
 """
 
 from __future__ import annotations
@@ -122,13 +124,18 @@ def _packing_works() -> bool:
         return False
 
 
-def prepack(weight: torch.Tensor, kind: str = "auto") -> Packed | None:
+def prepack(
+    weight: torch.Tensor, kind: str = "auto", quant: cpu_rows.Quantized | None = None
+) -> Packed | None:
     """An inference-only copy of an (N, K) fp32 CPU weight for `linear`: kernels/cpu_rows.py's
-    panels ("rows"; "auto" where that kernel is available) or oneDNN's prepacked layout
-    ("onednn"); None where neither applies (other device or dtype, "plain")."""
+    panels ("auto" where that kernel is available: from `quant`, the weight's GGUF blocks, when
+    given; "rows": from the fp32 weight) or oneDNN's prepacked layout ("onednn"); None where
+    neither applies (other device or dtype, "plain")."""
     if weight.device.type != "cpu" or weight.dtype != torch.float32 or kind == "plain":
         return None
     if kind in ("auto", "rows") and cpu_rows.available():
+        if kind == "auto" and quant is not None:
+            return cpu_rows.pack_quant(quant)
         return cpu_rows.pack(weight)
     if kind == "rows" or not _packing_works():
         return None
@@ -160,25 +167,27 @@ def linear(
 
 
 class Linear(nn.Linear):
-    """nn.Linear that can carry a prepacked copy of its weight for CPU inference (`pack`).
+    """nn.Linear that can carry a prepacked copy of its weight for CPU inference (`pack`), and
+    the GGUF blocks the weight was read from (`quant`) to pack from.
 
-    The copy is dropped whenever the weight may change under it: load_state_dict, .to(), and
-    it is never used while the weight trains."""
+    Both are dropped whenever the weight may change under them: load_state_dict, .to(), and
+    the copy is never used while the weight trains."""
 
     packed: Packed | None = None
+    quant: cpu_rows.Quantized | None = None
 
     def pack(self, kind: str = "auto") -> None:
-        self.packed = None if self.weight.requires_grad else prepack(self.weight, kind)
+        self.packed = None if self.weight.requires_grad else prepack(self.weight, kind, self.quant)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.packed, self.bias)
 
     def _apply(self, fn, recurse=True):  # noqa: ANN001 - nn.Module's signature
-        self.packed = None
+        self.packed = self.quant = None
         return super()._apply(fn, recurse)
 
     def _load_from_state_dict(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
-        self.packed = None
+        self.packed = self.quant = None
         super()._load_from_state_dict(*args, **kwargs)
 
 
@@ -261,7 +270,8 @@ class Transformer(nn.Module):
         self._rope_len = 0
         self.rope_cos = self.rope_sin = torch.empty(0)
         self._head_packed: Packed | None = None
-        self.register_load_state_dict_post_hook(lambda m, _: m.unpack())
+        self._head_quant: cpu_rows.Quantized | None = None
+        self.register_load_state_dict_post_hook(lambda m, _: m._weights_changed())
 
     @property
     def lm_head_weight(self) -> torch.Tensor:
@@ -271,23 +281,41 @@ class Transformer(nn.Module):
         """Output logits (..., vocab) in float32 from final-normed hidden states (..., dim)."""
         return linear(normed, self.lm_head_weight, self._head_packed).float()
 
+    def set_quantized(self, quant: dict[str, cpu_rows.Quantized]) -> None:
+        """Keep the GGUF blocks each matrix was read from (state-dict name -> blocks; the
+        loader's), for `pack` to multiply with; they must stand for the current weights."""
+        expect = {name: tuple(p.shape) for name, p in self.named_parameters()}
+        for name, q in quant.items():
+            n, k = q.rows.shape[0], q.rows.shape[1] // cpu_rows.QUANT_FORMATS[q.fmt][0] * 32
+            if expect.get(name) != (n, k):
+                raise ValueError(f"quantized {name} is ({n}, {k}), the weight {expect.get(name)}")
+        for name, m in self.named_modules():
+            if isinstance(m, Linear):
+                m.quant = quant.get(f"{name}.weight")
+        self._head_quant = quant.get("embed.weight" if self.output is None else "output.weight")
+
     def pack(self, kind: str = "auto") -> Transformer:
         """Pack every matrix for CPU inference (a no-op elsewhere; `prepack` kinds); costs a
-        second copy of the weights in memory (540 MB for SmolLM2-135M)."""
+        second copy of the weights in memory (540 MB for SmolLM2-135M in fp32, 96 MB from its
+        GGUF blocks)."""
         for m in self.modules():
             if isinstance(m, Linear):
                 m.pack(kind)
         w = self.lm_head_weight
-        self._head_packed = None if w.requires_grad else prepack(w, kind)
+        self._head_packed = None if w.requires_grad else prepack(w, kind, self._head_quant)
         return self
 
     @property
     def cpu_kernel(self) -> str:
-        """The kernel of this model's matrix products on CPU: "rows" (kernels/cpu_rows.py),
-        "onednn" or "plain" (unpacked: F.linear)."""
-        if self._head_packed is None:
+        """The kernel of this model's matrix products on CPU, by its layers' (else its head's)
+        packing: "quant" or "rows" (kernels/cpu_rows.py from GGUF blocks or fp32 weights),
+        "onednn", or "plain" (unpacked: F.linear)."""
+        packed = self.layers[0].attn.wqkv.packed if len(self.layers) else self._head_packed
+        if packed is None:
             return "plain"
-        return "rows" if isinstance(self._head_packed, cpu_rows.Panels) else "onednn"
+        if isinstance(packed, cpu_rows.Panels):
+            return "rows" if packed.fmt == "f32" else "quant"
+        return "onednn"
 
     def unpack(self) -> None:
         for m in self.modules():
@@ -295,8 +323,12 @@ class Transformer(nn.Module):
                 m.packed = None
         self._head_packed = None
 
+    def _weights_changed(self) -> None:
+        self.unpack()
+        self._head_quant = None
+
     def _apply(self, fn, recurse=True):  # noqa: ANN001 - nn.Module's signature
-        self._head_packed = None
+        self._head_packed = self._head_quant = None
         return super()._apply(fn, recurse)
 
     def new_cache(self, capacity: int, batch: int = 1) -> KVCache:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize
 
 from kernels import cpu_rows
 
@@ -43,6 +46,51 @@ def test_a_row_is_bit_identical_whatever_shares_the_call() -> None:
                 assert torch.equal(cpu_rows.matmul(x[:m], w, panels), alone[:m])
         finally:
             torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+def test_dequantize_matches_gguf(fmt: str) -> None:
+    q = cpu_rows.random_quantized(fmt, 24, 96, torch.Generator().manual_seed(0))
+    ref = dequantize(q.rows.numpy(), GGMLQuantizationType[fmt.upper()])
+    assert torch.equal(cpu_rows.dequantize(q), torch.from_numpy(ref.astype(np.float32)))
+
+
+@needs_kernel
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("n,k", [(64, 64), (40, 96), (960, 576), (17, 1536)])
+def test_quantized_blocks_give_the_dequantized_weights_outputs_exactly(
+    fmt: str, n: int, k: int
+) -> None:
+    """Products from GGUF blocks equal the fp32 kernel's on the dequantized weight, bit for bit,
+    for every row count (1 row: two panels at once; 7+: several groups) and thread count."""
+    gen = torch.Generator().manual_seed(n + k)
+    q = cpu_rows.random_quantized(fmt, n, k, gen)
+    w = cpu_rows.dequantize(q)
+    fp32, blocks = cpu_rows.pack(w), cpu_rows.pack_quant(q)
+    assert blocks.fmt == fmt and blocks.data.dtype == torch.uint8
+    x = torch.randn(20, k, generator=gen)
+    threads = torch.get_num_threads()
+    for t in {1, threads}:
+        torch.set_num_threads(t)
+        try:
+            for m in (1, 2, 3, 5, 6, 7, 13, 20):
+                y = cpu_rows.matmul(x[:m], w, blocks)
+                assert torch.equal(y, cpu_rows.matmul(x[:m], w, fp32)), (t, m)
+        finally:
+            torch.set_num_threads(threads)
+    torch.testing.assert_close(y, F.linear(x, w), atol=1e-3, rtol=1e-4)
+
+
+def test_q8_0_round_trip() -> None:
+    """A weight within half a step of its block's scale of the original; and blocks made from a
+    weight that came from Q8_0 blocks are those blocks (the bundled head, the drafter's)."""
+    w = torch.randn(8, 64, generator=torch.Generator().manual_seed(1))
+    q = cpu_rows.quantize_q8_0(w)
+    back = cpu_rows.dequantize(q)
+    step = w.view(8, 2, 32).abs().amax(-1, keepdim=True) / 127
+    assert ((back - w).view(8, 2, 32).abs() <= step * 0.51).all()
+    assert torch.equal(cpu_rows.quantize_q8_0(back).rows, q.rows)
+    assert cpu_rows.quantize_q8_0(torch.randn(4, 40)) is None
 
 
 def test_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:

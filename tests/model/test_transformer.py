@@ -101,14 +101,15 @@ def test_batched_rows_match_single(tiny: Transformer) -> None:
 
 
 @torch.inference_mode()
-@pytest.mark.parametrize("kind", ["rows", "onednn"])
+@pytest.mark.parametrize("kind", ["auto", "rows", "onednn"])
 def test_prepacked_weights_match_plain_and_are_dropped_when_stale(lm, kind: str) -> None:
     """The loader packs every CPU matrix; logits equal the plain F.linear path, greedy tokens
     included, for a prompt and for decode steps of 1 and 5 rows (each kernel the loader may
-    pick), and a .to() or load_state_dict drops the copies instead of serving stale ones."""
+    pick: from the GGUF blocks, from fp32, oneDNN), and a .to() or load_state_dict drops the
+    copies and the blocks instead of serving stale ones."""
     model = lm.model
     assert model.layers[0].mlp.w_down.packed is not None, "bundled model should load packed"
-    if kind == "rows" and not cpu_rows.available():
+    if kind in ("auto", "rows") and not cpu_rows.available():
         pytest.skip("cpu_rows kernel not built here")
     x = torch.tensor([lm.tokenizer.apply_chat([{"role": "user", "content": "Name a planet."}])])
     steps = [x[:, :-6], x[:, -6:-5], x[:, -5:]]  # prompt, 1 row, 5 rows
@@ -136,3 +137,40 @@ def test_prepacked_weights_match_plain_and_are_dropped_when_stale(lm, kind: str)
     assert lin.packed is None and small._head_packed is None
     small.pack().to(torch.float64)
     assert lin.packed is None and small._head_packed is None
+
+    small = Transformer(ModelArgs.preset("tiny")).eval().requires_grad_(False)
+    lin = small.layers[0].attn.wqkv
+    small.set_quantized({"layers.0.attn.wqkv.weight": cpu_rows.quantize_q8_0(lin.weight)})
+    assert lin.quant is not None and small.layers[0].attn.wo.quant is None
+    small.load_state_dict(small.state_dict())
+    assert lin.quant is None
+    with pytest.raises(ValueError, match="attn.wo.weight"):
+        small.set_quantized({"layers.0.attn.wo.weight": cpu_rows.quantize_q8_0(lin.weight)})
+
+
+@torch.inference_mode()
+def test_gguf_blocks_give_the_fp32_weights_outputs_bit_for_bit(lm) -> None:
+    """The bundled Q4_1/Q8_0 file: the blocks the loader keeps are the fp32 weights it loads
+    (q/k rows permuted alike), and logits through them equal the fp32 kernel's bit for bit."""
+    if not cpu_rows.available():
+        pytest.skip("cpu_rows kernel not built here")
+    model = lm.model
+    assert model.cpu_kernel == "quant"
+    for lin in (model.layers[0].attn.wqkv, model.layers[-1].mlp.w_down):
+        assert lin.quant.fmt == "q4_1"
+        assert torch.equal(cpu_rows.dequantize(lin.quant), lin.weight)
+    assert torch.equal(cpu_rows.dequantize(model._head_quant), model.embed.weight)
+    x = torch.tensor([lm.tokenizer.apply_chat([{"role": "user", "content": "Name a planet."}])])
+    steps = [x[:, :-8], x[:, -8:-7], x[:, -7:]]  # prompt, 1 row, 7 rows (two groups of rows)
+
+    def logits() -> torch.Tensor:
+        cache = model.new_cache(128)
+        return torch.cat([model(s, cache=cache).logits for s in steps], 1)
+
+    quant = logits()
+    try:
+        model.pack("rows")
+        assert model.cpu_kernel == "rows"
+        assert torch.equal(logits(), quant)
+    finally:
+        model.pack()
