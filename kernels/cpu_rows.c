@@ -187,3 +187,32 @@ void quant_matmul(const float *x, const uint8_t *wq, float *y, int m, int n, int
         }
     }
 }
+
+/* RMSNorm of m rows of length k, y = x / sqrt(mean(x^2) + eps) * g: one call where torch runs
+ * ~8 small ops. The sum of squares runs in a fixed order (8 lanes, then the lanes in turn), so a
+ * row's result never depends on the other rows. */
+void rms_norm_rows(const float *x, const float *g, float *y, int m, int k, float eps) {
+    for (int r = 0; r < m; r++) {
+        const float *xr = x + (size_t)r * k;
+        float *yr = y + (size_t)r * k;
+        __m256 acc = _mm256_setzero_ps();
+        int i = 0;
+        for (; i + 8 <= k; i += 8) {
+            const __m256 v = _mm256_loadu_ps(xr + i);
+            acc = _mm256_fmadd_ps(v, v, acc);
+        }
+        float lanes[8], ss = 0.0f;
+        _mm256_storeu_ps(lanes, acc);
+        for (int j = 0; j < 8; j++)
+            ss += lanes[j];
+        for (; i < k; i++)
+            ss += xr[i] * xr[i];
+        const float inv = 1.0f / _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(ss / k + eps)));
+        const __m256 inv8 = _mm256_set1_ps(inv);
+        for (i = 0; i + 8 <= k; i += 8)
+            _mm256_storeu_ps(yr + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + i), inv8),
+                                                   _mm256_loadu_ps(g + i)));
+        for (; i < k; i++)
+            yr[i] = xr[i] * inv * g[i];
+    }
+}

@@ -31,7 +31,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
@@ -39,7 +38,16 @@ from torch import nn
 from kernels.cpu_rows import Quantized, quantize_q8_0
 from model.errors import ModelLoadError
 from model.kv_cache import KVCache
-from model.transformer import Block, Linear, ModelArgs, Packed, Transformer, linear, prepack
+from model.transformer import (
+    Block,
+    Linear,
+    ModelArgs,
+    Packed,
+    Transformer,
+    linear,
+    prepack,
+    rms_norm,
+)
 
 DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / "drafter.safetensors"
 
@@ -241,7 +249,7 @@ class BlockDrafter(nn.Module):
         assert self.head is not None, "bind() the drafter to its base first"
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, cache, layer_offset + i, 0, mask, False)
-        x = F.rms_norm(x, self.norm.shape, self.norm, self.base_args.norm_eps)
+        x = rms_norm(x, self.norm, self.base_args.norm_eps)
         return linear(x, self.head, self.head_packed).float()
 
     @torch.no_grad()

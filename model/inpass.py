@@ -47,7 +47,7 @@ from model.drafter import read_adapter, write_adapter
 from model.errors import ModelLoadError
 from model.kv_cache import KVCache
 from model.train_drafter import Record, targets_for
-from model.transformer import Block, Transformer, apply_rope, linear, prepack
+from model.transformer import Block, Transformer, apply_rope, linear, prepack, rms_norm
 
 PROJECTIONS = ("wqkv", "wo", "w_gate_up", "w_down")
 
@@ -143,10 +143,10 @@ def _layer(
     cache: KVCache, i: int, verify_mask: torch.Tensor | None, draft_mask: torch.Tensor | None,
 ) -> torch.Tensor:  # fmt: skip
     """One base block over verify rows x[:, :tv] (written to the cache) + draft rows x[:, tv:]."""
-    at, shape = blk.attn, blk.attn_norm.shape
+    at = blk.attn
     bsz, t, _ = x.shape
     h, hkv, d = at.n_heads, at.n_kv_heads, at.head_dim
-    qkv = _proj(at.wqkv, lora["wqkv"], F.rms_norm(x, shape, blk.attn_norm, blk.eps), tv)
+    qkv = _proj(at.wqkv, lora["wqkv"], rms_norm(x, blk.attn_norm, blk.eps), tv)
     qk = apply_rope(qkv[..., : (h + hkv) * d].view(bsz, t, h + hkv, d), *rope)  # (B, T, H+Hkv, D)
     q = qk[:, :, :h].transpose(1, 2)  # (B, H, T, D)
     k = qk[:, :, h:].transpose(1, 2)  # (B, Hkv, T, D)
@@ -169,7 +169,7 @@ def _layer(
     y = ys[0] if len(ys) == 1 else torch.cat(ys, dim=2)  # (B, H, T, D)
     x = x + _proj(at.wo, lora["wo"], y.transpose(1, 2).reshape(bsz, t, h * d), tv)
     gate, up = _proj(
-        blk.mlp.w_gate_up, lora["w_gate_up"], F.rms_norm(x, shape, blk.mlp_norm, blk.eps), tv
+        blk.mlp.w_gate_up, lora["w_gate_up"], rms_norm(x, blk.mlp_norm, blk.eps), tv
     ).split(blk.mlp.ffn_dim, dim=-1)  # 2 x (B, T, F)
     return x + _proj(blk.mlp.w_down, lora["w_down"], F.silu(gate) * up, tv)
 
@@ -197,7 +197,7 @@ def rows_forward(
     for i, blk in enumerate(base.layers):
         x = _layer(blk, adapter.lora[i], x, tv, rope, cache, i, verify_mask, draft_mask)
     cache.length = s + tv
-    normed = F.rms_norm(x, base.norm.shape, base.norm, base.args.norm_eps)  # (B, T, dim)
+    normed = rms_norm(x, base.norm, base.args.norm_eps)  # (B, T, dim)
     return normed[:, :tv], normed[:, tv:]
 
 

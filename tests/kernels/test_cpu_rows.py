@@ -93,6 +93,19 @@ def test_q8_0_round_trip() -> None:
     assert cpu_rows.quantize_q8_0(torch.randn(4, 40)) is None
 
 
+@needs_kernel
+def test_rms_norm_matches_torch_and_each_row_stands_alone() -> None:
+    gen = torch.Generator().manual_seed(2)
+    x, g = torch.randn(2, 7, 576, generator=gen) * 3, torch.randn(576, generator=gen)
+    y = cpu_rows.rms_norm(x, g, 1e-5)
+    torch.testing.assert_close(y, F.rms_norm(x, (576,), g, 1e-5), atol=1e-5, rtol=1e-5)
+    assert torch.equal(cpu_rows.rms_norm(x[1, 3:4], g, 1e-5), y[1, 3:4])
+    odd = torch.randn(3, 21, generator=gen)  # a length that is not a multiple of 8
+    torch.testing.assert_close(
+        cpu_rows.rms_norm(odd, g[:21], 1e-6), F.rms_norm(odd, (21,), g[:21], 1e-6)
+    )
+
+
 def test_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DLLM_CPU_ROWS", "0")
     assert cpu_rows._unsupported() == "DLLM_CPU_ROWS=0"

@@ -129,7 +129,11 @@ def test_block_rows_see_their_prefix_only(tiny) -> None:
     x = ad.block_inputs(5)[None]
     _, hd = rows_forward(tiny, ad, full, x, 0, torch.arange(10, 15), _block_mask(
         torch.tensor([9]), 5, 12))  # fmt: skip
-    torch.testing.assert_close(torch.nn.functional.linear(hd[0], ad.head), step)
+    # Rounding apart: the training path (gradients on) normalizes with F.rms_norm, decode with
+    # the C kernel's norm.
+    torch.testing.assert_close(
+        torch.nn.functional.linear(hd[0], ad.head), step, atol=1e-4, rtol=1e-4
+    )
 
 
 def test_simulate_counts_like_the_decoder() -> None:
