@@ -24,6 +24,8 @@
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
+#include <stdlib.h>
 
 #define PANEL 16
 #define ROWS 6
@@ -214,5 +216,123 @@ void rms_norm_rows(const float *x, const float *g, float *y, int m, int k, float
                                                    _mm256_loadu_ps(g + i)));
         for (; i < k; i++)
             yr[i] = xr[i] * inv * g[i];
+    }
+}
+
+/* e^x for x <= 0, 8 at a time: 2^n e^r with n = round(x / ln 2), |r| <= ln 2 / 2, e^r by a
+ * degree-7 polynomial (Cephes' expf coefficients); below -87.3 (2^-126) it stops falling. */
+static inline __m256 exp_ps(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x); /* ln 2 in two parts */
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+                                                         _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+static inline float hsum(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+/* One query row against the m keys `seen` (positions, in order); s: room for m + 8 scores. */
+static inline __attribute__((always_inline)) void attend_one(
+    const float *qr, const float *kh, const float *vh, const int *seen, int m, float *s,
+    float *o, float scale, const int d) {
+    /* scores, four keys at a time; each dot product in the same order */
+    int c = 0;
+    for (; c + 4 <= m; c += 4) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        const float *k0 = kh + (long)seen[c] * d, *k1 = kh + (long)seen[c + 1] * d;
+        const float *k2 = kh + (long)seen[c + 2] * d, *k3 = kh + (long)seen[c + 3] * d;
+        for (int i = 0; i < d; i += 8) {
+            const __m256 qi = _mm256_loadu_ps(qr + i);
+            a0 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(k0 + i), a0);
+            a1 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(k1 + i), a1);
+            a2 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(k2 + i), a2);
+            a3 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(k3 + i), a3);
+        }
+        s[c] = hsum(a0) * scale;
+        s[c + 1] = hsum(a1) * scale;
+        s[c + 2] = hsum(a2) * scale;
+        s[c + 3] = hsum(a3) * scale;
+    }
+    for (; c < m; c++) {
+        __m256 a = _mm256_setzero_ps();
+        const float *kj = kh + (long)seen[c] * d;
+        for (int i = 0; i < d; i += 8)
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(qr + i), _mm256_loadu_ps(kj + i), a);
+        s[c] = hsum(a) * scale;
+    }
+    float top = -INFINITY;
+    for (c = 0; c < m; c++)
+        top = s[c] > top ? s[c] : top;
+    /* weights e^(s - top), 8 at a time; lanes past the last key get 0 */
+    __m256 total = _mm256_setzero_ps();
+    for (c = 0; c < m; c += 8) {
+        __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s + c), _mm256_set1_ps(top)));
+        if (c + 8 > m)
+            e = _mm256_and_ps(e, _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+                _mm256_set1_epi32(m - c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
+        _mm256_storeu_ps(s + c, e);
+        total = _mm256_add_ps(total, e);
+    }
+    __m256 acc[32]; /* d <= 256 */
+    for (int i = 0; i < d / 8; i++)
+        acc[i] = _mm256_setzero_ps();
+    for (c = 0; c < m; c++) {
+        const __m256 w = _mm256_set1_ps(s[c]);
+        const float *vj = vh + (long)seen[c] * d;
+        for (int i = 0; i < d / 8; i++)
+            acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vj + 8 * i), acc[i]);
+    }
+    const __m256 inv = _mm256_set1_ps(m ? 1.0f / hsum(total) : 0.0f);
+    for (int i = 0; i < d / 8; i++)
+        _mm256_storeu_ps(o + 8 * i, _mm256_mul_ps(acc[i], inv));
+}
+
+/* Attention of t query rows over n keys, for decode (batch 1, head_dim d a multiple of 8):
+ * out[r][h] = sum_j softmax_j(scale q[r][h] . k[g][j]) v[g][j], g = h / (heads / kv_heads), over
+ * the keys row r sees: mask[r][j] != 0 (t x n, row-major) or, without a mask, every key
+ * (causal = 0) or j <= n - t + r (causal = 1). q: row stride q_row, head stride d; k, v: head
+ * stride kv_head, position stride d; out: (t, heads, d).
+ *
+ * A row's result depends on nothing but its query and the keys it sees, taken in order: the same
+ * row gives the same bits alone or among draft rows, with any tree mask that shows it the same
+ * keys - which makes a verify row exactly the row `ar` computes. */
+void attend_rows(const float *q, const float *k, const float *v, float *out, const uint8_t *mask,
+                 int t, int n, int heads, int kv_heads, int d, long q_row, long kv_head,
+                 float scale, int causal, int threads) {
+    const int group = heads / kv_heads;
+#pragma omp parallel num_threads(threads)
+    {
+        int *seen = malloc(sizeof(int) * (size_t)n);
+        float *s = malloc(sizeof(float) * ((size_t)n + 8));
+#pragma omp for schedule(static)
+        for (int item = 0; item < t * heads; item++) {
+            const int r = item / heads, h = item % heads;
+            const float *kh = k + (long)(h / group) * kv_head, *vh = v + (long)(h / group) * kv_head;
+            int m = 0;
+            for (int j = 0; j < n; j++)
+                if (mask ? mask[(long)r * n + j] : !causal || j <= n - t + r)
+                    seen[m++] = j;
+            float *o = out + ((long)r * heads + h) * d;
+            if (d == 64) /* SmolLM2's: the loops over d unrolled, the output in registers */
+                attend_one(q + r * q_row + (long)h * d, kh, vh, seen, m, s, o, scale, 64);
+            else
+                attend_one(q + r * q_row + (long)h * d, kh, vh, seen, m, s, o, scale, d);
+        }
+        free(seen);
+        free(s);
     }
 }

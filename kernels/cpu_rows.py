@@ -121,6 +121,10 @@ def _library() -> ctypes.CDLL | None:
             lib.quant_matmul.restype = None
             norm_args = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]
             lib.rms_norm_rows.argtypes = norm_args
+            lib.attend_rows.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 5 + [
+                ctypes.c_long, ctypes.c_long, ctypes.c_float, ctypes.c_int, ctypes.c_int
+            ]  # fmt: skip
+            lib.attend_rows.restype = None
             lib.rms_norm_rows.restype = None
             if _self_test(lib):
                 return lib
@@ -212,6 +216,36 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     rounding, in one call (torch's composite takes ~30-60 us for a decode row). Needs
     available()."""
     return _norm(_library(), x, weight, eps)
+
+
+def attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+) -> torch.Tensor | None:
+    """Decode attention, out (T, H, D), for q (T, H, D) and keys/values (Hkv, N, D) whose last two
+    dims are contiguous (a KV cache's view is); mask: bool (T, N), True = visible, or None: every
+    key (causal False) or key j <= N - T + i for row i. As F.scaled_dot_product_attention up to
+    rounding, but each row computed on its own (cpu_rows.c `attend_rows`): a row's bits never
+    depend on the other rows. None where it does not apply (layouts, D not a multiple of 8)."""
+    t, h, d = q.shape
+    hkv, n, _ = keys.shape
+    lay = q.stride(1) == d and q.stride(2) == 1 and keys.stride() == values.stride()
+    lay = lay and keys.stride(1) == d and keys.stride(2) == 1 and d % 8 == 0 and d <= 256
+    lay = lay and h % hkv == 0
+    if not lay or (mask is not None and (mask.shape != (t, n) or mask.dtype != torch.bool)):
+        return None
+    mask = None if mask is None else mask.contiguous()
+    out = torch.empty(t, h, d)
+    _library().attend_rows(
+        q.data_ptr(), keys.data_ptr(), values.data_ptr(), out.data_ptr(),
+        None if mask is None else mask.data_ptr(), t, n, h, hkv, d, q.stride(0), keys.stride(0),
+        scale, int(causal), torch.get_num_threads(),
+    )  # fmt: skip
+    return out
 
 
 def pack(weight: torch.Tensor) -> Panels:

@@ -47,7 +47,7 @@ from model.drafter import read_adapter, write_adapter
 from model.errors import ModelLoadError
 from model.kv_cache import KVCache
 from model.train_drafter import Record, targets_for
-from model.transformer import Block, Transformer, apply_rope, linear, prepack, rms_norm
+from model.transformer import Block, Transformer, apply_rope, attend, linear, prepack, rms_norm
 
 PROJECTIONS = ("wqkv", "wo", "w_gate_up", "w_down")
 
@@ -148,26 +148,23 @@ def _layer(
     h, hkv, d = at.n_heads, at.n_kv_heads, at.head_dim
     qkv = _proj(at.wqkv, lora["wqkv"], rms_norm(x, blk.attn_norm, blk.eps), tv)
     qk = apply_rope(qkv[..., : (h + hkv) * d].view(bsz, t, h + hkv, d), *rope)  # (B, T, H+Hkv, D)
-    q = qk[:, :, :h].transpose(1, 2)  # (B, H, T, D)
+    q = qk[:, :, :h]  # (B, T, H, D)
     k = qk[:, :, h:].transpose(1, 2)  # (B, Hkv, T, D)
     v = qkv[..., (h + hkv) * d :].view(bsz, t, hkv, d).transpose(1, 2)  # (B, Hkv, T, D)
-    s, gqa = cache.length, hkv != h
+    s = cache.length
     ys = []
     if tv:  # exactly Transformer.forward's attention for these rows
         cache.write(i, k[:, :, :tv], v[:, :, :tv])
         keys, values = cache.view(i, s + tv)  # (B, Hkv, S + Tv, D)
-        causal = verify_mask is None and tv > 1
-        ys.append(F.scaled_dot_product_attention(q[:, :, :tv], keys, values,
-                  attn_mask=verify_mask, is_causal=causal, enable_gqa=gqa))  # fmt: skip
+        ys.append(attend(q[:, :tv], keys, values, verify_mask, verify_mask is None and tv > 1))
     else:
         keys, values = cache.view(i, s)
     if t > tv:
         keys = torch.cat((keys, k[:, :, tv:]), dim=2)  # (B, Hkv, S + T, D)
         values = torch.cat((values, v[:, :, tv:]), dim=2)
-        ys.append(F.scaled_dot_product_attention(
-            q[:, :, tv:], keys, values, attn_mask=draft_mask, enable_gqa=gqa))  # fmt: skip
-    y = ys[0] if len(ys) == 1 else torch.cat(ys, dim=2)  # (B, H, T, D)
-    x = x + _proj(at.wo, lora["wo"], y.transpose(1, 2).reshape(bsz, t, h * d), tv)
+        ys.append(attend(q[:, tv:], keys, values, draft_mask, False))
+    y = ys[0] if len(ys) == 1 else torch.cat(ys, dim=1)  # (B, T, H * D)
+    x = x + _proj(at.wo, lora["wo"], y, tv)
     gate, up = _proj(
         blk.mlp.w_gate_up, lora["w_gate_up"], rms_norm(x, blk.mlp_norm, blk.eps), tv
     ).split(blk.mlp.ffn_dim, dim=-1)  # 2 x (B, T, F)

@@ -1,8 +1,11 @@
 """Llama-family decoder-only transformer (Llama 2/3, SmolLM2, Mistral, Qwen2) in one file.
 
 RMSNorm, rotary embeddings (rotate-half convention as in Hugging Face checkpoints, optional
-llama3 frequency scaling), grouped-query attention through F.scaled_dot_product_attention,
-SwiGLU MLP, tied or untied output head, optional q/k/v bias (Qwen2).
+llama3 frequency scaling), grouped-query attention, SwiGLU MLP, tied or untied output head,
+optional q/k/v bias (Qwen2). In CPU inference the norms, matrix products and attention run
+kernels/cpu_rows.py's C kernels, each of which computes a row on its own: a row's bits do not
+depend on the rows beside it, so a verify row is exactly the row `ar` computes (F.rms_norm and
+F.scaled_dot_product_attention elsewhere: training, CUDA, batches).
 
 The forward pass is built for decoders that do more than plain next-token prediction:
 - input token ids or input embeddings for T new rows at explicit positions;
@@ -151,6 +154,31 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return F.rms_norm(x, weight.shape, weight, eps)
 
 
+def attend(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+) -> torch.Tensor:
+    """Attention of q (B, T, H, D) over keys/values (B, Hkv, N, D) -> (B, T, H * D); mask and
+    is_causal as F.scaled_dot_product_attention takes them. In CPU inference with batch 1 it runs
+    kernels/cpu_rows.py's, which computes each row on its own: a verify row gets exactly the
+    bits `ar` gets for it (with SDPA they could differ in the last bit)."""
+    bsz, t, h, d = q.shape
+    cpu = q.device.type == "cpu" and q.dtype == torch.float32 and not q.requires_grad
+    if bsz == 1 and cpu and cpu_rows.available():
+        m = mask if mask is None or mask.dim() == 2 else mask[0, 0]
+        y = cpu_rows.attention(q[0], keys[0], values[0], m, is_causal, d**-0.5)
+        if y is not None:  # (T, H, D)
+            return y.view(1, t, h * d)
+    y = F.scaled_dot_product_attention(
+        q.transpose(1, 2), keys, values, attn_mask=mask, is_causal=is_causal,
+        enable_gqa=keys.shape[1] != h,
+    )  # fmt: skip
+    return y.transpose(1, 2).reshape(bsz, t, h * d)
+
+
 def gemv_wins(x: torch.Tensor) -> bool:
     """oneDNN layout, a single row on one thread: MKL's gemv (F.linear) beats the packed op
     there - bench/rows.py, whole model: 76 ms gemv vs 91 ms packed at 1 thread, but 104 vs
@@ -224,7 +252,6 @@ class Attention(nn.Module):
         qkv = self.wqkv(x)  # (B, T, (H + 2 Hkv) D)
         # Rotate q and k together: one rope pass for both.
         qk = apply_rope(qkv[..., : (h + hkv) * d].view(bsz, t, h + hkv, d), cos, sin)
-        q = qk[:, :, :h].transpose(1, 2)  # (B, H, T, D)
         k = qk[:, :, h:].transpose(1, 2)  # (B, Hkv, T, D)
         v = qkv[..., (h + hkv) * d :].view(bsz, t, hkv, d).transpose(1, 2)  # (B, Hkv, T, D)
 
@@ -235,10 +262,7 @@ class Attention(nn.Module):
         if write < t:  # uncached rows still see themselves (and each other, per mask)
             keys = torch.cat((keys, k[:, :, write:]), dim=2)  # (B, Hkv, S + T, D)
             values = torch.cat((values, v[:, :, write:]), dim=2)
-        y = F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=mask, is_causal=is_causal, enable_gqa=hkv != h
-        )  # (B, H, T, D)
-        return self.wo(y.transpose(1, 2).reshape(bsz, t, h * d))
+        return self.wo(attend(qk[:, :, :h], keys, values, mask, is_causal))
 
 
 class MLP(nn.Module):

@@ -106,6 +106,36 @@ def test_rms_norm_matches_torch_and_each_row_stands_alone() -> None:
     )
 
 
+@needs_kernel
+@pytest.mark.parametrize("n,t", [(1, 1), (50, 1), (200, 5), (600, 13), (300, 300)])
+@pytest.mark.parametrize("kind", ["all", "causal", "tree"])
+def test_attention_matches_sdpa_and_each_row_stands_alone(n: int, t: int, kind: str) -> None:
+    gen = torch.Generator().manual_seed(n + t)
+    h, hkv, d = 9, 3, 64
+    cache = torch.randn(2, hkv, n + 7, d, generator=gen)  # a cache with room: strided views
+    keys, values = cache[0, :, :n], cache[1, :, :n]
+    q = torch.randn(t, h + hkv, d, generator=gen)[:, :h]  # a view into fused q/k rows
+    mask = None
+    if kind != "all":
+        mask = torch.ones(t, n, dtype=torch.bool).tril(n - t)
+    if kind == "tree":  # each new row sees itself and a random subset of the rows before it
+        mask[:, n - t :] &= torch.rand(t, t, generator=gen) < 0.5
+        mask[:, n - t :] |= torch.eye(t, dtype=torch.bool)
+    out = cpu_rows.attention(q, keys, values, mask, False, d**-0.5)
+    ref = F.scaled_dot_product_attention(
+        q.transpose(0, 1)[None], keys[None], values[None], attn_mask=mask, enable_gqa=True
+    )[0].transpose(0, 1)
+    torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
+    if kind == "causal":
+        assert torch.equal(cpu_rows.attention(q, keys, values, None, True, d**-0.5), out)
+    last = None if mask is None else mask[-1:]
+    assert torch.equal(cpu_rows.attention(q[-1:], keys, values, last, False, d**-0.5), out[-1:])
+    assert (
+        cpu_rows.attention(q[:, :, :60], keys[:, :, :60], values[:, :, :60], None, False, 1.0)
+        is None
+    )
+
+
 def test_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DLLM_CPU_ROWS", "0")
     assert cpu_rows._unsupported() == "DLLM_CPU_ROWS=0"

@@ -174,3 +174,35 @@ def test_gguf_blocks_give_the_fp32_weights_outputs_bit_for_bit(lm) -> None:
         assert torch.equal(logits(), quant)
     finally:
         model.pack()
+
+
+@torch.inference_mode()
+def test_a_verify_row_is_bit_identical_to_the_row_decoded_alone(lm) -> None:
+    """Rows of one forward - a chain, or tree siblings that see only their ancestors - give
+    exactly the logits and cache entries each gets in a forward of its own after its path (norm,
+    products and attention all compute a row on its own): hybrid's verified tokens are `ar`'s by
+    construction, not by tolerance."""
+    if not cpu_rows.available():
+        pytest.skip("cpu_rows kernel not built here")
+    model = lm.model
+    prompt = torch.tensor([lm.tokenizer.apply_chat([{"role": "user", "content": "Hi there!"}])])
+    a, b, c = 1000, 2000, 3000
+
+    def alone(path: list[int]) -> torch.Tensor:
+        cache = model.new_cache(128)
+        model(prompt, cache=cache, logits="none")
+        return torch.cat([model(torch.tensor([[x]]), cache=cache).logits for x in path], 1)
+
+    cache = model.new_cache(128)
+    model(prompt, cache=cache, logits="none")
+    s = cache.length
+    chain = model(torch.tensor([[a, b, c]]), cache=cache).logits
+    assert torch.equal(chain, alone([a, b, c]))
+    cache.truncate(s)
+    # a tree: a, then its two children b and c, both at position s + 1
+    mask = torch.ones(3, s + 3, dtype=torch.bool).tril(s)
+    mask[2, s + 1] = False
+    positions = torch.tensor([s, s + 1, s + 1])
+    tree = model(torch.tensor([[a, b, c]]), cache=cache, positions=positions, mask=mask).logits
+    assert torch.equal(tree[:, :2], alone([a, b]))
+    assert torch.equal(tree[:, 2:], alone([a, c])[:, 1:])
