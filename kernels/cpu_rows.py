@@ -1,4 +1,5 @@
-"""CPU matrix product for verify forwards: x @ w.T over a few rows at the cost of one.
+"""CPU kernels for verify forwards: x @ w.T over a few rows at the cost of one, and the norm and
+attention around it, each computing a row on its own.
 
 A decode forward reads every weight once and multiplies it with the pending token's row plus
 the draft rows. That is bound by memory bandwidth only if each weight is read once for all rows;
@@ -9,9 +10,13 @@ same order however many rows share the call, so verify rows compute bit for bit 
 computes for the same row.
 
 Weights read from a GGUF file in Q4_1 or Q8_0 can stay in those block formats (`Quantized`,
-`pack_quant`): the kernel expands each 32 x 16 block in L1 and gives exactly the outputs it gives
-for the dequantized fp32 weight, reading 0.625 (Q4_1) or 1.06 (Q8_0) bytes per weight instead of
-4 - decoding is bound by those reads.
+`pack_quant`): the kernel expands each 32 x 16 block in registers and gives exactly the outputs
+it gives for the dequantized fp32 weight, reading 0.625 (Q4_1) or 1.06 (Q8_0) bytes per weight
+instead of 4 - from fp32 decoding is bound by those reads.
+
+`rms_norm` and `attention` replace torch's composite ops for decode's rows (one C call each
+instead of several small ones), and like the product they give a row the same bits whatever
+rows share the call: together they make a verify row exactly the row `ar` computes.
 
 The C file is compiled on first use with the system C compiler (`CC`, else `cc`) into
 `$XDG_CACHE_HOME/dllm-voice` (default `~/.cache/dllm-voice`), named by a hash of the source and
@@ -121,11 +126,11 @@ def _library() -> ctypes.CDLL | None:
             lib.quant_matmul.restype = None
             norm_args = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]
             lib.rms_norm_rows.argtypes = norm_args
+            lib.rms_norm_rows.restype = None
             lib.attend_rows.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 5 + [
                 ctypes.c_long, ctypes.c_long, ctypes.c_float, ctypes.c_int, ctypes.c_int
             ]  # fmt: skip
             lib.attend_rows.restype = None
-            lib.rms_norm_rows.restype = None
             if _self_test(lib):
                 return lib
             why = "its self-test disagreed with F.linear"
@@ -195,7 +200,14 @@ def _self_test(lib: ctypes.CDLL) -> bool:
         ok = ok and torch.equal(_call(lib, x, pack_quant(q)), _call(lib, x, pack(dequantize(q))))
     x = torch.randn(3, 20, generator=gen)
     g = torch.randn(20, generator=gen)
-    return bool(ok and torch.allclose(_norm(lib, x, g, 1e-5), F.rms_norm(x, (20,), g, 1e-5)))
+    ok = ok and torch.allclose(_norm(lib, x, g, 1e-5), F.rms_norm(x, (20,), g, 1e-5))
+    q, kv = torch.randn(3, 4, 8, generator=gen), torch.randn(2, 2, 9, 8, generator=gen)
+    out = _attend(lib, q, kv[0], kv[1], None, True, 0.3)
+    ref = F.scaled_dot_product_attention(
+        q.transpose(0, 1)[None], kv[0][None], kv[1][None], scale=0.3, enable_gqa=True,
+        attn_mask=torch.ones(3, 9, dtype=torch.bool).tril(6),
+    )[0].transpose(0, 1)  # fmt: skip
+    return bool(ok and torch.allclose(out, ref, atol=1e-5, rtol=1e-5))
 
 
 def _norm(lib: ctypes.CDLL, x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
@@ -238,9 +250,22 @@ def attention(
     lay = lay and h % hkv == 0
     if not lay or (mask is not None and (mask.shape != (t, n) or mask.dtype != torch.bool)):
         return None
+    return _attend(_library(), q, keys, values, mask, causal, scale)
+
+
+def _attend(
+    lib: ctypes.CDLL,
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+) -> torch.Tensor:
+    (t, h, d), (hkv, n, _) = q.shape, keys.shape
     mask = None if mask is None else mask.contiguous()
     out = torch.empty(t, h, d)
-    _library().attend_rows(
+    lib.attend_rows(
         q.data_ptr(), keys.data_ptr(), values.data_ptr(), out.data_ptr(),
         None if mask is None else mask.data_ptr(), t, n, h, hkv, d, q.stride(0), keys.stride(0),
         scale, int(causal), torch.get_num_threads(),
