@@ -202,7 +202,7 @@ def _self_test(lib: ctypes.CDLL) -> bool:
     g = torch.randn(20, generator=gen)
     ok = ok and torch.allclose(_norm(lib, x, g, 1e-5), F.rms_norm(x, (20,), g, 1e-5))
     q, kv = torch.randn(3, 4, 8, generator=gen), torch.randn(2, 2, 9, 8, generator=gen)
-    out = _attend(lib, q, kv[0], kv[1], None, True, 0.3)
+    out = attention(q, kv[0], kv[1], None, True, 0.3, lib)
     ref = F.scaled_dot_product_attention(
         q.transpose(0, 1)[None], kv[0][None], kv[1][None], scale=0.3, enable_gqa=True,
         attn_mask=torch.ones(3, 9, dtype=torch.bool).tril(6),
@@ -237,12 +237,14 @@ def attention(
     mask: torch.Tensor | None,
     causal: bool,
     scale: float,
+    lib: ctypes.CDLL | None = None,
 ) -> torch.Tensor | None:
     """Decode attention, out (T, H, D), for q (T, H, D) and keys/values (Hkv, N, D) whose last two
     dims are contiguous (a KV cache's view is); mask: bool (T, N), True = visible, or None: every
     key (causal False) or key j <= N - T + i for row i. As F.scaled_dot_product_attention up to
     rounding, but each row computed on its own (cpu_rows.c `attend_rows`): a row's bits never
-    depend on the other rows. None where it does not apply (layouts, D not a multiple of 8)."""
+    depend on the other rows. None where it does not apply (layouts, D not a multiple of 8).
+    Needs available() (or `lib`, the library being tested)."""
     t, h, d = q.shape
     hkv, n, _ = keys.shape
     lay = q.stride(1) == d and q.stride(2) == 1 and keys.stride() == values.stride()
@@ -250,22 +252,9 @@ def attention(
     lay = lay and h % hkv == 0
     if not lay or (mask is not None and (mask.shape != (t, n) or mask.dtype != torch.bool)):
         return None
-    return _attend(_library(), q, keys, values, mask, causal, scale)
-
-
-def _attend(
-    lib: ctypes.CDLL,
-    q: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
-    mask: torch.Tensor | None,
-    causal: bool,
-    scale: float,
-) -> torch.Tensor:
-    (t, h, d), (hkv, n, _) = q.shape, keys.shape
     mask = None if mask is None else mask.contiguous()
     out = torch.empty(t, h, d)
-    lib.attend_rows(
+    (lib or _library()).attend_rows(
         q.data_ptr(), keys.data_ptr(), values.data_ptr(), out.data_ptr(),
         None if mask is None else mask.data_ptr(), t, n, h, hkv, d, q.stride(0), keys.stride(0),
         scale, int(causal), torch.get_num_threads(),
