@@ -47,11 +47,11 @@ from model.tree import DraftTree, build
 # lm.row_cost = -1 on CPU: the extra cost of a verify row relative to a 1-row forward, by the
 # matrix kernel the model is packed for (Transformer.cpu_kernel), measured on the 2-core dev box
 # (bench/rows.py, BENCHMARKS.md). From the GGUF file's blocks ("quant") a forward reads a fifth of
-# the bytes and rows cost arithmetic: 4 rows ~1.1x one row, 6 ~1.35x, 9 ~1.8x; the simulation of
-# 60 held-out answers with those costs and a drafter pass of 0.14 forward gives 0.12 as the best
-# price (est. 1.56x ar; 0.03: 1.23x). From fp32 weights: 5 rows ~1.1x, 9 rows ~1.25x; oneDNN 5
-# rows ~1.3-1.55x, 9 rows ~1.5-1.8x. On CUDA it is 0: a few rows are free next to reading the
-# weights.
+# the bytes and rows cost arithmetic: 4 rows ~1.2x one row, 6 ~1.4x, 9 ~1.8x; simulating 60
+# held-out answers with those costs and a drafter pass of 0.13 forward, 0.12 to 0.2 are equally
+# good (est. 1.48-1.49x ar) and 0.03 far worse (1.23x). From fp32 weights: 5 rows ~1.1x, 9 rows
+# ~1.25x; oneDNN 5 rows ~1.3-1.55x, 9 rows ~1.5-1.8x. On CUDA it is 0: a few rows are free next
+# to reading the weights.
 CPU_ROW_COST = {"quant": 0.12, "rows": 0.03, "onednn": 0.1, "plain": 0.1}
 # ... and with oneDNN or plain weights at 1 thread, a single row runs MKL's gemv while 2+ rows
 # take oneDNN's packed gemm (transformer.gemv_wins; MKL's sgemm when unpacked): 1 -> 2 rows costs
