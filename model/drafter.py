@@ -35,6 +35,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from kernels import cpu_rows
 from kernels.cpu_rows import Quantized, quantize_q8_0
 from model.errors import ModelLoadError
 from model.kv_cache import KVCache
@@ -272,7 +273,7 @@ class BlockDrafter(nn.Module):
 
 def _q8(weight: torch.Tensor, kind: str) -> Quantized | None:
     cpu = weight.device.type == "cpu" and weight.dtype == torch.float32
-    return quantize_q8_0(weight) if kind == "auto" and cpu else None
+    return quantize_q8_0(weight) if kind == "auto" and cpu and cpu_rows.available() else None
 
 
 def resolve_file(spec: str, bundled: Path, key: str) -> Path | None:
