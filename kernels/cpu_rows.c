@@ -18,8 +18,10 @@
  * expanded in registers, 16 weights of one input at a time (one fma per 8 weights: d q is exact
  * in fp32, so fma(q, d, m) rounds once, as d q + m does), and each row's sum runs in the same
  * order as above: the outputs are bit-identical to rows_matmul's on the dequantized weight, at a
- * fifth of the memory traffic. Expanding costs arithmetic, so here rows are not free (4 rows
- * ~1.1x one row on the dev box, 9 rows ~1.8x).
+ * fifth of the memory traffic. Expanding costs arithmetic, so here rows are not free (whole
+ * forwards on the dev box: 4 rows ~1.5x one row, 9 rows ~2.5x).
+ *
+ * layer_rows, at the end, runs a whole decoder layer around these products in one call.
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -336,4 +338,93 @@ void attend_rows(const float *q, const float *k, const float *v, float *out, con
         free(seen);
         free(s);
     }
+}
+
+/* y = x @ w.T through the kernel w's format asks for: fmt 0 fp32 panels, 1 Q4_1, 2 Q8_0;
+ * y: (m, n) with n a multiple of 16. */
+static void matmul_fmt(const float *x, const void *w, int fmt, float *y, int m, int n, int k,
+                       int threads) {
+    if (fmt == 0)
+        rows_matmul(x, (const float *)w, y, m, n, k, threads);
+    else
+        quant_matmul(x, (const uint8_t *)w, y, m, n, k, threads, fmt == 1);
+}
+
+/* x * sigmoid(x) * u, 8 at a time: e = e^-|x|, sigmoid = 1 / (1 + e) or e / (1 + e). */
+static inline __m256 silu_mul(__m256 x, __m256 u) {
+    const __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
+    const __m256 e = exp_ps(_mm256_or_ps(x, _mm256_set1_ps(-0.0f))); /* e^-|x| */
+    const __m256 sig = _mm256_div_ps(_mm256_blendv_ps(_mm256_set1_ps(1.0f), e, neg),
+                                     _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    return _mm256_mul_ps(_mm256_mul_ps(x, sig), u);
+}
+
+/* One pre-norm decoder layer (RMSNorm, fused q/k/v product, rotate-half rope, GQA attention over
+ * the KV cache, output product, residual; RMSNorm, fused gate/up product, SiLU gate, down
+ * product, residual) for t rows of x (t, dim), in place, in one call instead of ~25 torch ops and
+ * 7 kernel calls from Python. Weights: panels w[0..3] = qkv, o, gate_up, down in formats fmt[0..3]
+ * (matmul_fmt), output widths n[0..3] rounded up to 16. The rows' keys and values are written to
+ * the layer's cache kc, vc (head stride kv_head, position stride d) at positions s..s + t - 1,
+ * then each row attends to positions 0..s + t - 1 as mask (t x (s + t)) or causal says
+ * (attend_rows); cos, sin: (t, d) rope rows, sin with the rotate-half sign in its first half.
+ * Every step computes each row on its own, like the kernels it calls. */
+void layer_rows(float *x, int t, int dim, const void *const *w, const int *fmt, const int *n,
+                const float *attn_norm, const float *mlp_norm, float eps, const float *cos,
+                const float *sin, float *kc, float *vc, long kv_head, int s, const uint8_t *mask,
+                int causal, int heads, int kv_heads, int d, int ffn, float scale, int threads) {
+    const int hd = heads * d, half = d / 2;
+    float *xn = malloc(sizeof(float) * (size_t)t * (dim > ffn ? dim : ffn));
+    float *qkv = malloc(sizeof(float) * (size_t)t * n[0]);
+    float *att = malloc(sizeof(float) * (size_t)t * hd);
+    float *out = malloc(sizeof(float) * (size_t)t * (n[1] > n[3] ? n[1] : n[3]));
+    float *gu = malloc(sizeof(float) * (size_t)t * n[2]);
+    float tmp[512]; /* d <= 256: one head's rotation */
+
+    rms_norm_rows(x, attn_norm, xn, t, dim, eps);
+    matmul_fmt(xn, w[0], fmt[0], qkv, t, n[0], dim, threads);
+    for (int r = 0; r < t; r++) {
+        const float *c = cos + (size_t)r * d, *sn = sin + (size_t)r * d;
+        float *row = qkv + (size_t)r * n[0];
+        for (int h = 0; h < heads + kv_heads; h++) {
+            float *v = row + (size_t)h * d;
+            for (int i = 0; i < d; i++)
+                tmp[i] = v[i] * c[i] + v[(i + half) % d] * sn[i];
+            for (int i = 0; i < d; i++)
+                v[i] = tmp[i];
+        }
+        for (int g = 0; g < kv_heads; g++) {
+            const size_t at = (size_t)g * kv_head + (size_t)(s + r) * d;
+            for (int i = 0; i < d; i++) {
+                kc[at + i] = row[(size_t)(heads + g) * d + i];
+                vc[at + i] = row[(size_t)(heads + kv_heads + g) * d + i];
+            }
+        }
+    }
+    attend_rows(qkv, kc, vc, att, mask, t, s + t, heads, kv_heads, d, n[0], kv_head, scale, causal,
+                threads);
+    matmul_fmt(att, w[1], fmt[1], out, t, n[1], hd, threads);
+    for (int r = 0; r < t; r++)
+        for (int i = 0; i < dim; i++)
+            x[(size_t)r * dim + i] += out[(size_t)r * n[1] + i];
+
+    rms_norm_rows(x, mlp_norm, xn, t, dim, eps);
+    matmul_fmt(xn, w[2], fmt[2], gu, t, n[2], dim, threads);
+    for (int r = 0; r < t; r++) {
+        const float *g = gu + (size_t)r * n[2], *u = g + ffn;
+        float *a = xn + (size_t)r * ffn;
+        int i = 0;
+        for (; i + 8 <= ffn; i += 8)
+            _mm256_storeu_ps(a + i, silu_mul(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+        for (; i < ffn; i++)
+            a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+    matmul_fmt(xn, w[3], fmt[3], out, t, n[3], ffn, threads);
+    for (int r = 0; r < t; r++)
+        for (int i = 0; i < dim; i++)
+            x[(size_t)r * dim + i] += out[(size_t)r * n[3] + i];
+    free(xn);
+    free(qkv);
+    free(att);
+    free(out);
+    free(gu);
 }

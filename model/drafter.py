@@ -48,6 +48,7 @@ from model.transformer import (
     linear,
     prepack,
     rms_norm,
+    run_layers,
 )
 
 DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / "drafter.safetensors"
@@ -248,8 +249,7 @@ class BlockDrafter(nn.Module):
         """Run block rows x (B, T, dim) against `cache` (cache layer layer_offset + l holds the
         context K/V for drafter layer l); never writes the cache. Returns (B, T, V_d) logits."""
         assert self.head is not None, "bind() the drafter to its base first"
-        for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache, layer_offset + i, 0, mask, False)
+        x = run_layers(self.layers, x, cos, sin, cache, layer_offset, 0, mask, False)
         x = rms_norm(x, self.norm, self.base_args.norm_eps)
         return linear(x, self.head, self.head_packed).float()
 

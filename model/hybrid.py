@@ -47,19 +47,23 @@ from model.tree import DraftTree, build
 # lm.row_cost = -1 on CPU: the extra cost of a verify row relative to a 1-row forward, by the
 # matrix kernel the model is packed for (Transformer.cpu_kernel), measured on the 2-core dev box
 # (bench/rows.py, BENCHMARKS.md). From the GGUF file's blocks ("quant") a forward reads a fifth of
-# the bytes and rows cost arithmetic: 4 rows ~1.2x one row, 6 ~1.4x, 9 ~1.8x; simulating 60
-# held-out answers with those costs and a drafter pass of 0.13 forward, 0.12 to 0.2 are equally
-# good (est. 1.48-1.49x ar) and 0.03 far worse (1.23x). From fp32 weights: 5 rows ~1.1x, 9 rows
-# ~1.25x; oneDNN 5 rows ~1.3-1.55x, 9 rows ~1.5-1.8x. On CUDA it is 0: a few rows are free next
-# to reading the weights.
-CPU_ROW_COST = {"quant": 0.12, "rows": 0.03, "onednn": 0.1, "plain": 0.1}
+# the bytes, each layer is one C call, and rows cost arithmetic: 4 rows ~1.46x one row, 6 ~1.7x,
+# 9 ~2.45x; simulating 60 held-out answers with those costs, 0.12 to 0.25 are within 2 % of each
+# other. From fp32 weights: 5 rows ~1.1x, 9 rows ~1.2x; oneDNN 5 rows ~1.3-1.55x, 9 rows
+# ~1.5-1.8x. On CUDA it is 0: a few rows are free next to reading the weights.
+CPU_ROW_COST = {"quant": 0.15, "rows": 0.03, "onednn": 0.1, "plain": 0.1}
 # ... and with oneDNN or plain weights at 1 thread, a single row runs MKL's gemv while 2+ rows
 # take oneDNN's packed gemm (transformer.gemv_wins; MKL's sgemm when unpacked): 1 -> 2 rows costs
 # 1.46x, each row after that ~0.05 (bench/rows.py --threads 1). The jump is charged once to any
 # step that verifies a draft, and the drafter pass is skipped altogether: free drafts alone were
 # faster there (bench/lm.py, 12 unseen prompts: 1.20x and 1.17x ar vs 1.12x and 1.05x with it).
 GEMV_1THREAD_FIRST_ROW_COST = 0.35
-
+# Whether the drafter's pass pays for itself with each kernel (auto only; `parallel` always
+# drafts: committing drafts unverified is what it is for).
+# From GGUF blocks it costs ~0.2 of a forward and does not: 12 unseen prompts, hybrid 1.06x ar
+# with it, 1.21x with free drafts alone (bench/lm.py --lookup-only); the simulation agrees
+# (1.22x vs 1.34x est.) and has it only tie at 0.12 of a forward.
+CPU_DRAFTER_PAYS = {"quant": False, "rows": True, "onednn": True, "plain": True}
 # The drafter pass is skipped when a free draft (prompt lookup, n-gram store) already gives the
 # next token this confidence: simulated on 60 unseen held-out answers with the cpu_rows kernel's
 # row costs and a pass cost of 0.11 forward, skipping below 0.8 gives 2.27 tokens/step but 1.67x
@@ -145,7 +149,8 @@ class HybridStepper:
         self.row_cost = cfg.row_cost if not auto else CPU_ROW_COST[kernel] if cpu else 0.0
         gemv_jump = cpu and auto and kernel in ("onednn", "plain") and torch.get_num_threads() == 1
         self.first_row_cost = GEMV_1THREAD_FIRST_ROW_COST if gemv_jump else 0.0
-        if gemv_jump:  # there the drafter pass does not pay for itself
+        pays = not (cpu and auto) or threshold < 1.0 or CPU_DRAFTER_PAYS[kernel]
+        if gemv_jump or not pays:  # there the drafter pass does not pay for itself
             self.drafter = None
 
     # --- 1. verify ----------------------------------------------------------------------------
@@ -174,8 +179,11 @@ class HybridStepper:
         path = list(range(tree.forced))
         node = tree.forced - 1  # -1: the anchor
         if sampler.greedy:
-            d = torch.tensor(tree.tokens, dtype=torch.long, device=logits.device)
-            argmax = verify_select(logits, d, check_drafts=False).argmax.tolist()
+            if logits.is_cuda:  # the Triton kernel: one pass over the vocabulary per row
+                d = torch.tensor(tree.tokens, dtype=torch.long, device=logits.device)
+                argmax = verify_select(logits, d, check_drafts=False).argmax.tolist()
+            else:  # its CPU fallback also computes softmax statistics greedy does not read
+                argmax = logits.argmax(-1).tolist()
             while True:
                 want = argmax[node + 1]
                 node = next((c for c in kids[node] if tree.tokens[c] == want), -2)

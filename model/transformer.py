@@ -2,10 +2,11 @@
 
 RMSNorm, rotary embeddings (rotate-half convention as in Hugging Face checkpoints, optional
 llama3 frequency scaling), grouped-query attention, SwiGLU MLP, tied or untied output head,
-optional q/k/v bias (Qwen2). In CPU inference the norms, matrix products and attention run
-kernels/cpu_rows.py's C kernels, each of which computes a row on its own: a row's bits do not
-depend on the rows beside it, so a verify row is exactly the row `ar` computes (F.rms_norm and
-F.scaled_dot_product_attention elsewhere: training, CUDA, batches).
+optional q/k/v bias (Qwen2). In CPU inference of one sequence each layer is one call into
+kernels/cpu_rows.py's C code (`run_layers`; norms, products, rope, attention, SiLU, residuals),
+which computes each row on its own: a row's bits do not depend on the rows beside it, so a verify
+row is exactly the row `ar` computes. Elsewhere (training, CUDA, batches) the layers are torch
+ops: F.rms_norm, F.scaled_dot_product_attention.
 
 The forward pass is built for decoders that do more than plain next-token prediction:
 - input token ids or input embeddings for T new rows at explicit positions;
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -278,6 +280,8 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+    c_layer: cpu_rows.LayerWeights | None = None  # run_layers' view of the packed matrices
+
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         self.eps = args.norm_eps
@@ -289,6 +293,60 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, *attn_args: object) -> torch.Tensor:
         x = x + self.attn(rms_norm(x, self.attn_norm, self.eps), *attn_args)
         return x + self.mlp(rms_norm(x, self.mlp_norm, self.eps))
+
+
+def _c_weights(block: Block) -> cpu_rows.LayerWeights | None:
+    """The block's matrices for cpu_rows.layer: all four packed as panels, no bias (else None);
+    built once per packing."""
+    mats = (block.attn.wqkv, block.attn.wo, block.mlp.w_gate_up, block.mlp.w_down)
+    panels = tuple(m.packed for m in mats)
+    cached = block.c_layer
+    if cached is not None and all(a is b for a, b in zip(cached.panels, panels, strict=True)):
+        return cached
+    if not all(isinstance(p, cpu_rows.Panels) for p in panels) or mats[0].bias is not None:
+        return None
+    block.c_layer = cpu_rows.layer_weights(panels)
+    return block.c_layer
+
+
+def run_layers(
+    layers: Sequence[Block],
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    cache: KVCache,
+    first: int,
+    write: int,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+) -> torch.Tensor:
+    """x (B, T, dim) through `layers`, layer i on cache layer first + i (Block.forward's other
+    arguments). In CPU inference of one sequence whose layers are packed for kernels/cpu_rows.py,
+    each layer is one C call (cpu_rows.layer: ~0.3 ms of Python and torch dispatch per layer
+    saved); its rows past `write` go to the cache slots after the written ones - free slots,
+    past cache.length - so it needs room for all T rows."""
+    bsz, t, _ = x.shape
+    s, c_path = cache.length, cpu_rows.available() and not torch.is_grad_enabled()
+    c_path = c_path and x.device.type == "cpu" and x.dtype == torch.float32 and bsz == 1
+    c_path = c_path and cache.k.dtype == torch.float32 and s + t <= cache.capacity
+    c_path = c_path and t <= cpu_rows.MAX_ROWS and cos.shape[0] == 1
+    weights = [_c_weights(layer) for layer in layers] if c_path else []
+    if not c_path or None in weights:
+        for i, layer in enumerate(layers):
+            x = layer(x, cos, sin, cache, first + i, write, mask, is_causal)
+        return x
+    d = cos.shape[-1]
+    rope = (cos.reshape(t, d).contiguous(), sin.reshape(t, d).contiguous())
+    if mask is not None:
+        mask = (mask if mask.dim() == 2 else mask.reshape(t, -1)).contiguous()
+    y = x[0].clone()
+    for i, (layer, w) in enumerate(zip(layers, weights, strict=True)):
+        cpu_rows.layer(
+            y, w, (layer.attn_norm, layer.mlp_norm), layer.eps, rope,
+            (cache.k[first + i, 0], cache.v[first + i, 0]), s, mask, is_causal,
+            layer.attn.n_heads, layer.mlp.ffn_dim,
+        )  # fmt: skip
+    return y[None]
 
 
 class Transformer(nn.Module):
@@ -432,8 +490,7 @@ class Transformer(nn.Module):
         elif t > 1:
             mask = torch.ones(t, s + t, dtype=torch.bool, device=x.device).tril(s)  # (T, S+T)
 
-        for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache, i, write, mask, is_causal)
+        x = run_layers(self.layers, x, cos, sin, cache, 0, write, mask, is_causal)
         cache.length = s + write
 
         if logits == "none" and not hidden:

@@ -164,6 +164,19 @@ def test_one_thread_auto_cost_skips_the_drafter_pass_where_a_second_row_jumps(ti
             tiny.unpack()
 
 
+def test_auto_cost_skips_the_drafter_pass_where_it_does_not_pay(tiny, monkeypatch) -> None:
+    """From GGUF blocks on CPU ("quant") a verify row costs arithmetic and the drafter's pass
+    does not pay: auto drops it for hybrid, keeps it for parallel and for an explicit cost."""
+    monkeypatch.setattr(Transformer, "cpu_kernel", property(lambda self: "quant"))
+    req = DecodeRequest(tiny, tiny.new_cache(64), prompt(1), Sampler(0, 1, 0, torch.device("cpu")),
+                        8, frozenset(), replace(CFG, row_cost=-1.0), None)  # fmt: skip
+    drafter = BlockDrafter.random(tiny, seed=4)
+    st = HybridStepper(req, drafter)
+    assert st.drafter is None and st.row_cost == 0.15
+    assert HybridStepper(req, drafter, threshold=0.9).drafter is drafter
+    assert HybridStepper(replace(req, cfg=CFG), drafter).drafter is drafter
+
+
 def test_parallel_threshold_one_is_hybrid(tiny) -> None:
     for drafter in ("random", "from_base"):
         cfg = replace(CFG, drafter=drafter, threshold=1.0)

@@ -27,7 +27,7 @@ def lms(lm: LM) -> dict[str, LM]:
     # "random" runs without the n-gram store, so the random drafter drafts at every step.
     settings = (("trained", "", ""), ("none", "none", ""), ("random", "random", "none"))
     return {
-        # row_cost explicit: at 1 thread the auto setting would skip the drafter pass.
+        # row_cost explicit: auto skips the drafter pass on GGUF blocks and at 1 thread.
         name: LM(
             lm.model,
             lm.tokenizer,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import model.transformer as transformer
 from kernels import cpu_rows
 from model.transformer import ModelArgs, Transformer
 
@@ -206,3 +207,52 @@ def test_a_verify_row_is_bit_identical_to_the_row_decoded_alone(lm) -> None:
     tree = model(torch.tensor([[a, b, c]]), cache=cache, positions=positions, mask=mask).logits
     assert torch.equal(tree[:, :2], alone([a, b]))
     assert torch.equal(tree[:, 2:], alone([a, c])[:, 1:])
+
+
+@pytest.mark.parametrize("fmt", ["f32", "q4_1", "q8_0"])
+def test_a_layer_as_one_c_call_computes_what_the_torch_ops_compute(fmt, monkeypatch) -> None:
+    """CPU inference runs each packed layer as one C call (transformer.run_layers). For a prefill,
+    a decode row, a chain, a draft tree at explicit positions and rows kept out of the cache it
+    gives the torch layers' logits and cache entries up to rounding - from fp32 panels and from
+    GGUF blocks - and it is the path taken."""
+    if not cpu_rows.available():
+        pytest.skip("cpu_rows kernel not built here")
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs.preset("tiny")).eval().requires_grad_(False)
+    if fmt != "f32":
+        gen = torch.Generator().manual_seed(1)
+        quant = {}
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and name != "embed.weight":
+                quant[name] = cpu_rows.random_quantized(fmt, *p.shape, gen)
+                p.copy_(cpu_rows.dequantize(quant[name]))
+        model.set_quantized(quant)
+    model.pack("auto" if fmt != "f32" else "rows")
+    assert model.cpu_kernel == ("rows" if fmt == "f32" else "quant")
+
+    def steps(cache) -> list[torch.Tensor]:
+        with torch.inference_mode():
+            out = [model(ids(9), cache=cache).logits, model(ids(1, 1), cache=cache).logits]
+            out.append(model(ids(4, 2), cache=cache).logits)
+            s = cache.length
+            mask = torch.ones(3, s + 3, dtype=torch.bool).tril(s)
+            mask[2, s + 1] = False
+            pos = torch.tensor([s, s + 1, s + 1])
+            out.append(model(ids(3, 3), cache=cache, positions=pos, mask=mask).logits)
+            out.append(model(ids(5, 4), cache=cache, write=0).logits)
+        assert cache.length == s + 3
+        return out
+
+    calls = []
+    layer = cpu_rows.layer
+    monkeypatch.setattr(cpu_rows, "layer", lambda *a: calls.append(1) or layer(*a))
+    c_cache = model.new_cache(64)
+    c_out = steps(c_cache)
+    assert len(calls) == 5 * model.args.n_layers
+    monkeypatch.setattr(transformer, "_c_weights", lambda block: None)
+    t_cache = model.new_cache(64)
+    for c, t in zip(c_out, steps(t_cache), strict=True):
+        torch.testing.assert_close(c, t, rtol=1e-4, atol=1e-4 * t.abs().max().item())
+    n = t_cache.length
+    for c, t in ((c_cache.k, t_cache.k), (c_cache.v, t_cache.v)):
+        torch.testing.assert_close(c[..., :n, :], t[..., :n, :], rtol=1e-4, atol=1e-4)
