@@ -89,23 +89,39 @@ def test_rollback_equals_recompute(tiny) -> None:
 
 
 @torch.inference_mode()
-def test_drafter_never_touches_cache_or_verify_rows(tiny) -> None:
+@pytest.mark.parametrize("packed", [False, True])
+def test_drafter_never_touches_cache_or_verify_rows(tiny, packed: bool) -> None:
+    """Whatever the drafter's weights and inputs, the cached positions and the next verify
+    logits stay the same; packed, the drafter's layers run as C calls, which may use the free
+    slots past cache.length as scratch, never the ones below."""
+    if packed and not cpu_rows.available():
+        pytest.skip("cpu_rows kernel not built here")
     ids = prompt(7)
     logits_seen = []
-    for weight_seed in (1, 2):
-        cache = tiny.new_cache(256)
-        req = DecodeRequest(tiny, cache, ids, Sampler(0, 1, 0, torch.device("cpu")), 40,
-                            frozenset(), CFG, None)  # fmt: skip
-        drafter = BlockDrafter.random(tiny, seed=weight_seed)
-        st = HybridStepper(req, drafter)
-        v = st.verify(ids[:-1], ids[-1], DraftTree())
-        k_before, v_before, n_before = cache.k.clone(), cache.v.clone(), cache.length
-        # Perturbed inputs too: another pending token and hidden state.
-        st.propose(v.tokens[-1] + weight_seed, v.hidden * weight_seed, 4)
-        assert cache.length == n_before
-        assert torch.equal(cache.k, k_before) and torch.equal(cache.v, v_before)
-        logits, _ = st.forward_rows([v.tokens[-1], 5, 6, 7], 0)
-        logits_seen.append(logits)
+    if packed:
+        tiny.pack("rows")
+    try:
+        with torch.inference_mode(packed):
+            for weight_seed in (1, 2):
+                cache = tiny.new_cache(256)
+                req = DecodeRequest(tiny, cache, ids, Sampler(0, 1, 0, torch.device("cpu")), 40,
+                                    frozenset(), CFG, None)  # fmt: skip
+                drafter = BlockDrafter.random(tiny, seed=weight_seed)
+                if packed:
+                    drafter.requires_grad_(False).pack("rows")
+                st = HybridStepper(req, drafter)
+                v = st.verify(ids[:-1], ids[-1], DraftTree())
+                n = cache.length
+                k_before, v_before = cache.k[..., :n, :].clone(), cache.v[..., :n, :].clone()
+                # Perturbed inputs too: another pending token and hidden state.
+                st.propose(v.tokens[-1] + weight_seed, v.hidden * weight_seed, 4)
+                assert cache.length == n
+                assert torch.equal(cache.k[..., :n, :], k_before)
+                assert torch.equal(cache.v[..., :n, :], v_before)
+                logits, _ = st.forward_rows([v.tokens[-1], 5, 6, 7], 0)
+                logits_seen.append(logits)
+    finally:
+        tiny.unpack()
     assert torch.equal(logits_seen[0], logits_seen[1])
 
 
