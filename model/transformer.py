@@ -322,7 +322,7 @@ def run_layers(
 ) -> torch.Tensor:
     """x (B, T, dim) through `layers`, layer i on cache layer first + i (Block.forward's other
     arguments). In CPU inference of one sequence whose layers are packed for kernels/cpu_rows.py,
-    each layer is one C call (cpu_rows.layer: ~0.3 ms of Python and torch dispatch per layer
+    each layer is one C call (cpu_rows.layer: ~0.45 ms of Python and torch dispatch per layer
     saved); its rows past `write` go to the cache slots after the written ones - free slots,
     past cache.length - so it needs room for all T rows."""
     bsz, t, _ = x.shape
@@ -330,8 +330,10 @@ def run_layers(
     c_path = c_path and x.device.type == "cpu" and x.dtype == torch.float32 and bsz == 1
     c_path = c_path and cache.k.dtype == torch.float32 and s + t <= cache.capacity
     c_path = c_path and t <= cpu_rows.MAX_ROWS and cos.shape[0] == 1
+    c_path = c_path and cos.shape[-1] % 8 == 0 and cos.shape[-1] <= 256  # attend_rows' head dims
+    c_path = c_path and (mask is None or mask.dtype == torch.bool)
     weights = [_c_weights(layer) for layer in layers] if c_path else []
-    if not c_path or None in weights:
+    if not c_path or any(w is None for w in weights):
         for i, layer in enumerate(layers):
             x = layer(x, cos, sin, cache, first + i, write, mask, is_causal)
         return x
