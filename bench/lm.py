@@ -31,7 +31,7 @@ import torch  # noqa: E402
 from model.config import LMConfig  # noqa: E402
 from model.decode import DECODERS  # noqa: E402
 from model.engine import LM  # noqa: E402
-from model.hybrid import bundled_only, drafter_for  # noqa: E402
+from model.hybrid import CPU_ROW_COST, bundled_only, drafter_for  # noqa: E402
 from model.prompts import conversations  # noqa: E402
 
 PROMPTS = [
@@ -190,6 +190,12 @@ def main() -> int:
         "--chain", action="store_true", help="add a hybrid row with lm.draft_branch 1 (no tree)"
     )
     ap.add_argument(
+        "--with-drafter",
+        action="store_true",
+        help="add a hybrid row whose lm.row_cost is the auto value set explicitly, so the "
+        "drafter pass runs where auto skips it (CPU from GGUF blocks)",
+    )
+    ap.add_argument(
         "--kernels",
         default="",
         help="other CPU matrix kernels, e.g. onednn,plain: adds every decoder's row again on a "
@@ -224,6 +230,9 @@ def main() -> int:
         runs["hybrid/no-ngram"] = (LM(lm.model, lm.tokenizer, replace(cfg, ngram="none")), "hybrid")
     if a.chain:
         runs["hybrid/chain"] = (LM(lm.model, lm.tokenizer, replace(cfg, draft_branch=1)), "hybrid")
+    if a.with_drafter:
+        cost = CPU_ROW_COST[lm.model.cpu_kernel] if lm.device.type == "cpu" else 0.0
+        runs["hybrid/drafter"] = (LM(lm.model, lm.tokenizer, replace(cfg, row_cost=cost)), "hybrid")
     for kind in (k.strip() for k in a.kernels.split(",") if k.strip()):
         other = LM.load(cfg)
         other.model.unpack()
@@ -232,6 +241,9 @@ def main() -> int:
         if drafter is not None:
             drafter.pack(kind)
         runs.update({f"{d}/{kind}": (other, d) for d in decoders})
+        if a.lookup_only and "hybrid" in decoders:
+            free = LM(other.model, other.tokenizer, replace(cfg, drafter="none"))
+            runs[f"hybrid/lookup/{kind}"] = (free, "hybrid")
     decoders = list(runs)
     for d in decoders:  # warm-up: first-call allocations, lazy tables, the drafter file
         run_one(*runs[d], "Hi", 4)
@@ -255,6 +267,7 @@ def main() -> int:
         "dtype": str(lm.model.embed.weight.dtype).removeprefix("torch."),
         "threads": torch.get_num_threads(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", ""),
         "load_s": round(load_s, 2),
         "max_new_tokens": a.max_new_tokens,
         "prompts": a.prompts,
