@@ -423,17 +423,19 @@ static inline __m256 silu_mul(__m256 x, __m256 u) {
  * the layer's cache kc, vc (head stride kv_head, position stride d) at positions s..s + t - 1,
  * then each row attends to positions 0..s + t - 1 as mask (t x (s + t)) or causal says
  * (attend_rows); cos, sin: (t, d) rope rows, sin with the rotate-half sign in its first half.
+ * scratch: room for t (max(dim, ffn) + n[0] + heads d + max(n[1], n[3]) + n[2]) floats.
  * Every step computes each row on its own, like the kernels it calls. */
 void layer_rows(float *x, int t, int dim, const void *const *w, const int *fmt, const int *n,
                 const float *attn_norm, const float *mlp_norm, float eps, const float *cos,
                 const float *sin, float *kc, float *vc, long kv_head, int s, const uint8_t *mask,
-                int causal, int heads, int kv_heads, int d, int ffn, float scale, int threads) {
+                int causal, int heads, int kv_heads, int d, int ffn, float scale, float *scratch,
+                int threads) {
     const int hd = heads * d, half = d / 2;
-    float *xn = malloc(sizeof(float) * (size_t)t * (dim > ffn ? dim : ffn));
-    float *qkv = malloc(sizeof(float) * (size_t)t * n[0]);
-    float *att = malloc(sizeof(float) * (size_t)t * hd);
-    float *out = malloc(sizeof(float) * (size_t)t * (n[1] > n[3] ? n[1] : n[3]));
-    float *gu = malloc(sizeof(float) * (size_t)t * n[2]);
+    float *xn = scratch;
+    float *qkv = xn + (size_t)t * (dim > ffn ? dim : ffn);
+    float *att = qkv + (size_t)t * n[0];
+    float *out = att + (size_t)t * hd;
+    float *gu = out + (size_t)t * (n[1] > n[3] ? n[1] : n[3]);
     float tmp[512]; /* d <= 256: one head's rotation */
 
     rms_norm_rows(x, attn_norm, xn, t, dim, eps);
@@ -478,9 +480,4 @@ void layer_rows(float *x, int t, int dim, const void *const *w, const int *fmt, 
     for (int r = 0; r < t; r++)
         for (int i = 0; i < dim; i++)
             x[(size_t)r * dim + i] += out[(size_t)r * n[3] + i];
-    free(xn);
-    free(qkv);
-    free(att);
-    free(out);
-    free(gu);
 }

@@ -137,7 +137,7 @@ def _library() -> ctypes.CDLL | None:
             lib.layer_rows.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 2 + [
                 ctypes.c_void_p] * 5 + [ctypes.c_float] + [ctypes.c_void_p] * 4 + [
                 ctypes.c_long, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 5 + [
-                ctypes.c_float, ctypes.c_int
+                ctypes.c_float, ctypes.c_void_p, ctypes.c_int
             ]  # fmt: skip
             lib.layer_rows.restype = None
             if _self_test(lib):
@@ -292,6 +292,12 @@ def layer_weights(panels: tuple[Panels, ...]) -> LayerWeights:
     )
 
 
+def layer_scratch(weights: LayerWeights, t: int, dim: int, heads: int, d: int, ffn: int) -> int:
+    """Floats of scratch `layer` needs for t rows (one buffer can serve every layer alike)."""
+    n = list(weights.widths)
+    return t * (max(dim, ffn) + n[0] + heads * d + max(n[1], n[3]) + n[2])
+
+
 def layer(
     x: torch.Tensor,
     weights: LayerWeights,
@@ -304,19 +310,21 @@ def layer(
     causal: bool,
     heads: int,
     ffn: int,
+    scratch: torch.Tensor,
 ) -> None:
     """One pre-norm Llama decoder layer over x (T, dim), in place (cpu_rows.c `layer_rows`): the
     attention and MLP norms' gains, rope rows cos and sin (T, D), the layer's cache keys and values
     (Hkv, capacity, D; last two dims contiguous) - the rows' own are written at start..start+T-1,
-    which must fit - and visibility as `attention` takes it over start + T keys. Each row is
-    computed on its own. Needs available()."""
+    which must fit - and visibility as `attention` takes it over start + T keys; scratch: fp32,
+    at least `layer_scratch` floats. Each row is computed on its own. Needs available()."""
     t, dim = x.shape
     hkv, _, d = kv[0].shape
+    assert scratch.numel() >= layer_scratch(weights, t, dim, heads, d, ffn)
     _library().layer_rows(
         x.data_ptr(), t, dim, weights.ptrs, weights.fmts, weights.widths, norms[0].data_ptr(),
         norms[1].data_ptr(), eps, rope[0].data_ptr(), rope[1].data_ptr(), kv[0].data_ptr(),
         kv[1].data_ptr(), kv[0].stride(0), start, None if mask is None else mask.data_ptr(),
-        int(causal), heads, hkv, d, ffn, d**-0.5, torch.get_num_threads(),
+        int(causal), heads, hkv, d, ffn, d**-0.5, scratch.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
 
 

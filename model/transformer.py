@@ -342,11 +342,13 @@ def run_layers(
     if mask is not None:
         mask = (mask if mask.dim() == 2 else mask.reshape(t, -1)).contiguous()
     y = x[0].clone()
+    dims = (layers[0].attn.n_heads, d, layers[0].mlp.ffn_dim)
+    scratch = torch.empty(max(cpu_rows.layer_scratch(w, t, y.shape[1], *dims) for w in weights))
     for i, (layer, w) in enumerate(zip(layers, weights, strict=True)):
         cpu_rows.layer(
             y, w, (layer.attn_norm, layer.mlp_norm), layer.eps, rope,
             (cache.k[first + i, 0], cache.v[first + i, 0]), s, mask, is_causal,
-            layer.attn.n_heads, layer.mlp.ffn_dim,
+            layer.attn.n_heads, layer.mlp.ffn_dim, scratch,
         )  # fmt: skip
     return y[None]
 
