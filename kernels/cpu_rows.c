@@ -21,7 +21,7 @@
  * fifth of the memory traffic. Expanding costs arithmetic, so here rows are not free (whole
  * forwards on the dev box: 4 rows ~1.5x one row, 9 rows ~2.5x).
  *
- * layer_rows, at the end, runs a whole decoder layer around these products in one call.
+ * layers_rows, at the end, runs whole decoder layers around these products in one call.
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -82,10 +82,12 @@ static inline __attribute__((always_inline)) void all_rows(
     }
 }
 
-/* x: (m, k) row-major; wp: (n / 16, k, 16); y: (m, n) row-major; n a multiple of 16. */
-void rows_matmul(const float *x, const float *wp, float *y, int m, int n, int k, int threads) {
+/* x: (m, k) row-major; wp: (n / 16, k, 16); y: (m, n) row-major; n a multiple of 16. The _ws
+ * forms share their loop among the threads of the enclosing parallel region (orphaned `omp
+ * for`, with its barrier at the end): one region can then run several of them. */
+static void rows_matmul_ws(const float *x, const float *wp, float *y, int m, int n, int k) {
     const int panels = n / PANEL;
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp for schedule(static)
     for (int p = 0; p < panels; p++) {
         for (int k0 = 0; k0 < k; k0 += K_BLOCK) {
             const int kn = k - k0 < K_BLOCK ? k - k0 : K_BLOCK;
@@ -97,6 +99,11 @@ void rows_matmul(const float *x, const float *wp, float *y, int m, int n, int k,
             }
         }
     }
+}
+
+void rows_matmul(const float *x, const float *wp, float *y, int m, int n, int k, int threads) {
+#pragma omp parallel num_threads(threads)
+    rows_matmul_ws(x, wp, y, m, n, k);
 }
 
 /* Rows r < rows of y[., 0..16 np) = x[r, .] . the np (1, 2) panels at wq, wq + pstride, ...,
@@ -202,12 +209,12 @@ static inline __attribute__((always_inline)) void expand_blocks(const uint8_t *w
  * prefills) that repeated expansion costs more than a store: each K_BLOCK slice of a panel is
  * expanded once into an L1 buffer that every group multiplies like an fp32 panel (panel_rows;
  * whole forwards on the dev box: 20 rows ~5 %, 64 rows ~10 % faster). */
-void quant_matmul(const float *x, const uint8_t *wq, float *y, int m, int n, int k, int threads,
-                  int q4) {
+static void quant_matmul_ws(const float *x, const uint8_t *wq, float *y, int m, int n, int k,
+                            int q4) {
     const int panels = n / PANEL, blocks = k / QK;
     const size_t pstride = (q4 ? Q4_1_BYTES : Q8_0_BYTES) * (size_t)blocks;
     if (m > 2 * ROWS) {
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp for schedule(static)
         for (int p = 0; p < panels; p++) {
             float buf[K_BLOCK * PANEL] __attribute__((aligned(32)));
             for (int b0 = 0; b0 < blocks; b0 += K_BLOCK / QK) {
@@ -224,7 +231,7 @@ void quant_matmul(const float *x, const uint8_t *wq, float *y, int m, int n, int
         return;
     }
     const int np = m == 1 ? 2 : 1;
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp for schedule(static)
     for (int u = 0; u < (panels + np - 1) / np; u++) {
         const int p = u * np, two = p + 1 < panels && np == 2;
         for (int g = 0, r0 = 0; r0 < m; r0 += GROUP_ROWS(m, g), g++) {
@@ -247,6 +254,12 @@ void quant_matmul(const float *x, const uint8_t *wq, float *y, int m, int n, int
 #undef QR
         }
     }
+}
+
+void quant_matmul(const float *x, const uint8_t *wq, float *y, int m, int n, int k, int threads,
+                  int q4) {
+#pragma omp parallel num_threads(threads)
+    quant_matmul_ws(x, wq, y, m, n, k, q4);
 }
 
 /* RMSNorm of m rows of length k, y = x / sqrt(mean(x^2) + eps) * g: one call where torch runs
@@ -369,41 +382,47 @@ static inline __attribute__((always_inline)) void attend_one(
  * A row's result depends on nothing but its query and the keys it sees, taken in order: the same
  * row gives the same bits alone or among draft rows, with any tree mask that shows it the same
  * keys - which makes a verify row exactly the row `ar` computes. */
+static void attend_ws(const float *q, const float *k, const float *v, float *out,
+                      const uint8_t *mask, int t, int n, int heads, int kv_heads, int d, long q_row,
+                      long kv_head, float scale, int causal, int *seen, float *s) {
+    const int group = heads / kv_heads;
+#pragma omp for schedule(static)
+    for (int item = 0; item < t * heads; item++) {
+        const int r = item / heads, h = item % heads;
+        const float *kh = k + (long)(h / group) * kv_head, *vh = v + (long)(h / group) * kv_head;
+        int m = 0;
+        for (int j = 0; j < n; j++)
+            if (mask ? mask[(long)r * n + j] : !causal || j <= n - t + r)
+                seen[m++] = j;
+        float *o = out + ((long)r * heads + h) * d;
+        if (d == 64) /* SmolLM2's: the loops over d unrolled, the output in registers */
+            attend_one(q + r * q_row + (long)h * d, kh, vh, seen, m, s, o, scale, 64);
+        else
+            attend_one(q + r * q_row + (long)h * d, kh, vh, seen, m, s, o, scale, d);
+    }
+}
+
 void attend_rows(const float *q, const float *k, const float *v, float *out, const uint8_t *mask,
                  int t, int n, int heads, int kv_heads, int d, long q_row, long kv_head,
                  float scale, int causal, int threads) {
-    const int group = heads / kv_heads;
 #pragma omp parallel num_threads(threads)
     {
         int *seen = malloc(sizeof(int) * (size_t)n);
         float *s = malloc(sizeof(float) * ((size_t)n + 8));
-#pragma omp for schedule(static)
-        for (int item = 0; item < t * heads; item++) {
-            const int r = item / heads, h = item % heads;
-            const float *kh = k + (long)(h / group) * kv_head, *vh = v + (long)(h / group) * kv_head;
-            int m = 0;
-            for (int j = 0; j < n; j++)
-                if (mask ? mask[(long)r * n + j] : !causal || j <= n - t + r)
-                    seen[m++] = j;
-            float *o = out + ((long)r * heads + h) * d;
-            if (d == 64) /* SmolLM2's: the loops over d unrolled, the output in registers */
-                attend_one(q + r * q_row + (long)h * d, kh, vh, seen, m, s, o, scale, 64);
-            else
-                attend_one(q + r * q_row + (long)h * d, kh, vh, seen, m, s, o, scale, d);
-        }
+        attend_ws(q, k, v, out, mask, t, n, heads, kv_heads, d, q_row, kv_head, scale, causal,
+                  seen, s);
         free(seen);
         free(s);
     }
 }
 
 /* y = x @ w.T through the kernel w's format asks for: fmt 0 fp32 panels, 1 Q4_1, 2 Q8_0;
- * y: (m, n) with n a multiple of 16. */
-static void matmul_fmt(const float *x, const void *w, int fmt, float *y, int m, int n, int k,
-                       int threads) {
+ * y: (m, n) with n a multiple of 16; shared among the enclosing region's threads. */
+static void matmul_fmt_ws(const float *x, const void *w, int fmt, float *y, int m, int n, int k) {
     if (fmt == 0)
-        rows_matmul(x, (const float *)w, y, m, n, k, threads);
+        rows_matmul_ws(x, (const float *)w, y, m, n, k);
     else
-        quant_matmul(x, (const uint8_t *)w, y, m, n, k, threads, fmt == 1);
+        quant_matmul_ws(x, (const uint8_t *)w, y, m, n, k, fmt == 1);
 }
 
 /* x * sigmoid(x) * u, 8 at a time: e = e^-|x|, sigmoid = 1 / (1 + e) or e / (1 + e). */
@@ -415,69 +434,96 @@ static inline __m256 silu_mul(__m256 x, __m256 u) {
     return _mm256_mul_ps(_mm256_mul_ps(x, sig), u);
 }
 
-/* One pre-norm decoder layer (RMSNorm, fused q/k/v product, rotate-half rope, GQA attention over
- * the KV cache, output product, residual; RMSNorm, fused gate/up product, SiLU gate, down
- * product, residual) for t rows of x (t, dim), in place, in one call instead of ~25 torch ops and
- * 7 kernel calls from Python. Weights: panels w[0..3] = qkv, o, gate_up, down in formats fmt[0..3]
- * (matmul_fmt), output widths n[0..3] rounded up to 16. The rows' keys and values are written to
- * the layer's cache kc, vc (head stride kv_head, position stride d) at positions s..s + t - 1,
- * then each row attends to positions 0..s + t - 1 as mask (t x (s + t)) or causal says
- * (attend_rows); cos, sin: (t, d) rope rows, sin with the rotate-half sign in its first half.
- * scratch: room for t (max(dim, ffn) + n[0] + heads d + max(n[1], n[3]) + n[2]) floats.
+/* A stack of pre-norm decoder layers (each: RMSNorm, fused q/k/v product, rotate-half rope, GQA
+ * attention over the KV cache, output product, residual; RMSNorm, fused gate/up product, SiLU
+ * gate, down product, residual) for t rows of x (t, dim), in place, in one call and one OpenMP
+ * region instead of ~25 torch ops and 7 kernel calls a layer from Python. The region's threads
+ * share each product's panels and the attention's (row, head) items (the _ws kernels) and meet at
+ * a barrier after each step, which on the dev VM costs a few us where starting a region costs
+ * 15-40 (a sleeping worker to wake: OMP_WAIT_POLICY=PASSIVE).
+ * Layer l: panels w[4 l + 0..3] = qkv, o, gate_up, down in formats fmt[4 l + 0..3]
+ * (matmul_fmt_ws), output widths n[0..3] rounded up to 16 (alike in every layer); norm gains
+ * norms[2 l], norms[2 l + 1]; cache kc, vc + l kv_layer (head stride kv_head, position stride
+ * d): the rows' keys and values are written at positions s..s + t - 1, then each row attends to
+ * positions 0..s + t - 1 as mask (t x (s + t)) or causal says (attend_ws); cos, sin: (t, d)
+ * rope rows, sin with the rotate-half sign in its first half. scratch: room for
+ * t (max(dim, ffn) + n[0] + heads d + max(n[1], n[3]) + n[2]) floats.
  * Every step computes each row on its own, like the kernels it calls. */
-void layer_rows(float *x, int t, int dim, const void *const *w, const int *fmt, const int *n,
-                const float *attn_norm, const float *mlp_norm, float eps, const float *cos,
-                const float *sin, float *kc, float *vc, long kv_head, int s, const uint8_t *mask,
-                int causal, int heads, int kv_heads, int d, int ffn, float scale, float *scratch,
-                int threads) {
+void layers_rows(int layers, float *x, int t, int dim, const void *const *w, const int *fmt,
+                 const int *n, const float *const *norms, float eps, const float *cos,
+                 const float *sin, float *kc, float *vc, long kv_layer, long kv_head, int s,
+                 const uint8_t *mask, int causal, int heads, int kv_heads, int d, int ffn,
+                 float scale, float *scratch, int threads) {
     const int hd = heads * d, half = d / 2;
     float *xn = scratch;
     float *qkv = xn + (size_t)t * (dim > ffn ? dim : ffn);
     float *att = qkv + (size_t)t * n[0];
     float *out = att + (size_t)t * hd;
     float *gu = out + (size_t)t * (n[1] > n[3] ? n[1] : n[3]);
-    float tmp[512]; /* d <= 256: one head's rotation */
-
-    rms_norm_rows(x, attn_norm, xn, t, dim, eps);
-    matmul_fmt(xn, w[0], fmt[0], qkv, t, n[0], dim, threads);
-    for (int r = 0; r < t; r++) {
-        const float *c = cos + (size_t)r * d, *sn = sin + (size_t)r * d;
-        float *row = qkv + (size_t)r * n[0];
-        for (int h = 0; h < heads + kv_heads; h++) {
-            float *v = row + (size_t)h * d;
-            for (int i = 0; i < d; i++)
-                tmp[i] = v[i] * c[i] + v[(i + half) % d] * sn[i];
-            for (int i = 0; i < d; i++)
-                v[i] = tmp[i];
-        }
-        for (int g = 0; g < kv_heads; g++) {
-            const size_t at = (size_t)g * kv_head + (size_t)(s + r) * d;
-            for (int i = 0; i < d; i++) {
-                kc[at + i] = row[(size_t)(heads + g) * d + i];
-                vc[at + i] = row[(size_t)(heads + kv_heads + g) * d + i];
+#pragma omp parallel num_threads(threads)
+    {
+        int *seen = malloc(sizeof(int) * (size_t)(s + t));
+        float *sc = malloc(sizeof(float) * ((size_t)(s + t) + 8));
+#pragma omp single
+        rms_norm_rows(x, norms[0], xn, t, dim, eps);
+        for (int l = 0; l < layers; l++) {
+            const void *const *wl = w + 4 * l;
+            const int *fl = fmt + 4 * l;
+            float *kl = kc + l * kv_layer, *vl = vc + l * kv_layer;
+            matmul_fmt_ws(xn, wl[0], fl[0], qkv, t, n[0], dim);
+#pragma omp single
+            for (int r = 0; r < t; r++) {
+                const float *c = cos + (size_t)r * d, *sn = sin + (size_t)r * d;
+                float *row = qkv + (size_t)r * n[0];
+                float tmp[512]; /* d <= 256: one head's rotation */
+                for (int h = 0; h < heads + kv_heads; h++) {
+                    float *v = row + (size_t)h * d;
+                    for (int i = 0; i < d; i++)
+                        tmp[i] = v[i] * c[i] + v[(i + half) % d] * sn[i];
+                    for (int i = 0; i < d; i++)
+                        v[i] = tmp[i];
+                }
+                for (int g = 0; g < kv_heads; g++) {
+                    const size_t at = (size_t)g * kv_head + (size_t)(s + r) * d;
+                    for (int i = 0; i < d; i++) {
+                        kl[at + i] = row[(size_t)(heads + g) * d + i];
+                        vl[at + i] = row[(size_t)(heads + kv_heads + g) * d + i];
+                    }
+                }
+            }
+            attend_ws(qkv, kl, vl, att, mask, t, s + t, heads, kv_heads, d, n[0], kv_head, scale,
+                      causal, seen, sc);
+            matmul_fmt_ws(att, wl[1], fl[1], out, t, n[1], hd);
+#pragma omp single
+            {
+                for (int r = 0; r < t; r++)
+                    for (int i = 0; i < dim; i++)
+                        x[(size_t)r * dim + i] += out[(size_t)r * n[1] + i];
+                rms_norm_rows(x, norms[2 * l + 1], xn, t, dim, eps);
+            }
+            matmul_fmt_ws(xn, wl[2], fl[2], gu, t, n[2], dim);
+#pragma omp for schedule(static)
+            for (int r = 0; r < t; r++) {
+                const float *g = gu + (size_t)r * n[2], *u = g + ffn;
+                float *a = xn + (size_t)r * ffn;
+                int i = 0;
+                for (; i + 8 <= ffn; i += 8)
+                    _mm256_storeu_ps(a + i,
+                                     silu_mul(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+                for (; i < ffn; i++)
+                    a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            }
+            matmul_fmt_ws(xn, wl[3], fl[3], out, t, n[3], ffn);
+#pragma omp single
+            {
+                for (int r = 0; r < t; r++)
+                    for (int i = 0; i < dim; i++)
+                        x[(size_t)r * dim + i] += out[(size_t)r * n[3] + i];
+                if (l + 1 < layers)
+                    rms_norm_rows(x, norms[2 * l + 2], xn, t, dim, eps);
             }
         }
+        free(seen);
+        free(sc);
     }
-    attend_rows(qkv, kc, vc, att, mask, t, s + t, heads, kv_heads, d, n[0], kv_head, scale, causal,
-                threads);
-    matmul_fmt(att, w[1], fmt[1], out, t, n[1], hd, threads);
-    for (int r = 0; r < t; r++)
-        for (int i = 0; i < dim; i++)
-            x[(size_t)r * dim + i] += out[(size_t)r * n[1] + i];
-
-    rms_norm_rows(x, mlp_norm, xn, t, dim, eps);
-    matmul_fmt(xn, w[2], fmt[2], gu, t, n[2], dim, threads);
-    for (int r = 0; r < t; r++) {
-        const float *g = gu + (size_t)r * n[2], *u = g + ffn;
-        float *a = xn + (size_t)r * ffn;
-        int i = 0;
-        for (; i + 8 <= ffn; i += 8)
-            _mm256_storeu_ps(a + i, silu_mul(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
-        for (; i < ffn; i++)
-            a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    }
-    matmul_fmt(xn, w[3], fmt[3], out, t, n[3], ffn, threads);
-    for (int r = 0; r < t; r++)
-        for (int i = 0; i < dim; i++)
-            x[(size_t)r * dim + i] += out[(size_t)r * n[3] + i];
 }

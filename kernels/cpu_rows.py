@@ -16,10 +16,10 @@ instead of 4 - from fp32 decoding is bound by those reads.
 
 `rms_norm` and `attention` replace torch's composite ops for decode's rows (one C call each
 instead of several small ones), and like the product they give a row the same bits whatever
-rows share the call: together they make a verify row exactly the row `ar` computes. `layer`
-runs a whole decoder layer in one call (model/transformer.py `run_layers`): at one row the ~25
-torch ops and 7 calls per layer it replaces took as long as the products themselves (a
-SmolLM2-135M forward 28.5 -> 14.9 ms on the dev box).
+rows share the call: together they make a verify row exactly the row `ar` computes. `layers`
+runs a stack of decoder layers in one call and one OpenMP region (model/transformer.py
+`run_layers`): at one row the ~25 torch ops and 7 calls per layer it replaces took as long as the
+products themselves (a SmolLM2-135M forward 28.5 -> 14.9 ms on the dev box, one call per layer).
 
 The C file is compiled on first use with the system C compiler (`CC`, else `cc`) into
 `$XDG_CACHE_HOME/dllm-voice` (default `~/.cache/dllm-voice`), named by a hash of the source and
@@ -134,12 +134,10 @@ def _library() -> ctypes.CDLL | None:
                 ctypes.c_long, ctypes.c_long, ctypes.c_float, ctypes.c_int, ctypes.c_int
             ]  # fmt: skip
             lib.attend_rows.restype = None
-            lib.layer_rows.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 2 + [
-                ctypes.c_void_p] * 5 + [ctypes.c_float] + [ctypes.c_void_p] * 4 + [
-                ctypes.c_long, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 5 + [
-                ctypes.c_float, ctypes.c_void_p, ctypes.c_int
-            ]  # fmt: skip
-            lib.layer_rows.restype = None
+            ptr, num, f32, long = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_long
+            lib.layers_rows.argtypes = [num, ptr, num, num, *[ptr] * 4, f32, *[ptr] * 4, long,
+                                        long, num, ptr, *[num] * 5, f32, ptr, num]  # fmt: skip
+            lib.layers_rows.restype = None
             if _self_test(lib):
                 return lib
             why = "its self-test disagreed with F.linear"
@@ -275,33 +273,51 @@ FORMAT_CODES = {"f32": 0, "q4_1": 1, "q8_0": 2}  # cpu_rows.c matmul_fmt
 
 
 class LayerWeights(NamedTuple):
-    """A decoder layer's four matrices (q/k/v, o, gate/up, down panels) as `layer` passes them."""
+    """A decoder layer's four matrices (q/k/v, o, gate/up, down panels) as `layers` takes them."""
 
     panels: tuple[Panels, ...]
-    ptrs: ctypes.Array
-    fmts: ctypes.Array
-    widths: ctypes.Array
+    widths: tuple[int, ...]  # output columns, rounded up to 16
 
 
 def layer_weights(panels: tuple[Panels, ...]) -> LayerWeights:
-    return LayerWeights(
-        panels,
-        (ctypes.c_void_p * 4)(*(p.data.data_ptr() for p in panels)),
-        (ctypes.c_int * 4)(*(FORMAT_CODES[p.fmt] for p in panels)),
-        (ctypes.c_int * 4)(*(p.data.shape[0] * PANEL for p in panels)),
+    return LayerWeights(panels, tuple(p.data.shape[0] * PANEL for p in panels))
+
+
+class LayerStack(NamedTuple):
+    """Consecutive decoder layers' matrices and norm gains as pointer arrays for `layers`."""
+
+    weights: tuple[LayerWeights, ...]
+    norms: tuple[torch.Tensor, ...]  # attention, MLP gain of each layer in turn
+    ptrs: ctypes.Array
+    fmts: ctypes.Array
+    norm_ptrs: ctypes.Array
+    widths: ctypes.Array
+
+
+def layer_stack(weights: tuple[LayerWeights, ...], norms: tuple[torch.Tensor, ...]) -> LayerStack:
+    """Needs every layer alike in widths (the layers of one model are)."""
+    if len({w.widths for w in weights}) != 1:
+        raise ValueError("layers of different widths")
+    panels = [p for w in weights for p in w.panels]
+    return LayerStack(
+        weights,
+        norms,
+        (ctypes.c_void_p * len(panels))(*(p.data.data_ptr() for p in panels)),
+        (ctypes.c_int * len(panels))(*(FORMAT_CODES[p.fmt] for p in panels)),
+        (ctypes.c_void_p * len(norms))(*(g.data_ptr() for g in norms)),
+        (ctypes.c_int * 4)(*weights[0].widths),
     )
 
 
-def layer_scratch(weights: LayerWeights, t: int, dim: int, heads: int, d: int, ffn: int) -> int:
-    """Floats of scratch `layer` needs for t rows (one buffer can serve every layer alike)."""
-    n = list(weights.widths)
+def layers_scratch(stack: LayerStack, t: int, dim: int, heads: int, d: int, ffn: int) -> int:
+    """Floats of scratch `layers` needs for t rows."""
+    n = stack.weights[0].widths
     return t * (max(dim, ffn) + n[0] + heads * d + max(n[1], n[3]) + n[2])
 
 
-def layer(
+def layers(
     x: torch.Tensor,
-    weights: LayerWeights,
-    norms: tuple[torch.Tensor, torch.Tensor],
+    stack: LayerStack,
     eps: float,
     rope: tuple[torch.Tensor, torch.Tensor],
     kv: tuple[torch.Tensor, torch.Tensor],
@@ -312,18 +328,19 @@ def layer(
     ffn: int,
     scratch: torch.Tensor,
 ) -> None:
-    """One pre-norm Llama decoder layer over x (T, dim), in place (cpu_rows.c `layer_rows`): the
-    attention and MLP norms' gains, rope rows cos and sin (T, D), the layer's cache keys and values
-    (Hkv, capacity, D; last two dims contiguous) - the rows' own are written at start..start+T-1,
-    which must fit - and visibility as `attention` takes it over start + T keys; scratch: fp32,
-    at least `layer_scratch` floats. Each row is computed on its own. Needs available()."""
+    """Pre-norm Llama decoder layers over x (T, dim), in place, in one call (cpu_rows.c
+    `layers_rows`): rope rows cos and sin (T, D); the layers' cache keys and values (L, Hkv,
+    capacity, D; last two dims contiguous) - the rows' own are written at start..start+T-1, which
+    must fit - and visibility as `attention` takes it over start + T keys; scratch: fp32, at least
+    `layers_scratch` floats. Each row is computed on its own. Needs available()."""
     t, dim = x.shape
-    hkv, _, d = kv[0].shape
-    assert scratch.numel() >= layer_scratch(weights, t, dim, heads, d, ffn)
-    _library().layer_rows(
-        x.data_ptr(), t, dim, weights.ptrs, weights.fmts, weights.widths, norms[0].data_ptr(),
-        norms[1].data_ptr(), eps, rope[0].data_ptr(), rope[1].data_ptr(), kv[0].data_ptr(),
-        kv[1].data_ptr(), kv[0].stride(0), start, None if mask is None else mask.data_ptr(),
+    n_layers, hkv, _, d = kv[0].shape
+    assert n_layers == len(stack.weights) and kv[0].stride() == kv[1].stride()
+    assert scratch.numel() >= layers_scratch(stack, t, dim, heads, d, ffn)
+    _library().layers_rows(
+        n_layers, x.data_ptr(), t, dim, stack.ptrs, stack.fmts, stack.widths, stack.norm_ptrs, eps,
+        rope[0].data_ptr(), rope[1].data_ptr(), kv[0].data_ptr(), kv[1].data_ptr(),
+        kv[0].stride(0), kv[0].stride(1), start, None if mask is None else mask.data_ptr(),
         int(causal), heads, hkv, d, ffn, d**-0.5, scratch.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+import weakref
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -296,7 +296,7 @@ class Block(nn.Module):
 
 
 def _c_weights(block: Block) -> cpu_rows.LayerWeights | None:
-    """The block's matrices for cpu_rows.layer: all four packed as panels, no bias (else None);
+    """The block's matrices for cpu_rows.layers: all four packed as panels, no bias (else None);
     built once per packing."""
     mats = (block.attn.wqkv, block.attn.wo, block.mlp.w_gate_up, block.mlp.w_down)
     panels = tuple(m.packed for m in mats)
@@ -309,8 +309,25 @@ def _c_weights(block: Block) -> cpu_rows.LayerWeights | None:
     return block.c_layer
 
 
+def _c_stack(
+    layers: nn.ModuleList, weights: tuple[cpu_rows.LayerWeights, ...]
+) -> cpu_rows.LayerStack:
+    """The layers' pointer arrays for cpu_rows.layers, built once per packing of them."""
+    cached = _C_STACKS.get(layers)
+    if cached is not None and all(a is b for a, b in zip(cached.weights, weights, strict=True)):
+        return cached
+    norms = tuple(g for layer in layers for g in (layer.attn_norm, layer.mlp_norm))
+    _C_STACKS[layers] = cpu_rows.layer_stack(weights, norms)
+    return _C_STACKS[layers]
+
+
+_C_STACKS: weakref.WeakKeyDictionary[nn.ModuleList, cpu_rows.LayerStack] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def run_layers(
-    layers: Sequence[Block],
+    layers: nn.ModuleList,
     x: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
@@ -322,9 +339,10 @@ def run_layers(
 ) -> torch.Tensor:
     """x (B, T, dim) through `layers`, layer i on cache layer first + i (Block.forward's other
     arguments). In CPU inference of one sequence whose layers are packed for kernels/cpu_rows.py,
-    each layer is one C call (cpu_rows.layer: ~0.45 ms of Python and torch dispatch per layer
-    saved); its rows past `write` go to the cache slots after the written ones - free slots,
-    past cache.length - so it needs room for all T rows."""
+    the whole stack is one C call (cpu_rows.layers: ~0.45 ms of Python and torch dispatch per
+    layer saved, and OpenMP wakes its worker once, not 5 times a layer); its rows past `write`
+    go to the cache slots after the written ones - free slots, past cache.length - so it needs
+    room for all T rows."""
     bsz, t, _ = x.shape
     s, c_path = cache.length, cpu_rows.available() and not torch.is_grad_enabled()
     c_path = c_path and x.device.type == "cpu" and x.dtype == torch.float32 and bsz == 1
@@ -341,15 +359,12 @@ def run_layers(
     rope = (cos.reshape(t, d).contiguous(), sin.reshape(t, d).contiguous())
     if mask is not None:
         mask = (mask if mask.dim() == 2 else mask.reshape(t, -1)).contiguous()
+    stack = _c_stack(layers, tuple(weights))
     y = x[0].clone()
-    dims = (layers[0].attn.n_heads, d, layers[0].mlp.ffn_dim)
-    scratch = torch.empty(max(cpu_rows.layer_scratch(w, t, y.shape[1], *dims) for w in weights))
-    for i, (layer, w) in enumerate(zip(layers, weights, strict=True)):
-        cpu_rows.layer(
-            y, w, (layer.attn_norm, layer.mlp_norm), layer.eps, rope,
-            (cache.k[first + i, 0], cache.v[first + i, 0]), s, mask, is_causal,
-            layer.attn.n_heads, layer.mlp.ffn_dim, scratch,
-        )  # fmt: skip
+    heads, ffn = layers[0].attn.n_heads, layers[0].mlp.ffn_dim
+    scratch = torch.empty(cpu_rows.layers_scratch(stack, t, y.shape[1], heads, d, ffn))
+    kv = (cache.k[first : first + len(layers), 0], cache.v[first : first + len(layers), 0])
+    cpu_rows.layers(y, stack, layers[0].eps, rope, kv, s, mask, is_causal, heads, ffn, scratch)
     return y[None]
 
 

@@ -210,8 +210,8 @@ def test_a_verify_row_is_bit_identical_to_the_row_decoded_alone(lm) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["f32", "q4_1", "q8_0"])
-def test_a_layer_as_one_c_call_computes_what_the_torch_ops_compute(fmt, monkeypatch) -> None:
-    """CPU inference runs each packed layer as one C call (transformer.run_layers). For a prefill,
+def test_the_layers_as_one_c_call_compute_what_the_torch_ops_compute(fmt, monkeypatch) -> None:
+    """CPU inference runs the packed layers as one C call (transformer.run_layers). For a prefill,
     a decode row, a chain, a draft tree at explicit positions and rows kept out of the cache it
     gives the torch layers' logits and cache entries up to rounding - from fp32 panels and from
     GGUF blocks - and it is the path taken."""
@@ -244,11 +244,11 @@ def test_a_layer_as_one_c_call_computes_what_the_torch_ops_compute(fmt, monkeypa
         return out
 
     calls = []
-    layer = cpu_rows.layer
-    monkeypatch.setattr(cpu_rows, "layer", lambda *a: calls.append(1) or layer(*a))
+    layers = cpu_rows.layers
+    monkeypatch.setattr(cpu_rows, "layers", lambda *a: calls.append(1) or layers(*a))
     c_cache = model.new_cache(64)
     c_out = steps(c_cache)
-    assert len(calls) == 5 * model.args.n_layers
+    assert len(calls) == 5  # one per forward
     monkeypatch.setattr(transformer, "_c_weights", lambda block: None)
     t_cache = model.new_cache(64)
     for c, t in zip(c_out, steps(t_cache), strict=True):
