@@ -59,11 +59,13 @@ CPU_ROW_COST = {"quant": 0.15, "rows": 0.03, "onednn": 0.1, "plain": 0.1}
 # faster there (bench/lm.py, 12 unseen prompts: 1.20x and 1.17x ar vs 1.12x and 1.05x with it).
 GEMV_1THREAD_FIRST_ROW_COST = 0.35
 # Whether the drafter's pass pays for itself with each kernel (auto only; `parallel` always
-# drafts: committing drafts unverified is what it is for).
-# From GGUF blocks it costs ~0.2 of a forward and does not: 12 unseen prompts, hybrid 1.06x ar
-# with it, 1.21x with free drafts alone (bench/lm.py --lookup-only); the simulation agrees
-# (1.22x vs 1.34x est.) and has it only tie at 0.12 of a forward.
-CPU_DRAFTER_PAYS = {"quant": False, "rows": True, "onednn": True, "plain": True}
+# drafts: committing drafts unverified is what it is for). With the layers in one C call it
+# costs ~0.2 of a forward from GGUF blocks and does not: 12 unseen prompts, hybrid 1.04-1.19x ar
+# with it, 1.18-1.28x with free drafts alone (bench/lm.py --with-drafter, three runs); the
+# simulation agrees (1.22x vs 1.34x est.) and has it only tie at 0.12 of a forward. From fp32
+# weights it ties or loses too (45.9 vs 48.2 and 37.4 vs 38.1 tokens/s); oneDNN's and plain
+# weights keep the torch layers, where it paid (session 5).
+CPU_DRAFTER_PAYS = {"quant": False, "rows": False, "onednn": True, "plain": True}
 # The drafter pass is skipped when a free draft (prompt lookup, n-gram store) already gives the
 # next token this confidence: simulated on 60 unseen held-out answers with the cpu_rows kernel's
 # row costs and a pass cost of 0.11 forward, skipping below 0.8 gives 2.27 tokens/step but 1.67x
