@@ -381,7 +381,8 @@ static inline __attribute__((always_inline)) void attend_one(
  *
  * A row's result depends on nothing but its query and the keys it sees, taken in order: the same
  * row gives the same bits alone or among draft rows, with any tree mask that shows it the same
- * keys - which makes a verify row exactly the row `ar` computes. */
+ * keys - which makes a verify row exactly the row `ar` computes. attend_ws shares the (row,
+ * head) items among the enclosing region's threads; seen, s: this thread's room for n + 8. */
 static void attend_ws(const float *q, const float *k, const float *v, float *out,
                       const uint8_t *mask, int t, int n, int heads, int kv_heads, int d, long q_row,
                       long kv_head, float scale, int causal, int *seen, float *s) {

@@ -47,8 +47,8 @@ from model.tree import DraftTree, build
 # lm.row_cost = -1 on CPU: the extra cost of a verify row relative to a 1-row forward, by the
 # matrix kernel the model is packed for (Transformer.cpu_kernel), measured on the 2-core dev box
 # (bench/rows.py, BENCHMARKS.md). From the GGUF file's blocks ("quant") a forward reads a fifth of
-# the bytes, each layer is one C call, and rows cost arithmetic: 4 rows ~1.46x one row, 6 ~1.7x,
-# 9 ~2.45x; simulating 60 held-out answers with those costs, 0.12 to 0.25 are within 2 % of each
+# the bytes, the layers are one C call, and rows cost arithmetic: 4 rows ~1.4x one row, 6 ~1.8x,
+# 9 ~2.5x; simulating 60 held-out answers with such costs, 0.12 to 0.25 are within 2 % of each
 # other. From fp32 weights: 5 rows ~1.1x, 9 rows ~1.2x; oneDNN 5 rows ~1.3-1.55x, 9 rows
 # ~1.5-1.8x. On CUDA it is 0: a few rows are free next to reading the weights.
 CPU_ROW_COST = {"quant": 0.15, "rows": 0.03, "onednn": 0.1, "plain": 0.1}
