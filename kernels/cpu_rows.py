@@ -269,49 +269,39 @@ def attention(
     return out
 
 
-FORMAT_CODES = {"f32": 0, "q4_1": 1, "q8_0": 2}  # cpu_rows.c matmul_fmt
-
-
-class LayerWeights(NamedTuple):
-    """A decoder layer's four matrices (q/k/v, o, gate/up, down panels) as `layers` takes them."""
-
-    panels: tuple[Panels, ...]
-    widths: tuple[int, ...]  # output columns, rounded up to 16
-
-
-def layer_weights(panels: tuple[Panels, ...]) -> LayerWeights:
-    return LayerWeights(panels, tuple(p.data.shape[0] * PANEL for p in panels))
+FORMAT_CODES = {"f32": 0, "q4_1": 1, "q8_0": 2}  # cpu_rows.c matmul_fmt_ws
 
 
 class LayerStack(NamedTuple):
-    """Consecutive decoder layers' matrices and norm gains as pointer arrays for `layers`."""
+    """Consecutive decoder layers' matrices (q/k/v, o, gate/up, down panels of each layer in turn)
+    and norm gains (attention, MLP gain of each) as pointer arrays for `layers`."""
 
-    weights: tuple[LayerWeights, ...]
-    norms: tuple[torch.Tensor, ...]  # attention, MLP gain of each layer in turn
+    panels: tuple[Panels, ...]
+    norms: tuple[torch.Tensor, ...]
     ptrs: ctypes.Array
     fmts: ctypes.Array
     norm_ptrs: ctypes.Array
-    widths: ctypes.Array
+    widths: ctypes.Array  # each matrix's output columns rounded up to 16, alike in every layer
 
 
-def layer_stack(weights: tuple[LayerWeights, ...], norms: tuple[torch.Tensor, ...]) -> LayerStack:
+def layer_stack(panels: tuple[Panels, ...], norms: tuple[torch.Tensor, ...]) -> LayerStack:
     """Needs every layer alike in widths (the layers of one model are)."""
-    if len({w.widths for w in weights}) != 1:
+    widths = [p.data.shape[0] * PANEL for p in panels]
+    if any(widths[i] != widths[i % 4] for i in range(len(widths))):
         raise ValueError("layers of different widths")
-    panels = [p for w in weights for p in w.panels]
     return LayerStack(
-        weights,
+        panels,
         norms,
         (ctypes.c_void_p * len(panels))(*(p.data.data_ptr() for p in panels)),
         (ctypes.c_int * len(panels))(*(FORMAT_CODES[p.fmt] for p in panels)),
         (ctypes.c_void_p * len(norms))(*(g.data_ptr() for g in norms)),
-        (ctypes.c_int * 4)(*weights[0].widths),
+        (ctypes.c_int * 4)(*widths[:4]),
     )
 
 
 def layers_scratch(stack: LayerStack, t: int, dim: int, heads: int, d: int, ffn: int) -> int:
     """Floats of scratch `layers` needs for t rows."""
-    n = stack.weights[0].widths
+    n = stack.widths
     return t * (max(dim, ffn) + n[0] + heads * d + max(n[1], n[3]) + n[2])
 
 
@@ -335,7 +325,7 @@ def layers(
     `layers_scratch` floats. Each row is computed on its own. Needs available()."""
     t, dim = x.shape
     n_layers, hkv, _, d = kv[0].shape
-    assert n_layers == len(stack.weights) and kv[0].stride() == kv[1].stride()
+    assert 4 * n_layers == len(stack.panels) and kv[0].stride() == kv[1].stride()
     assert scratch.numel() >= layers_scratch(stack, t, dim, heads, d, ffn)
     _library().layers_rows(
         n_layers, x.data_ptr(), t, dim, stack.ptrs, stack.fmts, stack.widths, stack.norm_ptrs, eps,

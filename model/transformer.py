@@ -2,7 +2,7 @@
 
 RMSNorm, rotary embeddings (rotate-half convention as in Hugging Face checkpoints, optional
 llama3 frequency scaling), grouped-query attention, SwiGLU MLP, tied or untied output head,
-optional q/k/v bias (Qwen2). In CPU inference of one sequence each layer is one call into
+optional q/k/v bias (Qwen2). In CPU inference of one sequence the layers are one call into
 kernels/cpu_rows.py's C code (`run_layers`; norms, products, rope, attention, SiLU, residuals),
 which computes each row on its own: a row's bits do not depend on the rows beside it, so a verify
 row is exactly the row `ar` computes. Elsewhere (training, CUDA, batches) the layers are torch
@@ -280,8 +280,6 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    c_layer: cpu_rows.LayerWeights | None = None  # run_layers' view of the packed matrices
-
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         self.eps = args.norm_eps
@@ -295,29 +293,18 @@ class Block(nn.Module):
         return x + self.mlp(rms_norm(x, self.mlp_norm, self.eps))
 
 
-def _c_weights(block: Block) -> cpu_rows.LayerWeights | None:
-    """The block's matrices for cpu_rows.layers: all four packed as panels, no bias (else None);
-    built once per packing."""
-    mats = (block.attn.wqkv, block.attn.wo, block.mlp.w_gate_up, block.mlp.w_down)
-    panels = tuple(m.packed for m in mats)
-    cached = block.c_layer
+def _c_stack(layers: nn.ModuleList) -> cpu_rows.LayerStack | None:
+    """The layers' matrices and norms for cpu_rows.layers, built once per packing; None unless
+    every matrix is packed as panels and there is no q/k/v bias."""
+    mats = [(b.attn.wqkv, b.attn.wo, b.mlp.w_gate_up, b.mlp.w_down) for b in layers]
+    panels = tuple(m.packed for four in mats for m in four)
+    cached = _C_STACKS.get(layers)
     if cached is not None and all(a is b for a, b in zip(cached.panels, panels, strict=True)):
         return cached
-    if not all(isinstance(p, cpu_rows.Panels) for p in panels) or mats[0].bias is not None:
+    if not all(isinstance(p, cpu_rows.Panels) for p in panels) or mats[0][0].bias is not None:
         return None
-    block.c_layer = cpu_rows.layer_weights(panels)
-    return block.c_layer
-
-
-def _c_stack(
-    layers: nn.ModuleList, weights: tuple[cpu_rows.LayerWeights, ...]
-) -> cpu_rows.LayerStack:
-    """The layers' pointer arrays for cpu_rows.layers, built once per packing of them."""
-    cached = _C_STACKS.get(layers)
-    if cached is not None and all(a is b for a, b in zip(cached.weights, weights, strict=True)):
-        return cached
     norms = tuple(g for layer in layers for g in (layer.attn_norm, layer.mlp_norm))
-    _C_STACKS[layers] = cpu_rows.layer_stack(weights, norms)
+    _C_STACKS[layers] = cpu_rows.layer_stack(panels, norms)
     return _C_STACKS[layers]
 
 
@@ -350,8 +337,8 @@ def run_layers(
     c_path = c_path and t <= cpu_rows.MAX_ROWS and cos.shape[0] == 1
     c_path = c_path and cos.shape[-1] % 8 == 0 and cos.shape[-1] <= 256  # attend_rows' head dims
     c_path = c_path and (mask is None or mask.dtype == torch.bool)
-    weights = [_c_weights(layer) for layer in layers] if c_path else []
-    if not c_path or any(w is None for w in weights):
+    stack = _c_stack(layers) if c_path else None
+    if stack is None:
         for i, layer in enumerate(layers):
             x = layer(x, cos, sin, cache, first + i, write, mask, is_causal)
         return x
@@ -359,7 +346,6 @@ def run_layers(
     rope = (cos.reshape(t, d).contiguous(), sin.reshape(t, d).contiguous())
     if mask is not None:
         mask = (mask if mask.dim() == 2 else mask.reshape(t, -1)).contiguous()
-    stack = _c_stack(layers, tuple(weights))
     y = x[0].clone()
     heads, ffn = layers[0].attn.n_heads, layers[0].mlp.ffn_dim
     scratch = torch.empty(cpu_rows.layers_scratch(stack, t, y.shape[1], heads, d, ffn))

@@ -249,7 +249,7 @@ def test_the_layers_as_one_c_call_compute_what_the_torch_ops_compute(fmt, monkey
     c_cache = model.new_cache(64)
     c_out = steps(c_cache)
     assert len(calls) == 5  # one per forward
-    monkeypatch.setattr(transformer, "_c_weights", lambda block: None)
+    monkeypatch.setattr(transformer, "_c_stack", lambda layers: None)
     t_cache = model.new_cache(64)
     for c, t in zip(c_out, steps(t_cache), strict=True):
         torch.testing.assert_close(c, t, rtol=1e-4, atol=1e-4 * t.abs().max().item())
