@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
@@ -34,6 +34,7 @@ from model.errors import ModelLoadError
 
 DEFAULT_STORE = Path(__file__).parent / "adapters" / "ngram.safetensors"
 MAX_ORDER = 4
+ID_BITS = 16  # token ids packed into one 64-bit key per context (vocab 49152 < 2^16)
 MIN_TOTAL = 2  # a context seen once is a coincidence more often than a habit
 
 
@@ -46,23 +47,47 @@ class NgramStore:
     @classmethod
     def build(cls, sequences: Iterable[tuple[Sequence[int], int, Sequence[int]]]) -> NgramStore:
         """From (ids, prompt_len, greedy) records: greedy[i] is the base's next token after
-        ids[:prompt_len + i]."""
-        counts: dict[tuple[int, ...], Counter[int]] = defaultdict(Counter)
-        tokens = 0
-        for ids, plen, greedy in sequences:
-            for i, nxt in enumerate(greedy):
-                end = plen + i
-                for n in range(1, MAX_ORDER + 1):
-                    if end - n >= 0:
-                        counts[tuple(ids[end - n : end])][nxt] += 1
-                tokens += 1
-        table = {}
-        for ctx, c in counts.items():
-            total = sum(c.values())
-            if total >= MIN_TOTAL:
-                tok, k = c.most_common(1)[0]
-                table[ctx] = (tok, k / (total + 1))
-        return cls(table, {"tokens": tokens, "contexts": len(table), "max_order": MAX_ORDER})
+        ids[:prompt_len + i]. Counted in numpy (1e7 tokens in seconds): per order n, every
+        (context, next) pair, its context packed into one integer, sorted and run-length
+        counted; each context keeps its most frequent next token, a tie going to the one seen
+        first (as Counter.most_common would)."""
+        ids, ends, nxt = [], [], []
+        offset = 0
+        for seq, plen, greedy in sequences:
+            ids.append(np.asarray(seq, dtype=np.int64))
+            ends.append(offset + plen + np.arange(len(greedy)))
+            nxt.append(np.asarray(greedy, dtype=np.int64))
+            offset += len(seq)
+        if not ids:
+            return cls({}, {"tokens": 0, "contexts": 0, "max_order": MAX_ORDER})
+        flat, end, nxt_all = np.concatenate(ids), np.concatenate(ends), np.concatenate(nxt)
+        starts = np.repeat(np.cumsum([0] + [len(x) for x in ids[:-1]]), [len(x) for x in nxt])
+        if flat.size and flat.max() >= 1 << ID_BITS:
+            raise ValueError(f"n-gram contexts pack token ids in {ID_BITS} bits")
+        table: dict[tuple[int, ...], tuple[int, float]] = {}
+        for n in range(1, MAX_ORDER + 1):
+            ok = end - n >= starts  # the context lies within its own record
+            e, x, first = end[ok], nxt_all[ok], np.flatnonzero(ok)
+            key = np.zeros(len(e), dtype=np.uint64)
+            for j in range(n):
+                key = (key << np.uint64(ID_BITS)) | flat[e - n + j].astype(np.uint64)
+            o = np.lexsort((first, x, key))  # by context, next token, first sighting
+            key, x, first = key[o], x[o], first[o]
+            new = np.r_[True, (key[1:] != key[:-1]) | (x[1:] != x[:-1])]
+            pair = np.flatnonzero(new)
+            count = np.diff(np.r_[pair, len(key)])
+            key, x, first = key[pair], x[pair], first[pair]
+            ctx = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+            total = np.add.reduceat(count, ctx)
+            best = np.lexsort((first, -count, key))[ctx]  # per context: most often, then first
+            keep = total >= MIN_TOTAL
+            best, total = best[keep], total[keep]
+            shifts = np.uint64(ID_BITS) * np.arange(n - 1, -1, -1, dtype=np.uint64)
+            cols = (key[best][:, None] >> shifts) & np.uint64((1 << ID_BITS) - 1)
+            conf = count[best] / (total + 1)
+            for c, t, q in zip(cols.tolist(), x[best].tolist(), conf.tolist(), strict=True):
+                table[tuple(c)] = (t, q)
+        return cls(table, {"tokens": len(nxt_all), "contexts": len(table), "max_order": MAX_ORDER})
 
     def propose(self, context: Sequence[int], k: int) -> tuple[list[int], list[float]]:
         """Up to k drafts continuing `context` (the prompt + answer so far), with confidences."""
@@ -138,9 +163,10 @@ def main(argv: list[str] | None = None) -> None:
     if not recs:
         raise SystemExit(f"{a.data}: no generated training answers; run model.gen_data first")
     store = NgramStore.build(
-        (r["ids"].tolist(), int(r["prompt_len"]), r["greedy"].tolist()) for r in recs
+        (r["ids"].numpy(), int(r["prompt_len"]), r["greedy"].numpy()) for r in recs
     )
     store.info["answers"] = len(recs)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     store.save(a.out)
     print(json.dumps({**store.info, "bytes": Path(a.out).stat().st_size}))
 

@@ -4,6 +4,8 @@ forwards, the drafter pass skipped where the store is sure)."""
 
 from __future__ import annotations
 
+import random
+from collections import Counter, defaultdict
 from dataclasses import replace
 
 import pytest
@@ -36,6 +38,33 @@ def test_counts_the_most_frequent_next_token_per_context() -> None:
     assert store.table[(2,)] == (3, pytest.approx(3 / 4))
     assert (1, 2) not in store.table  # seen once: below MIN_TOTAL
     assert MIN_TOTAL == 2
+
+
+def test_build_equals_a_plain_count_ties_to_the_first_seen() -> None:
+    """The numpy build against Counter counting on random records over a 6-token vocabulary,
+    where equal counts are common."""
+    rng = random.Random(0)
+    recs = []
+    for _ in range(300):
+        n = rng.randint(3, 30)
+        p = rng.randint(1, n - 1)
+        recs.append(
+            ([rng.randrange(6) for _ in range(n)], p, [rng.randrange(6) for _ in range(n - p)])
+        )
+    counts: dict[tuple[int, ...], Counter[int]] = defaultdict(Counter)
+    for ids, p, greedy in recs:
+        for i, nxt in enumerate(greedy):
+            for n in range(1, 5):
+                if p + i - n >= 0:
+                    counts[tuple(ids[p + i - n : p + i])][nxt] += 1
+    want = {}
+    for ctx, c in counts.items():
+        if c.total() >= MIN_TOTAL:
+            tok, k = c.most_common(1)[0]
+            want[ctx] = (tok, k / (c.total() + 1))
+    assert NgramStore.build(recs).table == want
+    with pytest.raises(ValueError, match="bits"):
+        NgramStore.build([([1, 70000, 2], 1, [70000, 2])])
 
 
 def test_proposes_a_chain_backing_off_to_shorter_contexts() -> None:
