@@ -16,8 +16,8 @@ tokens/step vs training tokens. Checkpoints make the run resumable (--resume).
 
 CPU (2 shared cores, 1 thread, niced):
     nice -n 10 .venv/bin/python -m model.train_drafter --data data/drafter --threads 1
-One H200, data generation (>= 1e7 tokens) + the n-gram store + training, within 12 minutes, ONE
-command:
+One H200, data generation (aiming at >= 1e7 tokens) + the n-gram store + training, within one
+10-minute device call, ONE command (bench/gpu.py runs it between two benchmarks):
     .venv/bin/python -m model.train_drafter --recipe h200
 """
 
@@ -307,15 +307,15 @@ def train(a: argparse.Namespace) -> None:
 
 
 RECIPES = {
-    # One H200, <= 12 min in all (an estimate: not yet run on a GPU): 80 rounds x ~1K answers
-    # x 137 tokens (the CPU data's mean answer) ~ 1.1e7 tokens generated within a 5 min cap
-    # (batch 1024, bf16), 1-2 min to load the features, then a 4 min training cap.
+    # One H200 (an estimate: not yet run on a GPU). Data: 80 rounds x ~1K answers x 137 tokens
+    # (the CPU data's mean answer) ~ 1.1e7 tokens if generation keeps up with its cap (batch
+    # 1024, bf16); then the n-gram store; then ~1 min to load the features and the training cap.
+    # Sized to fit one 10-minute device call with the benchmarks around it (bench/gpu.py).
     # Writes model/adapters/drafter.safetensors and model/adapters/ngram.safetensors.
     "h200": {
-        "gen": ["--out", "data/drafter_h200", "--rounds", "80", "--batch", "1024",
-                "--device", "cuda", "--dtype", "bfloat16", "--minutes", "5"],
+        "gen": {"rounds": 80, "batch": 1024, "minutes": 3.5},
         "train": {"data": "data/drafter_h200", "device": "cuda", "dtype": "bfloat16",
-                  "batch": 64, "blocks": 64, "steps": 4000, "minutes": 4.0, "eval_every": 500,
+                  "batch": 64, "blocks": 64, "steps": 4000, "minutes": 3.0, "eval_every": 500,
                   "out_dir": "runs/drafter_h200", "lr": 1e-3},
     },
 }  # fmt: skip
@@ -323,7 +323,15 @@ RECIPES = {
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--recipe", choices=sorted(RECIPES), help="generate data + train, one go")
+    ap.add_argument(
+        "--recipe",
+        choices=sorted(RECIPES),
+        help="generate data into --data, build the n-gram store beside --save, then train; the "
+        "recipe sets the other options, any given here win",
+    )
+    ap.add_argument("--gen-rounds", type=int, help="with --recipe: gen_data --rounds")
+    ap.add_argument("--gen-batch", type=int, help="with --recipe: gen_data --batch")
+    ap.add_argument("--gen-minutes", type=float, help="with --recipe: gen_data --minutes")
     ap.add_argument("--data", default="data/drafter", help="gen_data folder(s), comma-separated")
     ap.add_argument("--model", default="", help="lm.path ('' = bundled SmolLM2)")
     ap.add_argument("--device", default="auto")
@@ -354,10 +362,14 @@ def main(argv: list[str] | None = None) -> None:
         from model import gen_data, ngram
 
         recipe = RECIPES[a.recipe]
-        gen_data.main(recipe["gen"])
-        ngram.main(["--data", recipe["train"]["data"]])  # the n-gram store, from the same data
-        for key, value in recipe["train"].items():
-            setattr(a, key, value)
+        ap = parser()
+        ap.set_defaults(**recipe["train"], **{f"gen_{k}": v for k, v in recipe["gen"].items()})
+        a = ap.parse_args(argv)  # options on the command line win over the recipe's
+        gen_data.main(["--out", a.data, "--model", a.model, "--device", a.device,
+                       "--dtype", a.dtype, "--rounds", str(a.gen_rounds),
+                       "--batch", str(a.gen_batch), "--minutes", str(a.gen_minutes)])  # fmt: skip
+        store = Path(a.save).with_name(ngram.DEFAULT_STORE.name)  # the n-gram store, same data
+        ngram.main(["--data", a.data, "--out", str(store)])
     train(a)
 
 

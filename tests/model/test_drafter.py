@@ -3,6 +3,7 @@ gen_data's batched, left-padded generation equals one-at-a-time greedy decoding.
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -161,20 +162,37 @@ def test_training_reduces_loss(tiny, records) -> None:
 
 
 def test_recipes_name_real_options() -> None:
-    """A recipe's options are set on the parsed namespace: a misspelt one would be ignored."""
-    from model import gen_data, train_drafter
+    """A recipe's options become the parser's defaults: a misspelt one would be ignored."""
+    from model import train_drafter
 
     known = vars(train_drafter.parser().parse_args([]))
     for name, recipe in train_drafter.RECIPES.items():
-        gen_data.parser().parse_args(recipe["gen"])  # exits on an unknown option
         assert set(recipe["train"]) <= set(known), name
+        assert {f"gen_{k}" for k in recipe["gen"]} <= set(known), name
+
+
+@pytest.mark.slow
+def test_the_gpu_recipe_runs_at_toy_scale_with_its_options_overridden(tmp_path) -> None:
+    """`--recipe h200` with CPU-sized options given on the command line: data generated into
+    --data, the n-gram store written beside --save, an adapter trained from that data."""
+    from model import train_drafter
+    from model.ngram import NgramStore
+
+    data, adapter = tmp_path / "data", tmp_path / "drafter.safetensors"
+    train_drafter.main(["--recipe", "h200", "--device", "cpu", "--dtype", "float32",
+                        "--gen-batch", "4", "--gen-minutes", "0.001", "--data", str(data),
+                        "--steps", "2", "--batch", "2", "--blocks", "2", "--minutes", "0",
+                        "--out-dir", str(tmp_path / "run"), "--save", str(adapter)])  # fmt: skip
+    assert len(torch.load(data / "b00000.pt")) == 4  # the first batch, then the time cap
+    assert not (data / "b00001.pt").exists()
+    assert NgramStore.load(tmp_path / "ngram.safetensors", 49152).info["answers"] >= 1
+    with safe_open(str(adapter), "pt") as f:
+        assert json.loads(f.metadata()["info"])["steps"] == 2
 
 
 def test_generate_then_train_from_the_command_line(lm, tmp_path) -> None:
     """The two documented commands, end to end on the bundled model at toy scale: data on
     disk, a resumable checkpoint, an eval row, and an adapter the decoder loads."""
-    import json
-
     from model import gen_data, train_drafter
 
     data, run, adapter = tmp_path / "data", tmp_path / "run", tmp_path / "drafter.safetensors"
