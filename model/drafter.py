@@ -222,7 +222,7 @@ class BlockDrafter(nn.Module):
                 state[k] = tensors[k]
         state = {k: v.to(w.dtype) if v.is_floating_point() else v.long() for k, v in state.items()}
         d.load_state_dict(state, strict=True)
-        return d.to(w.device).eval().requires_grad_(False).pack()  # bound above
+        return d.to(w.device, w.dtype).eval().requires_grad_(False).pack()  # bound above
 
     # --- compute --------------------------------------------------------------------------
 

@@ -424,6 +424,7 @@ class Transformer(nn.Module):
 
     def _apply(self, fn, recurse=True):  # noqa: ANN001 - nn.Module's signature
         self._head_packed = self._head_quant = None
+        self._rope_len = 0  # the rope tables follow the weights' dtype and device: rebuilt
         return super()._apply(fn, recurse)
 
     def new_cache(self, capacity: int, batch: int = 1) -> KVCache:

@@ -118,6 +118,25 @@ def test_save_load_roundtrip(tiny, tmp_path) -> None:
         BlockDrafter.load(f, retrained)
 
 
+def test_loads_in_its_bases_dtype_and_drafts(tiny, tmp_path) -> None:
+    """A bf16 base (the CUDA default) gets a bf16 drafter: its matrices meet the base's hidden
+    states and head in one dtype (and the base's rope tables follow its `.to()`)."""
+    import copy
+
+    d = BlockDrafter.from_base(tiny, torch.arange(100, 300), n_layers=2, block=3)
+    f = tmp_path / "d.safetensors"
+    d.save(f, tiny)
+    tiny.new_cache(64)  # rope tables built in fp32: the bf16 copy must not keep them
+    base = copy.deepcopy(tiny).to(torch.bfloat16)
+    e = BlockDrafter.load(f, base)
+    assert {p.dtype for p in e.parameters()} == {torch.bfloat16}
+    cache = base.new_cache(32)
+    assert base.rope_cos.dtype == torch.bfloat16
+    base(torch.tensor([[5, 6, 7]]), cache=cache, logits="none")
+    toks, probs = e.draft(base, cache, 8, torch.randn(base.args.dim, dtype=torch.bfloat16))
+    assert len(toks) == len(probs) == 3 and all(100 <= t[0] < 300 for t in toks)
+
+
 def test_targets_only_on_the_greedy_chain() -> None:
     # A sampled answer: the base's greedy choice differs at answer positions 2 and 6.
     answer = [10, 11, 12, 13, 14, 15, 16, 17, 18]
