@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels import cpu_rows
+from kernels import cpu_rows, exact_rows
 from model.kv_cache import KVCache
 
 
@@ -149,7 +149,10 @@ def prepack(
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm over the last dim: kernels/cpu_rows.py's in CPU inference (one C call instead of
-    torch's ~8 small ops: 61 norms took ~3.5 ms of a ~35 ms decode forward), else F.rms_norm."""
+    torch's ~8 small ops: 61 norms took ~3.5 ms of a ~35 ms decode forward), kernels/
+    exact_rows.py's in batch-1 CUDA decoding, else F.rms_norm."""
+    if exact_rows.applies(x):
+        return exact_rows.rms_norm(x, weight, eps)
     cpu = x.device.type == "cpu" and x.dtype == torch.float32
     if cpu and not (x.requires_grad or weight.requires_grad) and cpu_rows.available():
         return cpu_rows.rms_norm(x, weight, eps)
@@ -166,11 +169,14 @@ def attend(
     """Attention of q (B, T, H, D) over keys/values (B, Hkv, N, D) -> (B, T, H * D); mask and
     is_causal as F.scaled_dot_product_attention takes them. In CPU inference with batch 1 it runs
     kernels/cpu_rows.py's, which computes each row on its own: a verify row gets exactly the
-    bits `ar` gets for it (with SDPA they could differ in the last bit)."""
+    bits `ar` gets for it (with SDPA they could differ in the last bit); on CUDA, kernels/
+    exact_rows.py's, which does the same there."""
     bsz, t, h, d = q.shape
+    m = mask if mask is None or mask.dim() == 2 else mask[0, 0]
+    if exact_rows.applies(q):
+        return exact_rows.attention(q, keys, values, m, is_causal)
     cpu = q.device.type == "cpu" and q.dtype == torch.float32 and not q.requires_grad
     if bsz == 1 and cpu and cpu_rows.available():
-        m = mask if mask is None or mask.dim() == 2 else mask[0, 0]
         y = cpu_rows.attention(q[0], keys[0], values[0], m, is_causal, d**-0.5)
         if y is not None:  # (T, H, D)
             return y.view(1, t, h * d)
@@ -195,7 +201,10 @@ def linear(
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x @ weight.T (+ bias), through the packed copy when there is one and no gradient is
-    wanted (the packed ops have no backward: training paths use the plain weight)."""
+    wanted (the packed ops have no backward: training paths use the plain weight). Batch-1
+    decoding on CUDA takes kernels/exact_rows.py's row-invariant product."""
+    if exact_rows.applies(x):
+        return exact_rows.linear(x, weight, bias)
     if packed is None or x.requires_grad:
         return F.linear(x, weight, bias)
     if isinstance(packed, cpu_rows.Panels):
