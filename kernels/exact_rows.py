@@ -35,8 +35,12 @@ BLOCK_N = 32  # attention: visible keys per chunk
 
 
 def applies(x: torch.Tensor) -> bool:
-    """Whether a decoding input x (1, T, ...) should take the row-invariant kernels."""
+    """Whether a decoding input x (1, T, ...) should take the row-invariant kernels: not in
+    batches, training or autocast regions (the drafter's training and evaluation), where
+    torch's dtype rules and cuBLAS's speed matter and exactness does not."""
     if x.dim() < 3 or x.shape[0] != 1 or x.requires_grad or not (x.is_cuda or FORCE):
+        return False
+    if torch.is_autocast_enabled(x.device.type):
         return False
     return backend.use_triton(x)
 

@@ -111,3 +111,5 @@ def test_hybrid_on_the_row_kernels_commits_ar_tokens() -> None:
     ids = torch.randint(0, 512, (8,), generator=torch.Generator().manual_seed(0)).tolist()
     assert decode("hybrid", ids) == decode("ar", ids)
     assert not exact_rows.applies(torch.zeros(2, 3, 64, device=DEVICE))  # batches: cuBLAS
+    with torch.autocast(DEVICE.type, torch.bfloat16):  # the drafter's training: torch's rules
+        assert not exact_rows.applies(torch.zeros(1, 3, 64, device=DEVICE))
