@@ -32,13 +32,17 @@ _kernels = None
 FORCE = False  # tests: run them on CPU tensors too (needs TRITON_INTERPRET=1)
 BM, BN, BK = 8, 32, 32  # linear's tile: BM rows x BN outputs, K in BK chunks
 BLOCK_N = 32  # attention: visible keys per chunk
+MAX_ROWS = 128  # a decode step verifies at most refine_len + 1 = 65 rows (model/config.py)
 
 
 def applies(x: torch.Tensor) -> bool:
     """Whether a decoding input x (1, T, ...) should take the row-invariant kernels: not in
     batches, training or autocast regions (the drafter's training and evaluation), where
-    torch's dtype rules and cuBLAS's speed matter and exactness does not."""
-    if x.dim() < 3 or x.shape[0] != 1 or x.requires_grad or not (x.is_cuda or FORCE):
+    torch's dtype rules and cuBLAS's speed matter and exactness does not; nor for a prefill of
+    more than MAX_ROWS rows, which both decoders run alike, on tensor cores."""
+    if x.dim() < 3 or x.shape[0] != 1 or x.shape[1] > MAX_ROWS or x.requires_grad:
+        return False
+    if not (x.is_cuda or FORCE):
         return False
     if torch.is_autocast_enabled(x.device.type):
         return False

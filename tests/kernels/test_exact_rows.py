@@ -6,6 +6,7 @@ exactly `ar`'s tokens."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import fields
 
 import pytest
 import torch
@@ -111,5 +112,8 @@ def test_hybrid_on_the_row_kernels_commits_ar_tokens() -> None:
     ids = torch.randint(0, 512, (8,), generator=torch.Generator().manual_seed(0)).tolist()
     assert decode("hybrid", ids) == decode("ar", ids)
     assert not exact_rows.applies(torch.zeros(2, 3, 64, device=DEVICE))  # batches: cuBLAS
+    assert not exact_rows.applies(torch.zeros(1, 129, 64, device=DEVICE))  # a long prefill
+    most = max(f.metadata["max"] for f in fields(LMConfig) if f.name in ("draft_len", "refine_len"))
+    assert most + 1 <= exact_rows.MAX_ROWS  # every decode step's rows stay on these kernels
     with torch.autocast(DEVICE.type, torch.bfloat16):  # the drafter's training: torch's rules
         assert not exact_rows.applies(torch.zeros(1, 3, 64, device=DEVICE))
