@@ -40,9 +40,9 @@ def applies(x: torch.Tensor) -> bool:
     batches, training or autocast regions (the drafter's training and evaluation), where
     torch's dtype rules and cuBLAS's speed matter and exactness does not; nor for a prefill of
     more than MAX_ROWS rows, which both decoders run alike, on tensor cores."""
-    if x.dim() < 3 or x.shape[0] != 1 or x.shape[1] > MAX_ROWS or x.requires_grad:
-        return False
     if not (x.is_cuda or FORCE):
+        return False
+    if x.dim() < 3 or x.shape[0] != 1 or x.shape[1] > MAX_ROWS or x.requires_grad:
         return False
     if torch.is_autocast_enabled(x.device.type):
         return False

@@ -47,10 +47,10 @@ class NgramStore:
     @classmethod
     def build(cls, sequences: Iterable[tuple[Sequence[int], int, Sequence[int]]]) -> NgramStore:
         """From (ids, prompt_len, greedy) records: greedy[i] is the base's next token after
-        ids[:prompt_len + i]. Counted in numpy (1e7 tokens in seconds): per order n, every
-        (context, next) pair, its context packed into one integer, sorted and run-length
-        counted; each context keeps its most frequent next token, a tie going to the one seen
-        first (as Counter.most_common would)."""
+        ids[:prompt_len + i]. Counted in numpy (1.1M tokens: 5 s; 22 s with Counters): per
+        order n, every (context, next) pair, its context packed into one integer, sorted and
+        run-length counted; each context keeps its most frequent next token, a tie going to the
+        one seen first (as Counter.most_common would)."""
         ids, ends, nxt = [], [], []
         offset = 0
         for seq, plen, greedy in sequences:
