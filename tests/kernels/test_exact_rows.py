@@ -69,7 +69,7 @@ def test_a_tree_row_equals_the_same_row_over_a_contiguous_cache(dtype) -> None:
     """Row 1 of a tree sees the prefix and its ancestor at slot 42, past a sibling branch;
     `ar` sees the same keys contiguously. Same bits; and both agree with SDPA."""
     g = torch.Generator().manual_seed(1)
-    prefix, h, hkv, d = 37, 4, 2, 64
+    prefix, h, hkv, d = 37, 9, 3, 64  # SmolLM2-135M: 9 query heads in groups of 3
     keys = torch.randn(1, hkv, 45, d, generator=g).to(DEVICE, dtype)
     values = torch.randn(1, hkv, 45, d, generator=g).to(DEVICE, dtype)
     q = torch.randn(1, 2, h, d, generator=g).to(DEVICE, dtype)
