@@ -88,11 +88,11 @@ def test_a_tree_row_equals_the_same_row_over_a_contiguous_cache(dtype) -> None:
     torch.testing.assert_close(got.float(), ref.reshape(1, 2, h * d), **tol)
 
 
-def test_hybrid_on_the_row_kernels_commits_ar_tokens() -> None:
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_hybrid_on_the_row_kernels_commits_ar_tokens(dtype) -> None:
     torch.manual_seed(0)
-    model = (
-        Transformer(ModelArgs.preset("tiny", n_layers=1)).eval().requires_grad_(False).to(DEVICE)
-    )
+    model = Transformer(ModelArgs.preset("tiny", n_layers=1)).eval().requires_grad_(False)
+    model = model.to(DEVICE, dtype)
     hybrid.set_drafter(model, "random", BlockDrafter.random(model, block=4, seed=1))
     cfg = LMConfig(drafter="random", ngram="none", row_cost=0.0, draft_len=6)
 
