@@ -9,8 +9,9 @@ of 4, design (a) preparing every acceptance length); kv_len S: 128, 512, 2048.
 On CPU it times the torch fallback against a naive dense-mask reference (repeat K/V per query
 head, materialize the T x S mask and full softmax); Triton timings need a GPU (on CPU, Triton only
 runs in the interpreter, which is for tests). On CUDA it times Triton vs the torch fallback vs
-the same naive reference. Every timing is a median of --reps runs after warm-up; "max_abs_diff"
-cross-checks the implementations on the same inputs.
+the same naive reference, and kernels/exact_rows.py's row-invariant product and attention vs
+cuBLAS / SDPA at an `ar` step's 1 row and a verify's 13. Every timing is a median of --reps
+runs after warm-up; "max_abs_diff" cross-checks the implementations on the same inputs.
 
 Measured here (2-core CPU shared with 4 other engineers, load average ~7, torch 2.13, fp32;
 `.venv/bin/python bench/kernels.py --reps 40 --threads 1`), median ms, torch fallback vs dense ref:
@@ -38,8 +39,9 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
-from kernels import backend  # noqa: E402
+from kernels import backend, exact_rows  # noqa: E402
 from kernels.hybrid_attention import (  # noqa: E402
     block_desc,
     causal_desc,
@@ -52,9 +54,11 @@ from kernels.verify_select import verify_select_torch, verify_select_triton  # n
 HQ, HKV, HEAD_DIM, VOCAB, K_DRAFT = 9, 3, 64, 49152, 4
 
 
-def time_interleaved(impls: dict[str, Callable[[], object]], reps: int, cuda: bool) -> dict:
+def time_interleaved(
+    impls: dict[str, Callable[[], object]], reps: int, cuda: bool, ref: str = "dense_ref"
+) -> dict:
     """Median ms per implementation, timed round-robin so CPU contention from other processes
-    hits all of them alike; plus the median per-round ratio of each to "dense_ref"."""
+    hits all of them alike; plus the median per-round ratio of each to `ref`."""
     for fn in impls.values():  # warm-up (allocator, Triton compile)
         for _ in range(3):
             fn()
@@ -70,9 +74,9 @@ def time_interleaved(impls: dict[str, Callable[[], object]], reps: int, cuda: bo
             times[name].append((time.perf_counter() - t0) * 1000)
     out: dict[str, float] = {f"{n}_ms": round(statistics.median(t), 4) for n, t in times.items()}
     for name, t in times.items():
-        if name != "dense_ref":
-            ratios = [a / b for a, b in zip(t, times["dense_ref"], strict=True)]
-            out[f"{name}_vs_dense"] = round(statistics.median(ratios), 3)
+        if name != ref:
+            ratios = [a / b for a, b in zip(t, times[ref], strict=True)]
+            out[f"{name}_vs_{ref.removesuffix('_ref')}"] = round(statistics.median(ratios), 3)
     return out
 
 
@@ -143,6 +147,40 @@ def bench_verify(device, dtype, reps, use_triton) -> dict:
     return row
 
 
+def bench_exact_rows(device, dtype, reps) -> list[dict]:
+    """kernels/exact_rows.py (CUDA only) against what torch picks for the same shapes: cuBLAS
+    for the product, SDPA for attention; M / T rows as in an `ar` step (1) and a verify (13)."""
+    cuda = device.type == "cuda"
+    gen = torch.Generator(device=device).manual_seed(2)
+
+    def randn(*shape):
+        return torch.randn(*shape, device=device, dtype=dtype, generator=gen)
+
+    rows = []
+    for m, n in ((1, 960), (13, 960), (1, VOCAB), (13, VOCAB)):  # q/k/v product, the head
+        x, w = randn(1, m, 576), randn(n, 576)
+        impls = {"exact_rows": partial(exact_rows.linear, x, w), "torch": partial(F.linear, x, w)}
+        row = {"op": "exact_rows.linear", "M": m, "N": n, "K": 576, "dtype": str(dtype)[6:]}
+        row.update(time_interleaved(impls, reps, cuda, ref="torch"))
+        row["max_abs_diff"] = float((impls["exact_rows"]() - impls["torch"]()).abs().max())
+        rows.append(row)
+    for t, s in ((1, 512), (13, 512)):
+        q, k, v = randn(1, t, HQ, HEAD_DIM), randn(1, HKV, s, HEAD_DIM), randn(1, HKV, s, HEAD_DIM)
+        mask = torch.ones(t, s, dtype=torch.bool, device=device).tril(s - t)
+
+        def sdpa(q=q, k=k, v=v, mask=mask):
+            y = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=mask,
+                                               enable_gqa=True)  # fmt: skip
+            return y.transpose(1, 2).reshape(1, q.shape[1], -1)
+
+        impls = {"exact_rows": partial(exact_rows.attention, q, k, v, mask, False), "torch": sdpa}
+        row = {"op": "exact_rows.attention", "T": t, "S": s, "dtype": str(dtype)[6:]}
+        row.update(time_interleaved(impls, reps, cuda, ref="torch"))
+        row["max_abs_diff"] = float((impls["exact_rows"]() - sdpa()).abs().max())
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=30, help="timed runs per case (median)")
@@ -161,6 +199,8 @@ def main() -> None:
     for dtype in dtypes:
         results += bench_attention(device, dtype, args.reps, shapes, use_triton)
         results.append(bench_verify(device, dtype, args.reps, use_triton))
+        if use_triton:
+            results += bench_exact_rows(device, dtype, args.reps)
     report = {
         "bench": "kernels",
         "device": torch.cuda.get_device_name() if cuda else "cpu",
