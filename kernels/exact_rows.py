@@ -24,6 +24,9 @@ and already row-invariant. Inference only (no backward), batch 1; the model uses
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from kernels import backend
@@ -33,6 +36,19 @@ FORCE = False  # tests: run them on CPU tensors too (needs TRITON_INTERPRET=1)
 BM, BN, BK = 8, 32, 32  # linear's tile: BM rows x BN outputs, K in BK chunks
 BLOCK_N = 32  # attention: visible keys per chunk
 MAX_ROWS = 128  # a decode step verifies at most refine_len + 1 = 65 rows (model/config.py)
+_shared: dict | None = None  # inside one_forward(): visible_keys per (mask, T, N, causal)
+
+
+@contextmanager
+def one_forward() -> Iterator[None]:
+    """The layers of one forward share its mask: gather each row's visible keys once, not per
+    layer (4 small launches a layer). The mask must not change inside."""
+    global _shared
+    outer, _shared = _shared, {}
+    try:
+        yield
+    finally:
+        _shared = outer
 
 
 def applies(x: torch.Tensor) -> bool:
@@ -166,12 +182,19 @@ def attention(
     mask: torch.Tensor | None,
     is_causal: bool,
 ) -> torch.Tensor:
-    """q (1, T, H, D) over keys/values (1, Hkv, N, D); mask bool (T, N) or None (+ is_causal).
-    Returns (1, T, H * D)."""
+    """q (1, T, H, D) over keys/values (1, Hkv, N, D); mask bool (T, N) or (1, 1, T, N), or
+    None (+ is_causal). Returns (1, T, H * D)."""
     triton, _, _, kernel = _build()
     _, t, h, d = q.shape
     hkv, n = keys.shape[1], keys.shape[2]
-    idx, count = visible_keys(mask, t, n, is_causal, q.device)
+    key = (id(mask), t, n, is_causal)
+    if _shared is not None and key in _shared:
+        idx, count = _shared[key]
+    else:
+        plain = mask if mask is None or mask.dim() == 2 else mask[0, 0]
+        idx, count = visible_keys(plain, t, n, is_causal, q.device)
+        if _shared is not None:
+            _shared[key] = (idx, count)
     out = torch.empty(t, h, d, dtype=q.dtype, device=q.device)
     qq, kk, vv = q[0], keys[0], values[0]
     if kk.stride(-1) != 1 or vv.stride(-1) != 1 or qq.stride(-1) != 1:

@@ -172,11 +172,11 @@ def attend(
     bits `ar` gets for it (with SDPA they could differ in the last bit); on CUDA, kernels/
     exact_rows.py's, which does the same there."""
     bsz, t, h, d = q.shape
-    m = mask if mask is None or mask.dim() == 2 else mask[0, 0]
     if exact_rows.applies(q):
-        return exact_rows.attention(q, keys, values, m, is_causal)
+        return exact_rows.attention(q, keys, values, mask, is_causal)
     cpu = q.device.type == "cpu" and q.dtype == torch.float32 and not q.requires_grad
     if bsz == 1 and cpu and cpu_rows.available():
+        m = mask if mask is None or mask.dim() == 2 else mask[0, 0]
         y = cpu_rows.attention(q[0], keys[0], values[0], m, is_causal, d**-0.5)
         if y is not None:  # (T, H, D)
             return y.view(1, t, h * d)
@@ -348,8 +348,9 @@ def run_layers(
     c_path = c_path and (mask is None or mask.dtype == torch.bool)
     stack = _c_stack(layers) if c_path else None
     if stack is None:
-        for i, layer in enumerate(layers):
-            x = layer(x, cos, sin, cache, first + i, write, mask, is_causal)
+        with exact_rows.one_forward():
+            for i, layer in enumerate(layers):
+                x = layer(x, cos, sin, cache, first + i, write, mask, is_causal)
         return x
     d = cos.shape[-1]
     rope = (cos.reshape(t, d).contiguous(), sin.reshape(t, d).contiguous())

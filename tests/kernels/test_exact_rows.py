@@ -88,6 +88,23 @@ def test_a_tree_row_equals_the_same_row_over_a_contiguous_cache(dtype) -> None:
     torch.testing.assert_close(got.float(), ref.reshape(1, 2, h * d), **tol)
 
 
+def test_the_layers_of_a_forward_gather_their_visible_keys_once(monkeypatch) -> None:
+    calls = []
+    gather = exact_rows.visible_keys
+    monkeypatch.setattr(exact_rows, "visible_keys", lambda *a: calls.append(1) or gather(*a))
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs.preset("tiny", n_layers=3)).eval().requires_grad_(False)
+    model = model.to(DEVICE)
+    cache = model.new_cache(32)
+    tree = torch.ones(3, 8, dtype=torch.bool, device=DEVICE).tril(5)
+    tree[2, 6] = False  # row 2 sees row 0, not row 1: a tree, not a chain
+    with torch.inference_mode():
+        model(torch.tensor([[1, 2, 3, 4, 5]], device=DEVICE), cache=cache, logits="none")
+        assert len(calls) == 1  # causal prefill: three layers, one gather
+        model(torch.tensor([[6, 7, 8]], device=DEVICE), cache=cache, mask=tree, logits="none")
+    assert len(calls) == 2
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_hybrid_on_the_row_kernels_commits_ar_tokens(dtype) -> None:
     torch.manual_seed(0)
