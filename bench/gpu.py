@@ -241,16 +241,19 @@ def pack(run: Run, paths: list[Path]) -> None:
     back 64 MiB at most, so a tar over PACK_BYTES is made again without the n-gram store."""
     files = [p for p in paths if p.exists()]
     tar = STASH / "adapters.tar.gz"
-    while files:
+
+    def write() -> None:
         with tarfile.open(tar, "w:gz", compresslevel=3) as t:
             for p in files:
                 t.add(p, arcname=p.name)
-        if tar.stat().st_size <= PACK_BYTES or not any(
-            p.name == "ngram.safetensors" for p in files
-        ):
-            break
+
+    if files:
+        write()
+    if files and tar.stat().st_size > PACK_BYTES:
         run.note(f"{tar.stat().st_size} bytes would not come back: packing again without the store")
         files = [p for p in files if p.name != "ngram.safetensors"]
+        if files:
+            write()
     if not files:
         return
     data = tar.read_bytes()

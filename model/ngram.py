@@ -51,17 +51,18 @@ class NgramStore:
         order n, every (context, next) pair, its context packed into one integer, sorted and
         run-length counted; each context keeps its most frequent next token, a tie going to the
         one seen first (as Counter.most_common would)."""
-        ids, ends, nxt = [], [], []
+        ids, ends, nxt, firsts = [], [], [], []
         offset = 0
         for seq, plen, greedy in sequences:
             ids.append(np.asarray(seq, dtype=np.int64))
             ends.append(offset + plen + np.arange(len(greedy)))
             nxt.append(np.asarray(greedy, dtype=np.int64))
+            firsts.append(np.full(len(greedy), offset))  # the record's first position
             offset += len(seq)
         if not ids:
             return cls({}, {"tokens": 0, "contexts": 0, "max_order": MAX_ORDER})
         flat, end, nxt_all = np.concatenate(ids), np.concatenate(ends), np.concatenate(nxt)
-        starts = np.repeat(np.cumsum([0] + [len(x) for x in ids[:-1]]), [len(x) for x in nxt])
+        starts = np.concatenate(firsts)
         if flat.size and flat.max() >= 1 << ID_BITS:
             raise ValueError(f"n-gram contexts pack token ids in {ID_BITS} bits")
         table: dict[tuple[int, ...], tuple[int, float]] = {}
