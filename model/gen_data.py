@@ -1,4 +1,5 @@
-"""Self-distillation data for the drafter: the base model answers model/prompts.py, batched.
+"""Self-distillation data for the drafter: the base model answers model/prompts.py (or the bulk
+set of model/prompt_bulk.py), batched.
 
 Round 0 answers every conversation greedily (held-out ones included, for evaluation); rounds
 1..R-1 sample the training conversations again at `--temperature` for volume. Each record keeps
@@ -17,6 +18,10 @@ prepacked weights), without repeating round 0: a second folder, trained on with 
 (`train_drafter --data data/drafter,data/drafter_more`):
     nice -n 10 .venv/bin/python -m model.gen_data --out data/drafter_more --first-round 4 \
         --rounds 12 --batch 64 --threads 1
+Many different conversations teach the drafter and the n-gram store more than many samples of
+the same few: model/prompt_bulk.py's 10.6K, greedily, into a third folder:
+    nice -n 10 .venv/bin/python -m model.gen_data --out data/bulk --prompt-set bulk \\
+        --rounds 1 --batch 64 --threads 2
 One H200 (>= 1e7 tokens in a few minutes; see train_drafter.py for the one-command recipe):
     .venv/bin/python -m model.gen_data --out data/drafter_gpu --rounds 72 --batch 1024 \\
         --device cuda --dtype bfloat16
@@ -32,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from model import prompts
+from model import prompt_bulk, prompts
 from model.loader import load
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer
@@ -44,25 +49,47 @@ FEATURE_DEPTH = 3
 
 @dataclass(frozen=True)
 class Job:
-    conv: int  # index into prompts.conversations("all")
+    conv: int  # index into the prompt set: prompts.conversations("all") or prompt_bulk's
     sample: int  # 0 = greedy; >= 1 = sampled (the batch index seeds the sampler)
     heldout: bool
 
 
 def plan_jobs(
-    tok: Tokenizer, rounds: int, first_round: int = 0
+    tok: Tokenizer, rounds: int, first_round: int = 0, prompt_set: str = "all", batch: int = 16
 ) -> tuple[list[Job], list[list[int]]]:
     """All jobs of rounds first_round..rounds-1 in generation order, and the prompt ids of each
-    conversation. Within a round, jobs are sorted by prompt length so a batch pads little."""
-    convs = prompts.conversations("all")
-    held_keys = {tuple(m["content"] for m in c) for c in prompts.conversations("heldout")}
-    held_idx = {i for i, c in enumerate(convs) if tuple(m["content"] for m in c) in held_keys}
+    conversation. "all" (model/prompts.py): within a round, jobs are sorted by prompt length so
+    a batch pads little. "bulk" (model/prompt_bulk.py, no held-out part): its shuffled order is
+    kept, sorted by length only within runs of 16 batches, so a run stopped early has answered a
+    spread of every category."""
+    if prompt_set not in ("all", "bulk"):
+        raise ValueError(f"prompt_set must be all|bulk, got {prompt_set!r}")
+    if prompt_set == "bulk":
+        convs, held_idx = prompt_bulk.conversations(), set()
+    else:
+        convs = prompts.conversations("all")
+        held_keys = {tuple(m["content"] for m in c) for c in prompts.conversations("heldout")}
+        held_idx = {i for i, c in enumerate(convs) if tuple(m["content"] for m in c) in held_keys}
     ids = [tok.apply_chat(c) for c in convs]
-    order = sorted(range(len(convs)), key=lambda i: len(ids[i]))
+    w = 16 * batch if prompt_set == "bulk" else len(convs)  # sorted by length within runs of w
+    order = [
+        i
+        for k in range(0, len(convs), w)
+        for i in sorted(range(k, min(k + w, len(convs))), key=lambda i: len(ids[i]))
+    ]
     jobs = [Job(i, 0, i in held_idx) for i in order] if first_round == 0 else []
     for r in range(max(1, first_round), rounds):
         jobs += [Job(i, r, False) for i in order if i not in held_idx]
     return jobs, ids
+
+
+def sample(logits: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One token per row of logits (R, V) from softmax(logits), by inverting the cumulative
+    distribution at a uniform draw: torch.multinomial draws an exponential per vocabulary entry,
+    which took a quarter of a batch-64 generation step on the CPU."""
+    cdf = torch.softmax(logits.float(), dim=-1).cumsum(-1)  # (R, V)
+    u = torch.rand(len(cdf), 1, generator=gen, device=cdf.device) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u)[:, 0].clamp_max(cdf.shape[-1] - 1)
 
 
 @torch.no_grad()
@@ -93,7 +120,9 @@ def generate_batch(
         else None
     )
     gen = torch.Generator(device=dev).manual_seed(seed)
-    sampled = torch.tensor([t > 0 for t in temperatures], device=dev)  # (B,)
+    rows = torch.tensor(
+        [b for b, t in enumerate(temperatures) if t > 0], dtype=torch.long, device=dev
+    )  # the sampled rows; the others are greedy
     temps = torch.tensor(temperatures, device=dev).clamp_min(1e-6)[:, None]  # (B, 1)
     try:
         # Prefill: row i of sequence b sees columns pad_b..i; pad rows see only themselves.
@@ -109,9 +138,9 @@ def generate_batch(
         stops = torch.tensor(sorted(tok.stop_ids), device=dev)
         for step in range(max_new_tokens):
             arg = logits.argmax(-1)  # (B,)
-            probs = torch.softmax(logits / temps, dim=-1)  # (B, V)
-            draw = torch.multinomial(probs, 1, generator=gen)[:, 0]  # (B,)
-            nxt = torch.where(sampled, draw, arg)
+            nxt = arg.clone()
+            if rows.numel():
+                nxt[rows] = sample(logits[rows] / temps[rows], gen)
             arg_l, nxt_l, done_l = arg.tolist(), nxt.tolist(), done.tolist()
             for b in range(bsz):
                 if not done_l[b]:
@@ -159,6 +188,12 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="skip the rounds before it (another --out holds them; train on both folders)",
     )
+    ap.add_argument(
+        "--prompt-set",
+        choices=("all", "bulk"),
+        default="all",
+        help="all: model/prompts.py (with its held-out part); bulk: model/prompt_bulk.py",
+    )
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--temperature", type=float, default=0.8, help="for rounds >= 1")
@@ -187,6 +222,9 @@ def main(argv: list[str] | None = None) -> None:
     }
     if a.first_round:
         settings["first_round"] = a.first_round
+    if a.prompt_set != "all":
+        settings["prompt_set"] = a.prompt_set
+        settings["n_conversations"] = len(prompt_bulk.conversations())
     meta_file = out / "meta.json"
     if meta_file.exists():
         old = json.loads(meta_file.read_text())
@@ -195,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     meta_file.write_text(json.dumps({**settings, "rounds": a.rounds}, indent=1))
 
     model, tok = load(a.model, a.device, a.dtype)
-    jobs, ids = plan_jobs(tok, a.rounds, a.first_round)
+    jobs, ids = plan_jobs(tok, a.rounds, a.first_round, a.prompt_set, a.batch)
     n_batches = (len(jobs) + a.batch - 1) // a.batch
     made, tokens, t0 = 0, 0, time.time()
     for k in range(n_batches):

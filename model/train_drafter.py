@@ -307,18 +307,23 @@ def train(a: argparse.Namespace) -> None:
 
 
 RECIPES = {
-    # One H200 (an estimate: not yet run on a GPU). Data: 80 rounds x ~1K answers x 137 tokens
-    # (the CPU data's mean answer) ~ 1.1e7 tokens if generation keeps up with its cap (batch
-    # 1024, bf16); then the n-gram store; then ~1 min to load the features and the training cap.
-    # Sized to fit one 10-minute device call with the benchmarks around it (bench/gpu.py).
-    # Writes model/adapters/drafter.safetensors and model/adapters/ngram.safetensors.
+    # One H200 (an estimate: not yet run on a GPU). Data: model/prompts.py's conversations in 4
+    # rounds (the greedy one gives the held-out answers training evaluates on), then
+    # model/prompt_bulk.py's 10.6K in up to 8 (greedy + 7 sampled; many conversations teach more
+    # than many samples of few), into --data and --data + "_bulk": up to ~1.2e7 tokens at the
+    # CPU data's 137 tokens an answer if generation keeps up with its cap (batch 1024, bf16; a
+    # fifth of the minutes to the first set, the rest to the bulk). Then the n-gram store, then
+    # ~1 min to load the features and the training cap. Sized to fit one 10-minute device call
+    # with the benchmarks around it (bench/gpu.py). Writes model/adapters/drafter.safetensors and
+    # model/adapters/ngram.safetensors.
     "h200": {
-        "gen": {"rounds": 80, "batch": 1024, "minutes": 3.5},
+        "gen": {"rounds": 4, "bulk_rounds": 8, "batch": 1024, "minutes": 3.5},
         "train": {"data": "data/drafter_h200", "device": "cuda", "dtype": "bfloat16",
                   "batch": 64, "blocks": 64, "steps": 4000, "minutes": 3.0, "eval_every": 500,
                   "out_dir": "runs/drafter_h200", "lr": 1e-3},
     },
 }  # fmt: skip
+GEN_FIRST_SHARE = 0.2  # of --gen-minutes, to the first (model/prompts.py) set
 
 
 def parser() -> argparse.ArgumentParser:
@@ -330,6 +335,9 @@ def parser() -> argparse.ArgumentParser:
         "recipe sets the other options, any given here win",
     )
     ap.add_argument("--gen-rounds", type=int, help="with --recipe: gen_data --rounds")
+    ap.add_argument(
+        "--gen-bulk-rounds", type=int, help="with --recipe: gen_data --rounds of the bulk set"
+    )
     ap.add_argument("--gen-batch", type=int, help="with --recipe: gen_data --batch")
     ap.add_argument("--gen-minutes", type=float, help="with --recipe: gen_data --minutes")
     ap.add_argument("--data", default="data/drafter", help="gen_data folder(s), comma-separated")
@@ -365,9 +373,16 @@ def main(argv: list[str] | None = None) -> None:
         ap = parser()
         ap.set_defaults(**recipe["train"], **{f"gen_{k}": v for k, v in recipe["gen"].items()})
         a = ap.parse_args(argv)  # options on the command line win over the recipe's
-        gen_data.main(["--out", a.data, "--model", a.model, "--device", a.device,
-                       "--dtype", a.dtype, "--rounds", str(a.gen_rounds),
-                       "--batch", str(a.gen_batch), "--minutes", str(a.gen_minutes)])  # fmt: skip
+        common = ["--model", a.model, "--device", a.device, "--dtype", a.dtype,
+                  "--batch", str(a.gen_batch)]  # fmt: skip
+        first = GEN_FIRST_SHARE * a.gen_minutes
+        gen_data.main(["--out", a.data, *common, "--rounds", str(a.gen_rounds),
+                       "--minutes", str(first)])  # fmt: skip
+        bulk = f"{a.data}_bulk"
+        gen_data.main(["--out", bulk, *common, "--prompt-set", "bulk",
+                       "--rounds", str(a.gen_bulk_rounds),
+                       "--minutes", str(a.gen_minutes - first)])  # fmt: skip
+        a.data = f"{a.data},{bulk}"
         store = Path(a.save).with_name(ngram.DEFAULT_STORE.name)  # the n-gram store, same data
         ngram.main(["--data", a.data, "--out", str(store)])
     train(a)
