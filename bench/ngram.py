@@ -1,8 +1,10 @@
 """N-gram store curve: free drafts only (prompt lookup + model/ngram.py's store), greedy hybrid
 decoding simulated exactly along the `unseen` held-out greedy answers (64 tokens), with stores
-built from growing shares of the training answers. JSON lines to stdout; no model needed.
+built from growing shares of the training answers (of --data; --base: folders always included
+whole, e.g. the first data when --data is more of it). JSON lines to stdout; no model needed.
 
     .venv/bin/python bench/ngram.py --data data/drafter,data/drafter_more
+    .venv/bin/python bench/ngram.py --base data/drafter,data/drafter_more --data data/bulk
 """
 
 from __future__ import annotations
@@ -64,26 +66,34 @@ def simulate(held: list, store: NgramStore | None, tokens: int, row_cost: float)
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="data/drafter", help="gen_data folder(s), comma-separated")
+    ap.add_argument("--base", default="", help="gen_data folder(s) every store holds whole")
     ap.add_argument("--tokens", type=int, default=64, help="answer tokens simulated")
     ap.add_argument("--row-cost", type=float, default=0.1)
     a = ap.parse_args()
-    recs = load_records(a.data, set())
+    base_recs, recs = load_records(a.base, set()) if a.base else [], load_records(a.data, set())
     unseen = {tuple(m["content"] for m in c) for c in conversations("unseen")}
     every = conversations("all")
     unseen_idx = {i for i, c in enumerate(every) if tuple(m["content"] for m in c) in unseen}
+    held = [
+        r
+        for r in base_recs + recs
+        if r["heldout"] and r["sample"] == 0 and int(r["conv"]) in unseen_idx
+    ]
+    base = [r for r in base_recs if not r["heldout"]]
     train = [r for r in recs if not r["heldout"]]
-    held = [r for r in recs if r["heldout"] and r["sample"] == 0 and int(r["conv"]) in unseen_idx]
     if not train or not held:
         raise SystemExit(f"{a.data}: no training or unseen held-out answers; run model.gen_data")
     random.Random(0).shuffle(train)
-    print(json.dumps({"unseen_answers": len(held), "train_answers": len(train)}))
-    print(json.dumps({"store_tokens": 0, **simulate(held, None, a.tokens, a.row_cost)}))
-    for share in (0.125, 0.25, 0.5, 1.0):
-        part = train[: int(len(train) * share)]
+    print(json.dumps({"unseen_answers": len(held), "train_answers": len(train),
+                      "base_answers": len(base)}))  # fmt: skip
+    if not base:
+        print(json.dumps({"store_tokens": 0, **simulate(held, None, a.tokens, a.row_cost)}))
+    for share in (0.0, 0.125, 0.25, 0.5, 1.0) if base else (0.125, 0.25, 0.5, 1.0):
+        part = base + train[: int(len(train) * share)]
         store = NgramStore.build(
             (r["ids"].tolist(), int(r["prompt_len"]), r["greedy"].tolist()) for r in part
         )
-        row = {"store_tokens": store.info["tokens"], "contexts": len(store.table)}
+        row = {"share": share, "store_tokens": store.info["tokens"], "contexts": len(store.table)}
         print(json.dumps({**row, **simulate(held, store, a.tokens, a.row_cost)}), flush=True)
     return 0
 

@@ -13,13 +13,14 @@ the product actually sends). The base model writing questions itself was tried a
 at 135M parameters its "questions" were mostly not questions.
 
 `conversations()` is deterministic and shuffled (seeded), so the first N of it are spread over
-every category; it leaves out any conversation whose user turn is the text of a held-out one
-(model/prompts.py), so benchmarks on held-out prompts stay unseen.
+every category; it leaves out every topic a held-out conversation of model/prompts.py mentions,
+so benchmarks on held-out prompts stay unseen.
 """
 
 from __future__ import annotations
 
 import random
+import re
 
 from model.prompts import Message
 from model.prompts import conversations as base_conversations
@@ -251,23 +252,31 @@ CATEGORIES: dict[str, tuple[list[str], list[str]]] = {
 SEED = 20261201
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.lower().replace("?", " ").replace(".", " ").replace("!", " ").split())
+def _subject(topic: str) -> str:
+    return re.sub(r"^(the|a|an|my) ", "", topic.lower())
 
 
 def conversations() -> list[list[Message]]:
     """Every category's topics x templates, with and without the app's system message,
-    shuffled with a fixed seed; each text once, none a held-out user turn of model/prompts.py."""
-    held = {
-        _norm(m["content"]) for c in base_conversations("heldout") for m in c if m["role"] == "user"
-    }
+    shuffled with a fixed seed; each text once. A topic that a held-out user turn of
+    model/prompts.py mentions is left out altogether ("a crocodile and an alligator", asked
+    there as "What is the difference between a crocodile and an alligator?"), so a held-out
+    question never has its near twin in the training data."""
+    held = " | ".join(
+        m["content"].lower()
+        for c in base_conversations("heldout")
+        for m in c
+        if m["role"] == "user"
+    )
     convs: list[list[Message]] = []
     made: set[str] = set()  # two categories can make the same text
     for topics, templates in CATEGORIES.values():
         for topic in topics:
+            if re.search(rf"\b{re.escape(_subject(topic))}\b", held):
+                continue
             for tpl in templates:
                 text = tpl.format(t=topic)
-                if _norm(text) in held or text in made:
+                if text in made:
                     continue
                 made.add(text)
                 user = {"role": "user", "content": text}

@@ -309,7 +309,7 @@ def train(a: argparse.Namespace) -> None:
 RECIPES = {
     # One H200 (an estimate: not yet run on a GPU). Data: model/prompts.py's conversations in 4
     # rounds (the greedy one gives the held-out answers training evaluates on), then
-    # model/prompt_bulk.py's 10.6K in up to 8 (greedy + 7 sampled; many conversations teach more
+    # model/prompt_bulk.py's 10.4K in up to 8 (greedy + 7 sampled; many conversations teach more
     # than many samples of few), into --data and --data + "_bulk": up to ~1.2e7 tokens at the
     # CPU data's 137 tokens an answer if generation keeps up with its cap (batch 1024, bf16; a
     # fifth of the minutes to the first set, the rest to the bulk). Then the n-gram store, then

@@ -18,8 +18,12 @@ def test_bulk_is_deterministic_varied_and_never_a_held_out_question() -> None:
     assert len(set(map(tuple, ([m["content"] for m in c] for c in convs)))) == len(convs)
     held = {m["content"] for c in prompts.conversations("heldout") for m in c}
     assert not held & set(users)
+    # Nor a near twin of one: "What is the difference between a crocodile and an alligator?"
+    # is held out, so no bulk conversation is about alligators (its topic is left out).
+    assert "What is the difference between a crocodile and an alligator?" in held
+    assert not any("alligator" in u for u in users)
     # The first few hundred (what a short CPU run answers) touch every category.
-    first = {u for u in users[:400]}
+    first = set(users[:400])
     for topics, templates in prompt_bulk.CATEGORIES.values():
         made = {tpl.format(t=t) for t in topics for tpl in templates}
         assert made & first
