@@ -28,6 +28,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
+from app.pipeline_config import DEFAULT_SYSTEM_PROMPT  # noqa: E402
 from model.config import LMConfig  # noqa: E402
 from model.decode import DECODERS  # noqa: E402
 from model.engine import LM  # noqa: E402
@@ -187,6 +188,18 @@ def main() -> int:
     )
     ap.add_argument("--no-ngram", action="store_true", help="add a hybrid row with lm.ngram none")
     ap.add_argument(
+        "--compare-ngram",
+        default="",
+        help="another n-gram store file: adds a hybrid row with lm.ngram set to it (free drafts "
+        "only with --lookup-only: its hybrid/lookup row too)",
+    )
+    ap.add_argument(
+        "--system",
+        default="",
+        help="system message put before every conversation that has none; 'app' = the app's "
+        "default (what the voice agent sends)",
+    )
+    ap.add_argument(
         "--chain", action="store_true", help="add a hybrid row with lm.draft_branch 1 (no tree)"
     )
     ap.add_argument(
@@ -207,6 +220,11 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown decoder(s) {unknown}; available: {', '.join(sorted(DECODERS))}")
     prompts: list = PROMPTS if a.prompt_set == "fixed" else conversations(a.prompt_set)
+    if a.system:
+        system = DEFAULT_SYSTEM_PROMPT if a.system == "app" else a.system
+        chats = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
+        prompts = [c if c[0]["role"] == "system" else [{"role": "system", "content": system}, *c]
+                   for c in chats]  # fmt: skip
     if not 1 <= a.prompts <= len(prompts):
         ap.error(f"--prompts must be 1..{len(prompts)}")
 
@@ -228,6 +246,12 @@ def main() -> int:
         runs["hybrid/lookup"] = (LM(lm.model, lm.tokenizer, replace(cfg, drafter="none")), "hybrid")
     if a.no_ngram:
         runs["hybrid/no-ngram"] = (LM(lm.model, lm.tokenizer, replace(cfg, ngram="none")), "hybrid")
+    if a.compare_ngram:
+        other = replace(cfg, ngram=a.compare_ngram)
+        runs["hybrid/ngram2"] = (LM(lm.model, lm.tokenizer, other), "hybrid")
+        if a.lookup_only:
+            free = replace(other, drafter="none")
+            runs["hybrid/lookup/ngram2"] = (LM(lm.model, lm.tokenizer, free), "hybrid")
     if a.chain:
         runs["hybrid/chain"] = (LM(lm.model, lm.tokenizer, replace(cfg, draft_branch=1)), "hybrid")
     if a.with_drafter:
@@ -272,6 +296,8 @@ def main() -> int:
         "max_new_tokens": a.max_new_tokens,
         "prompts": a.prompts,
         "prompt_set": a.prompt_set,
+        "system": a.system,
+        "compare_ngram": a.compare_ngram,
         "hybrid": {
             k: getattr(cfg, k)
             for k in (
