@@ -2,6 +2,9 @@
 decoding simulated exactly along the `unseen` held-out greedy answers (64 tokens), with stores
 built from growing shares of the training answers (of --data; --base: folders always included
 whole, e.g. the first data when --data is more of it). JSON lines to stdout; no model needed.
+`handwritten`: the same on the unseen answers to hand-written prompts only (16 of 105); the
+others are topic x template prompts (model/prompts.py) whose topic the training data asks about
+in other words, which flatters a store of the base's own phrases.
 
     .venv/bin/python bench/ngram.py --data data/drafter,data/drafter_more
     .venv/bin/python bench/ngram.py --base data/drafter,data/drafter_more --data data/bulk
@@ -19,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from model.lookup import PromptLookup  # noqa: E402
 from model.ngram import NgramStore  # noqa: E402
-from model.prompts import conversations  # noqa: E402
+from model.prompts import TEMPLATES, TOPICS, conversations  # noqa: E402
 from model.train_drafter import load_records  # noqa: E402
 from model.tree import build  # noqa: E402
 
@@ -79,22 +82,28 @@ def main() -> int:
         for r in base_recs + recs
         if r["heldout"] and r["sample"] == 0 and int(r["conv"]) in unseen_idx
     ]
+    templated = {tpl.format(t=t) for t in TOPICS for tpl in TEMPLATES}
+    hand = [r for r in held if every[int(r["conv"])][-1]["content"] not in templated]
     base = [r for r in base_recs if not r["heldout"]]
     train = [r for r in recs if not r["heldout"]]
     if not train or not held:
         raise SystemExit(f"{a.data}: no training or unseen held-out answers; run model.gen_data")
     random.Random(0).shuffle(train)
-    print(json.dumps({"unseen_answers": len(held), "train_answers": len(train),
-                      "base_answers": len(base)}))  # fmt: skip
+    sizes = {"unseen_answers": len(held), "handwritten": len(hand), "train_answers": len(train)}
+    print(json.dumps({**sizes, "base_answers": len(base)}))
     if not base:
-        print(json.dumps({"store_tokens": 0, **simulate(held, None, a.tokens, a.row_cost)}))
+        row = {"store_tokens": 0, **simulate(held, None, a.tokens, a.row_cost)}
+        row["handwritten"] = simulate(hand, None, a.tokens, a.row_cost)["tokens_per_step"]
+        print(json.dumps(row))
     for share in (0.0, 0.125, 0.25, 0.5, 1.0) if base else (0.125, 0.25, 0.5, 1.0):
         part = base + train[: int(len(train) * share)]
         store = NgramStore.build(
             (r["ids"].tolist(), int(r["prompt_len"]), r["greedy"].tolist()) for r in part
         )
         row = {"share": share, "store_tokens": store.info["tokens"], "contexts": len(store.table)}
-        print(json.dumps({**row, **simulate(held, store, a.tokens, a.row_cost)}), flush=True)
+        row |= simulate(held, store, a.tokens, a.row_cost)
+        row["handwritten"] = simulate(hand, store, a.tokens, a.row_cost)["tokens_per_step"]
+        print(json.dumps(row), flush=True)
     return 0
 
 
