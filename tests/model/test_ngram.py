@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from model import hybrid
 from model.config import LMConfig
@@ -57,14 +58,26 @@ def test_build_equals_a_plain_count_ties_to_the_first_seen() -> None:
             for n in range(1, 5):
                 if p + i - n >= 0:
                     counts[tuple(ids[p + i - n : p + i])][nxt] += 1
-    want = {}
+    want, want_alts = {}, {}
     for ctx, c in counts.items():
         if c.total() >= MIN_TOTAL:
-            tok, k = c.most_common(1)[0]
-            want[ctx] = (tok, k / (c.total() + 1))
-    assert NgramStore.build(recs).table == want
+            ranked = c.most_common(2)
+            want[ctx] = (ranked[0][0], ranked[0][1] / (c.total() + 1))
+            if len(ranked) > 1:
+                want_alts[ctx] = (ranked[1][0], ranked[1][1] / (c.total() + 1))
+    store = NgramStore.build(recs)
+    assert store.table == want
+    assert store.alts == want_alts
     with pytest.raises(ValueError, match="bits"):
         NgramStore.build([([1, 70000, 2], 1, [70000, 2])])
+
+
+def test_the_runner_up_starts_a_second_branch() -> None:
+    store = NgramStore.build(records())
+    assert store.alts[(2, 3, 4)] == (6, pytest.approx(1 / 4))  # 5 twice, then 6 once
+    assert store.alternative([1, 2, 3, 4]) == store.alts[(2, 3, 4)]  # (1, 2, 3, 4): unseen
+    assert store.alternative([2, 3]) is None  # (2, 3) is always followed by 4
+    assert store.alternative([42]) is None
 
 
 def test_proposes_a_chain_backing_off_to_shorter_contexts() -> None:
@@ -87,6 +100,11 @@ def test_file_round_trip_and_errors(tmp_path) -> None:
     toks, confs = back.propose([99, 2], 4)
     assert toks == store.propose([99, 2], 4)[0]
     assert confs == pytest.approx(store.propose([99, 2], 4)[1], abs=1e-3)  # stored in fp16
+    assert {k: t for k, (t, _) in back.alts.items()} == {k: t for k, (t, _) in store.alts.items()}
+    # A store written before runner-ups were kept loads without them.
+    old = {k: v for k, v in load_file(f).items() if not k.startswith("alt")}
+    save_file(old, tmp_path / "old.safetensors", metadata={"info": "{}"})
+    assert NgramStore.load(tmp_path / "old.safetensors", 100).alts == {}
     with pytest.raises(ModelLoadError, match="vocabulary"):
         NgramStore.load(f, vocab_size=8)
     (tmp_path / "bad.safetensors").write_bytes(b"nope")
