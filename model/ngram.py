@@ -17,7 +17,8 @@ first four 5 % (drafter 1 %) - it is autoregressive, the drafter's block is not 
 Built by `python -m model.ngram --data data/drafter[,more] --out model/adapters/ngram.safetensors`
 from the training answers only (held-out ones never enter it). File: per order n, the context
 n-grams (int32, (N_n, n)), their most frequent next token and its confidence (fp16), the
-runner-up and its confidence (-1 where the context was always followed by the same token).
+runner-up and its confidence (NO_ALT where the context was always followed by the same token);
+token ids in uint16 (stores written before session 9 hold int32 and no runner-ups; both load).
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ DEFAULT_STORE = Path(__file__).parent / "adapters" / "ngram.safetensors"
 MAX_ORDER = 4
 ID_BITS = 16  # token ids packed into one 64-bit key per context (vocab 49152 < 2^16)
 MIN_TOTAL = 2  # a context seen once is a coincidence more often than a habit
+NO_ALT = (1 << ID_BITS) - 1  # in the file: this context has no runner-up (no token id: vocab < it)
+
+
+def _ids(values: list) -> torch.Tensor:
+    """Token ids for the file: uint16, half of int32 (build checked they fit in ID_BITS)."""
+    return torch.tensor(values, dtype=torch.int32).to(torch.uint16)
 
 
 Entry = tuple[int, float]  # (next token, confidence)
@@ -144,11 +151,11 @@ class NgramStore:
             rows = [(ctx, tok, conf) for ctx, (tok, conf) in self.table.items() if len(ctx) == n]
             if not rows:
                 continue
-            alts = [self.alts.get(r[0], (-1, 0.0)) for r in rows]  # -1: no runner-up
-            tensors[f"ctx{n}"] = torch.tensor([r[0] for r in rows], dtype=torch.int32)
-            tensors[f"next{n}"] = torch.tensor([r[1] for r in rows], dtype=torch.int32)
+            alts = [self.alts.get(r[0], (NO_ALT, 0.0)) for r in rows]
+            tensors[f"ctx{n}"] = _ids([r[0] for r in rows])
+            tensors[f"next{n}"] = _ids([r[1] for r in rows])
             tensors[f"conf{n}"] = torch.tensor([r[2] for r in rows], dtype=torch.float16)
-            tensors[f"alt{n}"] = torch.tensor([a[0] for a in alts], dtype=torch.int32)
+            tensors[f"alt{n}"] = _ids([a[0] for a in alts])
             tensors[f"altconf{n}"] = torch.tensor([a[1] for a in alts], dtype=torch.float16)
         save_file(tensors, str(path), metadata={"info": json.dumps(self.info)})
 
@@ -168,9 +175,12 @@ class NgramStore:
         for n in range(1, MAX_ORDER + 1):
             if f"ctx{n}" not in tensors:
                 continue
-            ctx, nxt = tensors[f"ctx{n}"], tensors[f"next{n}"]
-            alt = tensors.get(f"alt{n}", torch.full_like(nxt, -1))  # stores before runner-ups
-            if max(int(ctx.max()), int(nxt.max()), int(alt.max())) >= vocab_size:
+            ctx, nxt = tensors[f"ctx{n}"].int(), tensors[f"next{n}"].int()  # uint16 / int32
+            # Stores written before runner-ups were kept have no alt tensors.
+            alt = tensors.get(f"alt{n}", torch.full_like(nxt, NO_ALT)).int()
+            has_alt = (alt >= 0) & (alt != NO_ALT)
+            top = max(int(ctx.max()), int(nxt.max()), int(torch.where(has_alt, alt, 0).max()))
+            if top >= vocab_size:
                 raise ModelLoadError(
                     f"{path}: token ids beyond this model's vocabulary ({vocab_size}); it was "
                     "built for another tokenizer - rebuild it or set lm.ngram: none"
@@ -180,8 +190,8 @@ class NgramStore:
             for c, t, q in zip(contexts, nxt.tolist(), confs, strict=True):
                 table[c] = (t, q)
             alt_confs = tensors.get(f"altconf{n}", torch.zeros(len(alt))).float().tolist()
-            for c, t, q in zip(contexts, alt.tolist(), alt_confs, strict=True):
-                if t >= 0:
+            for c, t, q, h in zip(contexts, alt.tolist(), alt_confs, has_alt.tolist(), strict=True):
+                if h:
                     alts[c] = (t, q)
         return cls(table, info, alts)
 
