@@ -7,8 +7,9 @@ context n-gram seen at least twice proposes its most frequent next token, with c
 count / (total + 1); appending that token and looking again gives a chain of up to k drafts
 for the draft tree (model/tree.py), like prompt lookup but over everything the base answered
 in training. The context's runner-up next token, continued the same way, is a second branch
-(`alternative`): where rows are free it lifts tokens per step ~8 % (BENCHMARKS.md), and where
-they are not the tree leaves it out. Cost: a few dictionary lookups per step, no model pass.
+(`alternative`), kept by the tree where it pays for its row: +0.1 tokens per forward both with
+rows free and at the CPU row cost (BENCHMARKS.md, session 9). Cost: a few dictionary lookups
+per step, no model pass.
 
 Measured on 40 held-out answers (64 tokens, 227K training tokens in the store): the next token
 is right 39 % of the time (the 2-layer drafter: 38 %), the first two 18 % (drafter 13 %), the
@@ -16,9 +17,9 @@ first four 5 % (drafter 1 %) - it is autoregressive, the drafter's block is not 
 
 Built by `python -m model.ngram --data data/drafter[,more] --out model/adapters/ngram.safetensors`
 from the training answers only (held-out ones never enter it). File: per order n, the context
-n-grams (int32, (N_n, n)), their most frequent next token and its confidence (fp16), the
-runner-up and its confidence (NO_ALT where the context was always followed by the same token);
-token ids in uint16 (stores written before session 9 hold int32 and no runner-ups; both load).
+n-grams ((N_n, n)), their most frequent next token and its confidence (fp16), the runner-up and
+its confidence (NO_ALT where the context was always followed by the same token); token ids in
+uint16 (stores written before session 9 hold int32 and no runner-ups; both load).
 """
 
 from __future__ import annotations
