@@ -44,17 +44,18 @@ from model.transformer import Transformer
 Record = dict[str, torch.Tensor | int]
 
 
-def load_records(folders: str | Path, seen: set[str]) -> list[Record]:
+def load_records(folders: str | Path, seen: set[str], features: bool = True) -> list[Record]:
     """Records of the batch files (in one folder, or several comma-separated) not in `seen`
     (which is updated): gen_data may still be adding files while training runs; each eval picks
-    up the new ones."""
+    up the new ones. `features=False`: token-only data (gen_data --no-hidden) is fine too, as for
+    the n-gram store."""
     recs: list[Record] = []
     for folder in str(folders).split(","):
         for f in sorted(Path(folder).glob("b*.pt")):
             if str(f) not in seen:
                 seen.add(str(f))
                 recs += torch.load(f)
-    if recs and "hidden" not in recs[0]:
+    if features and recs and "hidden" not in recs[0]:
         raise SystemExit(f"{folder}: data without features (--no-hidden); regenerate with them")
     return recs
 

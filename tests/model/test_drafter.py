@@ -216,7 +216,8 @@ def test_the_gpu_recipe_runs_at_toy_scale_with_its_options_overridden(tmp_path) 
 def test_generate_then_train_from_the_command_line(lm, tmp_path) -> None:
     """The two documented commands, end to end on the bundled model at toy scale: data on
     disk, a resumable checkpoint, an eval row, and an adapter the decoder loads."""
-    from model import gen_data, train_drafter
+    from model import gen_data, ngram, train_drafter
+    from model.ngram import NgramStore
 
     data, run, adapter = tmp_path / "data", tmp_path / "run", tmp_path / "drafter.safetensors"
     gen_data.main(["--out", str(data), "--rounds", "1", "--batch", "4", "--max-new-tokens", "6",
@@ -237,3 +238,11 @@ def test_generate_then_train_from_the_command_line(lm, tmp_path) -> None:
     with safe_open(str(adapter), "pt") as f:
         assert json.loads(f.metadata()["info"])["steps"] == 3
     assert BlockDrafter.load(adapter, lm.model).head_packed is not None  # CPU: prepacked
+    # Token-only data (no base features) builds the n-gram store but cannot train the drafter.
+    tokens_only = tmp_path / "tokens"
+    gen_data.main(["--out", str(tokens_only), "--rounds", "1", "--batch", "4", "--no-hidden",
+                   "--max-new-tokens", "6", "--max-batches", "1"])  # fmt: skip
+    ngram.main(["--data", str(tokens_only), "--out", str(tmp_path / "store.safetensors")])
+    assert NgramStore.load(tmp_path / "store.safetensors", 49152).info["answers"] >= 1
+    with pytest.raises(SystemExit, match="without features"):
+        train_drafter.load_records(tokens_only, set())
