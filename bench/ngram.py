@@ -46,13 +46,8 @@ def simulate(held: list, store: NgramStore | None, tokens: int, row_cost: float)
         while s < n - 1:
             k = min(8, n - 1 - s)
             chains = [lookup.propose(k)]
-            if store is not None:  # as model/hybrid.py: its chain and its runner-up's
-                context = ids[max(0, s - 7) : s + 1]
-                chains.append(store.propose(context, k))
-                alt = store.alternative(context)
-                if alt is not None:
-                    more, confs = store.propose([*context, alt[0]], k - 1)
-                    chains.append(([alt[0], *more], [alt[1], *confs]))
+            if store is not None:  # as model/hybrid.py: its chain and the runner-up forks
+                chains += store.branches(ids[max(0, s - 7) : s + 1], k)
             tree = build([], [c for c in chains if c[0]], max_nodes=k, max_depth=k,
                          row_cost=row_cost, stop_ids=STOP)  # fmt: skip
             kids, node, a = tree.children(), -1, 0

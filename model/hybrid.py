@@ -13,13 +13,13 @@ One step (= one base forward, the unit the engine counts):
 2. Drafts for the next step: the block drafter (model/drafter.py) reads the base's cache and
    the last accepted row's hidden state, never writes, and gives its top lm.draft_branch tokens
    per offset; prompt lookup (model/lookup.py) and the n-gram store (model/ngram.py) add chains
-   with their measured acceptance, the store also one from its runner-up next token and one
-   after each of the drafter's candidates for the next token (the drafter's block is not
-   autoregressive, the store is); the tree keeps the nodes that pay for their rows
-   (lm.row_cost). With `drafts=` (an earlier answer, refinement) that answer is proposed
-   `refine_len` tokens at a time while the new answer follows it, and is looked up by n-gram
-   once it diverges. `hybrid` hands a step's
-   tokens to the caller before this drafter pass, so drafting never delays verified tokens.
+   with their measured acceptance, the store also one from the runner-up token at each of its
+   chain's first positions and one after each of the drafter's candidates for the next token
+   (the drafter's block is not autoregressive, the store is); the tree keeps the nodes that
+   pay for their rows (lm.row_cost). With `drafts=` (an earlier answer, refinement) that answer
+   is proposed `refine_len` tokens at a time while the new answer follows it, and is looked up
+   by n-gram once it diverges. `hybrid` hands a step's tokens to the caller before this
+   drafter pass, so drafting never delays verified tokens.
 
 `parallel` adds the diffusion dial: next-step drafts on the tree's top-1 path whose confidence
 >= lm.threshold (a leading run of them) are committed at once, with the tokens of this step,
@@ -255,12 +255,8 @@ class HybridStepper:
             for source in (self.lookup, self.old_lookup):
                 if source is not None:
                     chains.append(source.propose(k, None if source is self.lookup else self.answer))
-            if self.ngram is not None:
-                chains.append(self.ngram.propose(context, k))
-                alt = self.ngram.alternative(context)
-                if alt is not None:  # its runner-up next token, continued: a second branch
-                    more, confs = self.ngram.propose([*context, alt[0]], k - 1)
-                    chains.append(([alt[0], *more], [alt[1], *confs]))
+            if self.ngram is not None:  # its chain and the runner-up forks off it
+                chains += self.ngram.branches(context, k)
         chains = [c for c in chains if c[0]]
         sure = max((confs[0] for _, confs in chains), default=0.0) >= DRAFTER_SKIP_CONF
         marginals: list[list[tuple[int, float]]] = []

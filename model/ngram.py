@@ -6,10 +6,10 @@ of the base's own habits ("Here are some", "I'm sorry, but"). At decode time the
 context n-gram seen at least twice proposes its most frequent next token, with confidence
 count / (total + 1); appending that token and looking again gives a chain of up to k drafts
 for the draft tree (model/tree.py), like prompt lookup but over everything the base answered
-in training. The context's runner-up next token, continued the same way, is a second branch
-(`alternative`), kept by the tree where it pays for its row: +0.1 tokens per forward both with
-rows free and at the CPU row cost (BENCHMARKS.md, session 9). Cost: a few dictionary lookups
-per step, no model pass.
+in training. The context's runner-up next token (`alternative`), continued the same way, forks
+the chain at each of its first FORKS positions (`branches`); the tree keeps a fork where it pays
+for its row (BENCHMARKS.md, sessions 9 and 10). Cost: a few dictionary lookups per step, no
+model pass.
 
 Measured on 40 held-out answers (64 tokens, 227K training tokens in the store): the next token
 is right 39 % of the time (the 2-layer drafter: 38 %), the first two 18 % (drafter 13 %), the
@@ -42,6 +42,7 @@ MAX_ORDER = 4
 ID_BITS = 16  # token ids packed into one 64-bit key per context (vocab 49152 < 2^16)
 MIN_TOTAL = 2  # a context seen once is a coincidence more often than a habit
 NO_ALT = (1 << ID_BITS) - 1  # in the file: this context has no runner-up (no token id: vocab < it)
+FORKS = 4  # `branches`: runner-ups at the first FORKS positions of the chain (more add ~nothing)
 
 
 def _ids(values: list) -> torch.Tensor:
@@ -143,6 +144,22 @@ class NgramStore:
             if ctx in self.table:
                 return self.alts.get(ctx)
         return None
+
+    def branches(
+        self, context: Sequence[int], k: int, forks: int = FORKS
+    ) -> list[tuple[list[int], list[float]]]:
+        """The store's guesses as chains for the draft tree: `propose`'s chain, and at each of
+        its first `forks` positions the runner-up token there, continued by the store. A fork's
+        chain repeats the main chain's tokens before it, which the tree merges into one path."""
+        toks, confs = self.propose(context, k)
+        out = [(toks, confs)]
+        for d in range(min(forks, len(toks))):
+            path = [*context, *toks[:d]]
+            alt = self.alternative(path)
+            if alt is not None:
+                more, more_confs = self.propose([*path, alt[0]], k - d - 1)
+                out.append(([*toks[:d], alt[0], *more], [*confs[:d], alt[1], *more_confs]))
+        return out
 
     # --- file -------------------------------------------------------------------------------
 

@@ -80,6 +80,15 @@ def test_the_runner_up_starts_a_second_branch() -> None:
     assert store.alternative([42]) is None
 
 
+def test_branches_fork_the_chain_at_its_runner_ups() -> None:
+    store = NgramStore.build(records())
+    main, fork = store.branches([99, 2], 4)  # (2, 3, 4) -> 5, runner-up 6, third in the chain
+    assert main == store.propose([99, 2], 4)
+    assert fork == ([3, 4, 6], pytest.approx([3 / 4, 3 / 4, 1 / 4]))  # 6 then: seen once
+    assert store.branches([99, 2], 4, forks=2) == [main]  # the fork is at position 3
+    assert store.branches([42], 4) == [([], [])]
+
+
 def test_proposes_a_chain_backing_off_to_shorter_contexts() -> None:
     store = NgramStore.build(records())
     toks, confs = store.propose([99, 2], 4)
