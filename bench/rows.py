@@ -45,7 +45,7 @@ def main() -> int:
         torch.set_num_threads(a.threads)
     rows = sorted({1, *(int(r) for r in a.rows.split(","))})  # 1 row: the reference
     kinds = a.kinds.split(",")
-    if {"auto", "rows"} & set(kinds) and not cpu_rows.available():
+    if {"auto", "quant", "rows"} & set(kinds) and not cpu_rows.available():
         raise SystemExit("the cpu_rows kernel is not available here (see the log line above)")
     models = {}
     for kind in kinds:

@@ -256,10 +256,206 @@ static void quant_matmul_ws(const float *x, const uint8_t *wq, float *y, int m, 
     }
 }
 
+
+/* --- Integer products (AVX-512 VNNI) -------------------------------------------------------
+ *
+ * On CPUs with AVX-512 VNNI (Zen 4/5, Intel server parts since Ice Lake) a verify row need not
+ * pay the fp32 expansion above: each row of x is rounded to int16 per block of 32 inputs, all
+ * but the block's largest input, which stays fp32 (dx = the others' max |x| / 32767, xq =
+ * round(x / dx)), and multiplied with the weight's own codes by vpdpwssd, 32 products an
+ * instruction, exact in int32; each block's sum is finished in fp32:
+ * Q4_1  y += d (dx sum(q xq) + out q_out) + m sum(x),  Q8_0  the same without m.
+ * A row's result depends on nothing but the row (integer sums are exact, the fp32 steps run in
+ * block order), so verify rows stay bit-identical to `ar`'s. Against the fp32 products the
+ * bundled model's logits move by < 0.01 (int8 activations, llama.cpp's choice with twice the
+ * products an instruction, moved them by 5 and changed every benchmark answer; int16 without
+ * the fp32 outlier moved them by 0.02 and flipped a near-tie in one of four reference answers).
+ *
+ * Panel layouts (pack_quant): per panel of 16 columns and block of 32 inputs, the scales as
+ * before, then the codes in chunks of 32 bytes that widen to vpdpwssd's order: 16-bit lane
+ * 2 j + i of chunk c is input 2 c + i of column j. Q4_1: d[16], m[16] fp16, 8 chunks of bytes
+ * whose low nibble is input 2 c + i and high nibble input 16 + 2 c + i; Q8_0: d[16] fp16,
+ * 16 chunks of int8. */
+#define VROWS 6 /* rows whose sums stay in registers together (8: 13 rows 1.25x slower) */
+#define VQ4_1_BYTES (4 * PANEL + 8 * 32) /* 320: as Q4_1_BYTES */
+#define VQ8_0_BYTES (2 * PANEL + 16 * 32) /* 544: as Q8_0_BYTES */
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+int vnni_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+
+/* x rounded to int16 per block of 32 inputs, for the products below: codes (m, k), and per row
+ * and block the scale dx, the sum of the fp32 inputs, and the block's largest input (`out`, at
+ * `at`), which is kept in fp32 and coded 0: a few channels of a model's activations run tens to
+ * thousands of times larger than the rest of their block (SmolLM2: in 10 % of the q/k/v
+ * product's blocks the largest input is over 4x the next), and scaling the block by them
+ * would round the others coarsely. */
+typedef struct {
+    int16_t *q;
+    float *d, *sum, *out;
+    int32_t *at;
+} XRows;
+
+static XRows xrows_alloc(int m, int k) {
+    const size_t blocks = (size_t)m * (k / QK);
+    float *mem = malloc(blocks * 4 * sizeof(float) + (size_t)m * k * sizeof(int16_t));
+    XRows r = {(int16_t *)(mem + 4 * blocks), mem, mem + blocks, mem + 2 * blocks,
+               (int32_t *)(mem + 3 * blocks)};
+    return r;
+}
+
+VNNI static void quantize_rows(const float *x, int m, int k, XRows xr) {
+    const int blocks = k / QK;
+    for (int r = 0; r < m; r++)
+        for (int b = 0; b < blocks; b++) {
+            const float *xb = x + (size_t)r * k + QK * b;
+            const size_t at = (size_t)r * blocks + b;
+            __m512 a = _mm512_loadu_ps(xb), c = _mm512_loadu_ps(xb + 16);
+            xr.sum[at] = _mm512_reduce_add_ps(_mm512_add_ps(a, c));
+            const __m512 abs_a = _mm512_abs_ps(a), abs_c = _mm512_abs_ps(c);
+            const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(abs_a, abs_c)));
+            const uint32_t hit = _mm512_cmp_ps_mask(abs_a, top, _CMP_EQ_OQ) |
+                                 (uint32_t)_mm512_cmp_ps_mask(abs_c, top, _CMP_EQ_OQ) << 16;
+            const int i = hit ? __builtin_ctz(hit) : 0; /* the first largest input */
+            xr.at[at] = i;
+            xr.out[at] = xb[i];
+            a = _mm512_mask_mov_ps(a, i < 16 ? (__mmask16)(1u << i) : 0, _mm512_setzero_ps());
+            c = _mm512_mask_mov_ps(c, i >= 16 ? (__mmask16)(1u << (i - 16)) : 0,
+                                   _mm512_setzero_ps());
+            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a),
+                                                                  _mm512_abs_ps(c)));
+            const float dx = amax / 32767.0f, inv = amax > 0.0f ? 1.0f / dx : 0.0f;
+            const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(inv)));
+            const __m512i qc = _mm512_cvtps_epi32(_mm512_mul_ps(c, _mm512_set1_ps(inv)));
+            int16_t *q = xr.q + (size_t)r * k + QK * b;
+            _mm256_storeu_si256((__m256i *)q, _mm512_cvtsepi32_epi16(qa));
+            _mm256_storeu_si256((__m256i *)(q + 16), _mm512_cvtsepi32_epi16(qc));
+            xr.d[at] = dx;
+        }
+}
+
+/* The 16 columns' codes of input i of a block (codes: its VQ4_1 / VQ8_0 chunks), as floats. */
+VNNI static inline __attribute__((always_inline)) __m512 input_codes(const uint8_t *codes, int i,
+                                                                     const int q4) {
+    const int lane = i & 1; /* byte 2 j + lane of its chunk */
+    if (q4) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(codes + 32 * ((i & 15) >> 1)));
+        const __m128i shift = _mm_cvtsi32_si128(8 * lane + 4 * (i >> 4)); /* high nibble: 16+ */
+        const __m256i u = _mm256_and_si256(_mm256_srl_epi16(v, shift), _mm256_set1_epi16(15));
+        return _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(u));
+    }
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(codes + 32 * (i >> 1)));
+    const __m256i u = _mm256_sra_epi16(_mm256_sll_epi16(v, _mm_cvtsi32_si128(8 - 8 * lane)),
+                                       _mm_cvtsi32_si128(8));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(u));
+}
+
+/* Rows r < rows of y[., 0..15] = x[r] . one panel, from its blocks at wp (VQ4_1 / VQ8_0 layout);
+ * xr: the rows' codes from row 0 of the group, k inputs a row. */
+VNNI static inline __attribute__((always_inline)) void vnni_rows(
+    XRows xr, const uint8_t *wp, float *y, const int rows, int blocks, int k, int n_dim,
+    const int q4) {
+    const size_t bytes = q4 ? VQ4_1_BYTES : VQ8_0_BYTES;
+    const __m512i low = _mm512_set1_epi16(15);
+    __m512 acc[VROWS];
+    for (int r = 0; r < rows; r++)
+        acc[r] = _mm512_setzero_ps();
+    for (int b = 0; b < blocks; b++) {
+        const uint8_t *blk = wp + b * bytes;
+        for (size_t line = 0; line < bytes; line += 64)
+            _mm_prefetch((const char *)(blk + QPREFETCH * bytes + line), _MM_HINT_T0);
+        const uint8_t *codes = blk + (q4 ? 4 : 2) * PANEL;
+        __m512i s0[VROWS], s1[VROWS];
+        for (int r = 0; r < rows; r++)
+            s0[r] = s1[r] = _mm512_setzero_si512();
+        for (int c = 0; c < 8; c++) {
+            /* the weights of input pairs c and 8 + c (Q4_1: one chunk's nibbles; Q8_0: two) */
+            __m512i w0, w1;
+            if (q4) {
+                const __m512i v = _mm512_cvtepu8_epi16(
+                    _mm256_loadu_si256((const __m256i *)(codes + 32 * c)));
+                w0 = _mm512_and_si512(v, low);
+                w1 = _mm512_srli_epi16(v, 4);
+            } else {
+                w0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(codes + 32 * c)));
+                w1 = _mm512_cvtepi8_epi16(
+                    _mm256_loadu_si256((const __m256i *)(codes + 32 * (8 + c))));
+            }
+            for (int r = 0; r < rows; r++) {
+                const int32_t *q = (const int32_t *)(xr.q + (size_t)r * k + QK * b);
+                s0[r] = _mm512_dpwssd_epi32(s0[r], w0, _mm512_set1_epi32(q[c]));
+                s1[r] = _mm512_dpwssd_epi32(s1[r], w1, _mm512_set1_epi32(q[8 + c]));
+            }
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        const __m512 m = q4 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)))
+                            : _mm512_setzero_ps();
+        for (int r = 0; r < rows; r++) {
+            const size_t at = (size_t)r * blocks + b;
+            /* dx sum(q xq) + out q[at], then the block's scale (and offset) */
+            const __m512 s = _mm512_fmadd_ps(
+                _mm512_set1_ps(xr.d[at]), _mm512_cvtepi32_ps(_mm512_add_epi32(s0[r], s1[r])),
+                _mm512_mul_ps(_mm512_set1_ps(xr.out[at]), input_codes(codes, xr.at[at], q4)));
+            if (q4)
+                acc[r] = _mm512_add_ps(
+                    acc[r], _mm512_fmadd_ps(d, s, _mm512_mul_ps(m, _mm512_set1_ps(xr.sum[at]))));
+            else
+                acc[r] = _mm512_fmadd_ps(d, s, acc[r]);
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        _mm512_storeu_ps(y + (size_t)r * n_dim, acc[r]);
+}
+
+#define VGROUPS(m) (((m) + VROWS - 1) / VROWS)
+#define VGROUP_ROWS(m, g) ((m) / VGROUPS(m) + ((g) < (m) % VGROUPS(m)))
+
+/* As quant_matmul_ws, for weights in the VNNI layouts and x already rounded (quantize_rows). */
+VNNI static void vnni_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, int k,
+                                int q4) {
+    const int panels = n / PANEL, blocks = k / QK;
+    const size_t pstride = (q4 ? VQ4_1_BYTES : VQ8_0_BYTES) * (size_t)blocks;
+#pragma omp for schedule(static)
+    for (int p = 0; p < panels; p++)
+        for (int g = 0, r0 = 0; r0 < m; r0 += VGROUP_ROWS(m, g), g++) {
+            const size_t rb = (size_t)r0 * blocks;
+            XRows xg = {xr.q + (size_t)r0 * k, xr.d + rb, xr.sum + rb, xr.out + rb, xr.at + rb};
+            const uint8_t *wp = wq + p * pstride;
+            float *yr = y + (size_t)r0 * n + PANEL * p;
+            /* constant row counts and format: registers, no branch in the block loop */
+#define VR(R, Q4) vnni_rows(xg, wp, yr, R, blocks, k, n, Q4); break
+#define VNNI_ROWS_SWITCH(Q4)                                                                       \
+    switch (VGROUP_ROWS(m, g)) {                                                                   \
+    case 1: VR(1, Q4); case 2: VR(2, Q4); case 3: VR(3, Q4); case 4: VR(4, Q4);                    \
+    case 5: VR(5, Q4); default: VR(6, Q4);                                                         \
+    }
+            if (q4) {
+                VNNI_ROWS_SWITCH(1)
+            } else {
+                VNNI_ROWS_SWITCH(0)
+            }
+#undef VNNI_ROWS_SWITCH
+#undef VR
+        }
+}
+
+/* y = x @ w.T from GGUF blocks in fmt 1 Q4_1, 2 Q8_0 (fp32 products) or 3 Q4_1, 4 Q8_0 (the
+ * VNNI layouts, integer products). */
 void quant_matmul(const float *x, const uint8_t *wq, float *y, int m, int n, int k, int threads,
-                  int q4) {
+                  int fmt) {
+    if (fmt <= 2) {
 #pragma omp parallel num_threads(threads)
-    quant_matmul_ws(x, wq, y, m, n, k, q4);
+        quant_matmul_ws(x, wq, y, m, n, k, fmt == 1);
+        return;
+    }
+    const XRows xr = xrows_alloc(m, k);
+    quantize_rows(x, m, k, xr);
+#pragma omp parallel num_threads(threads)
+    vnni_matmul_ws(xr, wq, y, m, n, k, fmt == 3);
+    free(xr.d);
 }
 
 /* RMSNorm of m rows of length k, y = x / sqrt(mean(x^2) + eps) * g: one call where torch runs
@@ -417,13 +613,20 @@ void attend_rows(const float *q, const float *k, const float *v, float *out, con
     }
 }
 
-/* y = x @ w.T through the kernel w's format asks for: fmt 0 fp32 panels, 1 Q4_1, 2 Q8_0;
- * y: (m, n) with n a multiple of 16; shared among the enclosing region's threads. */
-static void matmul_fmt_ws(const float *x, const void *w, int fmt, float *y, int m, int n, int k) {
-    if (fmt == 0)
+/* y = x @ w.T through the kernel w's format asks for: fmt 0 fp32 panels, 1 Q4_1, 2 Q8_0, 3 Q4_1
+ * and 4 Q8_0 in the VNNI layouts (x rounded into xr first, by one thread); y: (m, n) with n a
+ * multiple of 16; shared among the enclosing region's threads. */
+static void matmul_fmt_ws(const float *x, const void *w, int fmt, float *y, int m, int n, int k,
+                          XRows xr) {
+    if (fmt == 0) {
         rows_matmul_ws(x, (const float *)w, y, m, n, k);
-    else
+    } else if (fmt <= 2) {
         quant_matmul_ws(x, (const uint8_t *)w, y, m, n, k, fmt == 1);
+    } else {
+#pragma omp single
+        quantize_rows(x, m, k, xr);
+        vnni_matmul_ws(xr, (const uint8_t *)w, y, m, n, k, fmt == 3);
+    }
 }
 
 /* x * sigmoid(x) * u, 8 at a time: e = e^-|x|, sigmoid = 1 / (1 + e) or e / (1 + e). */
@@ -461,6 +664,8 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
     float *att = qkv + (size_t)t * n[0];
     float *out = att + (size_t)t * hd;
     float *gu = out + (size_t)t * (n[1] > n[3] ? n[1] : n[3]);
+    const int widest = dim > ffn ? (dim > hd ? dim : hd) : (ffn > hd ? ffn : hd);
+    const XRows xr = xrows_alloc(t, widest);
 #pragma omp parallel num_threads(threads)
     {
         int *seen = malloc(sizeof(int) * (size_t)(s + t));
@@ -471,7 +676,7 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
             const void *const *wl = w + 4 * l;
             const int *fl = fmt + 4 * l;
             float *kl = kc + l * kv_layer, *vl = vc + l * kv_layer;
-            matmul_fmt_ws(xn, wl[0], fl[0], qkv, t, n[0], dim);
+            matmul_fmt_ws(xn, wl[0], fl[0], qkv, t, n[0], dim, xr);
 #pragma omp single
             for (int r = 0; r < t; r++) {
                 const float *c = cos + (size_t)r * d, *sn = sin + (size_t)r * d;
@@ -494,7 +699,7 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
             }
             attend_ws(qkv, kl, vl, att, mask, t, s + t, heads, kv_heads, d, n[0], kv_head, scale,
                       causal, seen, sc);
-            matmul_fmt_ws(att, wl[1], fl[1], out, t, n[1], hd);
+            matmul_fmt_ws(att, wl[1], fl[1], out, t, n[1], hd, xr);
 #pragma omp single
             {
                 for (int r = 0; r < t; r++)
@@ -502,7 +707,7 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
                         x[(size_t)r * dim + i] += out[(size_t)r * n[1] + i];
                 rms_norm_rows(x, norms[2 * l + 1], xn, t, dim, eps);
             }
-            matmul_fmt_ws(xn, wl[2], fl[2], gu, t, n[2], dim);
+            matmul_fmt_ws(xn, wl[2], fl[2], gu, t, n[2], dim, xr);
 #pragma omp for schedule(static)
             for (int r = 0; r < t; r++) {
                 const float *g = gu + (size_t)r * n[2], *u = g + ffn;
@@ -514,7 +719,7 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
                 for (; i < ffn; i++)
                     a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
             }
-            matmul_fmt_ws(xn, wl[3], fl[3], out, t, n[3], ffn);
+            matmul_fmt_ws(xn, wl[3], fl[3], out, t, n[3], ffn, xr);
 #pragma omp single
             {
                 for (int r = 0; r < t; r++)
@@ -527,4 +732,5 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
         free(seen);
         free(sc);
     }
+    free(xr.d);
 }

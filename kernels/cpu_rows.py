@@ -12,7 +12,13 @@ computes for the same row.
 Weights read from a GGUF file in Q4_1 or Q8_0 can stay in those block formats (`Quantized`,
 `pack_quant`): the kernel expands each 32 x 16 block in registers and gives exactly the outputs
 it gives for the dequantized fp32 weight, reading 0.625 (Q4_1) or 1.06 (Q8_0) bytes per weight
-instead of 4 - from fp32 decoding is bound by those reads.
+instead of 4 - from fp32 decoding is bound by those reads. On CPUs with AVX-512 VNNI (`has_vnni`)
+the blocks are multiplied as integers instead: each row of x rounded to int16 per 32 inputs
+(each block's largest input kept in fp32), exact int32 sums of code products (vpdpwssd),
+finished per block in fp32 (`vnni_reference` states the arithmetic). The expansion's arithmetic
+is gone: on the dev box (Zen 5) a whole SmolLM2-135M forward of 1 row takes ~3.5-3.9 instead
+of 7.1 ms, and the logits stay within 0.01 of the fp32 products' (BENCHMARKS.md, "Integer
+products").
 
 `rms_norm` and `attention` replace torch's composite ops for decode's rows (one C call each
 instead of several small ones), and like the product they give a row the same bits whatever
@@ -21,7 +27,8 @@ runs a stack of decoder layers in one call and one OpenMP region (model/transfor
 `run_layers`): at one row the ~25 torch ops and 7 calls per layer it replaces took as long as the
 products themselves (a SmolLM2-135M forward 28.5 -> 14.9 ms on the dev box, one call per layer).
 
-The C file is compiled on first use with the system C compiler (`CC`, else `cc`) into
+The C file is compiled on first use with the system C compiler (`CC`, else `cc`; the VNNI
+functions carry their own target attribute and run only where the CPU reports the feature) into
 `$XDG_CACHE_HOME/dllm-voice` (default `~/.cache/dllm-voice`), named by a hash of the source and
 flags, and loaded with ctypes. `available()` is False - and model/transformer.py keeps oneDNN's
 kernel - on CPUs without AVX2/FMA, without a compiler, or when the build or its self-test fails
@@ -127,6 +134,7 @@ def _library() -> ctypes.CDLL | None:
             lib.rows_matmul.restype = None
             lib.quant_matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 5
             lib.quant_matmul.restype = None
+            lib.vnni_supported.restype = ctypes.c_int
             norm_args = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]
             lib.rms_norm_rows.argtypes = norm_args
             lib.rms_norm_rows.restype = None
@@ -156,7 +164,7 @@ def _call(lib: ctypes.CDLL, x: torch.Tensor, w: Panels) -> torch.Tensor:
     if w.fmt == "f32":
         lib.rows_matmul(*args)
     else:
-        lib.quant_matmul(*args, int(w.fmt == "q4_1"))
+        lib.quant_matmul(*args, FORMAT_CODES[w.fmt])
     return y if y.shape[1] == w.n else y[:, : w.n]
 
 
@@ -204,7 +212,8 @@ def _self_test(lib: ctypes.CDLL) -> bool:
     x = torch.randn(8, 64, generator=gen)
     for fmt in QUANT_FORMATS:
         q = random_quantized(fmt, 40, 64, gen)
-        ok = ok and torch.equal(_call(lib, x, pack_quant(q)), _call(lib, x, pack(dequantize(q))))
+        blocks = pack_quant(q, vnni=False)
+        ok = ok and torch.equal(_call(lib, x, blocks), _call(lib, x, pack(dequantize(q))))
     x = torch.randn(3, 20, generator=gen)
     g = torch.randn(20, generator=gen)
     ok = ok and torch.allclose(_norm(lib, x, g, 1e-5), F.rms_norm(x, (20,), g, 1e-5))
@@ -223,6 +232,24 @@ def _norm(lib: ctypes.CDLL, x: torch.Tensor, g: torch.Tensor, eps: float) -> tor
     k = x.shape[-1]
     lib.rms_norm_rows(x.data_ptr(), g.contiguous().data_ptr(), y.data_ptr(), x.numel() // k, k, eps)
     return y
+
+
+@functools.cache
+def has_vnni() -> bool:
+    """The integer products run here: the kernel is available and the CPU has AVX-512 VNNI
+    (they then agree with `vnni_reference`; else quantized weights keep the fp32 products)."""
+    lib = _library()
+    if lib is None or not lib.vnni_supported():
+        return False
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(9, 96, generator=gen)
+    for fmt in QUANT_FORMATS:
+        q = random_quantized(fmt, 40, 96, gen)
+        ref = vnni_reference(x, q).float()
+        if not torch.allclose(_call(lib, x, pack_quant(q, vnni=True)), ref, atol=1e-4, rtol=1e-4):
+            log.info("cpu_rows integer products off: they disagreed with vnni_reference")
+            return False
+    return True
 
 
 def available() -> bool:
@@ -269,7 +296,16 @@ def attention(
     return out
 
 
-FORMAT_CODES = {"f32": 0, "q4_1": 1, "q8_0": 2}  # cpu_rows.c matmul_fmt_ws
+FORMAT_CODES = {"f32": 0, "q4_1": 1, "q8_0": 2, "q4_1_vnni": 3, "q8_0_vnni": 4}  # matmul_fmt_ws
+
+
+# Forwards of up to this many rows run a stack of integer-product layers (`layers`) on one
+# thread while OpenMP's idle threads sleep (OMP_WAIT_POLICY=PASSIVE, which model/__init__ sets):
+# such a forward is a few ms of memory-bound products with ~8 barriers a layer, and waking a
+# sleeping thread at each costs more than the second core gives (the dev box, SmolLM2-135M from
+# GGUF blocks, whole forwards: 1 row 3.9 ms on one thread vs 11.4 on two, 13 rows 13.3 vs 17.1,
+# 17 rows 20.3 vs 18.5). One thread also leaves the other core to speech recognition and TTS.
+SOLO_ROWS = 16
 
 
 class LayerStack(NamedTuple):
@@ -282,6 +318,7 @@ class LayerStack(NamedTuple):
     fmts: ctypes.Array
     norm_ptrs: ctypes.Array
     widths: ctypes.Array  # each matrix's output columns rounded up to 16, alike in every layer
+    integer: bool  # every matrix in a VNNI layout (integer products)
 
 
 def layer_stack(panels: tuple[Panels, ...], norms: tuple[torch.Tensor, ...]) -> LayerStack:
@@ -296,6 +333,7 @@ def layer_stack(panels: tuple[Panels, ...], norms: tuple[torch.Tensor, ...]) -> 
         (ctypes.c_int * len(panels))(*(FORMAT_CODES[p.fmt] for p in panels)),
         (ctypes.c_void_p * len(norms))(*(g.data_ptr() for g in norms)),
         (ctypes.c_int * 4)(*widths[:4]),
+        all(p.fmt.endswith("_vnni") for p in panels),
     )
 
 
@@ -322,16 +360,19 @@ def layers(
     `layers_rows`): rope rows cos and sin (T, D); the layers' cache keys and values (L, Hkv,
     capacity, D; last two dims contiguous) - the rows' own are written at start..start+T-1, which
     must fit - and visibility as `attention` takes it over start + T keys; scratch: fp32, at least
-    `layers_scratch` floats. Each row is computed on its own. Needs available()."""
+    `layers_scratch` floats. Each row is computed on its own (on one thread where SOLO_ROWS
+    says). Needs available()."""
     t, dim = x.shape
     n_layers, hkv, _, d = kv[0].shape
     assert 4 * n_layers == len(stack.panels) and kv[0].stride() == kv[1].stride()
     assert scratch.numel() >= layers_scratch(stack, t, dim, heads, d, ffn)
+    passive = os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
+    threads = 1 if stack.integer and t <= SOLO_ROWS and passive else torch.get_num_threads()
     _library().layers_rows(
         n_layers, x.data_ptr(), t, dim, stack.ptrs, stack.fmts, stack.widths, stack.norm_ptrs, eps,
         rope[0].data_ptr(), rope[1].data_ptr(), kv[0].data_ptr(), kv[1].data_ptr(),
         kv[0].stride(0), kv[0].stride(1), start, None if mask is None else mask.data_ptr(),
-        int(causal), heads, hkv, d, ffn, d**-0.5, scratch.data_ptr(), torch.get_num_threads(),
+        int(causal), heads, hkv, d, ffn, d**-0.5, scratch.data_ptr(), threads,
     )  # fmt: skip
 
 
@@ -345,11 +386,16 @@ def pack(weight: torch.Tensor) -> Panels:
     return Panels(w.view(-1, PANEL, k).transpose(1, 2).contiguous(), n)
 
 
-def pack_quant(w: Quantized) -> Panels:
+def pack_quant(w: Quantized, vnni: bool | None = None) -> Panels:
     """The kernel's copy of a GGUF-quantized weight: per panel of 16 columns and block of 32
-    inputs, the 16 scales (fp16) then the codes input by input, 16 columns each (Q4_1: d[16],
-    m[16], then 8 bytes per input, column j in the low nibble of byte j, column j + 8 in its high
-    nibble; Q8_0: d[16], then 16 int8 per input)."""
+    inputs, the 16 scales (fp16) then the codes. For the fp32 products (fmt "q4_1", "q8_0"):
+    input by input, 16 columns each (Q4_1: d[16], m[16], then 8 bytes per input, column j in the
+    low nibble of byte j, column j + 8 in its high nibble; Q8_0: d[16], then 16 int8 per input).
+    For the integer products (`vnni`, default where the CPU has them; fmt "q4_1_vnni",
+    "q8_0_vnni"): chunks of 32 bytes whose byte 2 j + i holds input 2 c + i of column j (Q4_1:
+    d[16], m[16], 8 chunks, input 16 + 2 c + i in the high nibble; Q8_0: d[16], 16 chunks)."""
+    if vnni is None:
+        vnni = has_vnni()
     raw, _ = QUANT_FORMATS[w.fmt]
     n = w.rows.shape[0]
     blocks = w.rows.reshape(n, -1, raw)
@@ -357,17 +403,55 @@ def pack_quant(w: Quantized) -> Panels:
     if pad:
         blocks = torch.cat([blocks, blocks.new_zeros(pad, *blocks.shape[1:])])
     panels = blocks.view(-1, PANEL, blocks.shape[1], raw).transpose(1, 2)  # (P, k/32, 16, raw)
-    d = panels[..., :2].reshape(*panels.shape[:2], 2 * PANEL)  # fp16 bytes, column by column
+    lead = panels.shape[:2]
+    d = panels[..., :2].reshape(*lead, 2 * PANEL)  # fp16 bytes, column by column
+    scales = [d] if w.fmt == "q8_0" else [d, panels[..., 2:4].reshape(*lead, 2 * PANEL)]
     if w.fmt == "q8_0":
-        codes = panels[..., 2:].transpose(2, 3)  # (P, k/32, 32 inputs, 16 columns)
-        parts = [d, codes.reshape(*panels.shape[:2], QK * PANEL)]
+        codes = panels[..., 2:]  # (P, k/32, 16 columns, 32 inputs) int8 bytes
     else:
-        m = panels[..., 2:4].reshape(*panels.shape[:2], 2 * PANEL)
         nib = panels[..., 4:]  # (P, k/32, 16 columns, 16 bytes)
-        q = torch.cat([nib & 15, nib >> 4], dim=-1).transpose(2, 3)  # (P, k/32, 32, 16)
-        codes = q[..., : PANEL // 2] | (q[..., PANEL // 2 :] << 4)  # (P, k/32, 32, 8)
-        parts = [d, m, codes.reshape(*panels.shape[:2], QK * PANEL // 2)]
-    return Panels(torch.cat(parts, dim=-1).contiguous(), n, w.fmt)
+        codes = torch.cat([nib & 15, nib >> 4], dim=-1)  # (P, k/32, 16, 32 inputs)
+    if not vnni:
+        by_input = codes.transpose(2, 3)  # (P, k/32, 32 inputs, 16 columns)
+        if w.fmt == "q4_1":
+            by_input = by_input[..., : PANEL // 2] | (by_input[..., PANEL // 2 :] << 4)
+        return Panels(torch.cat([*scales, by_input.reshape(*lead, -1)], -1).contiguous(), n, w.fmt)
+    # (P, k/32, pair g, 16 columns, 2 inputs): 16-bit lane 2 j + i of chunk g is input 2 g + i
+    vec = codes.view(*lead, PANEL, QK // 2, 2).transpose(2, 3)
+    if w.fmt == "q4_1":  # chunk c: pair c in the low nibbles, pair 8 + c in the high ones
+        vec = vec[:, :, :8] | (vec[:, :, 8:] << 4)
+    data = torch.cat([*scales, vec.reshape(*lead, -1)], -1).contiguous()
+    return Panels(data, n, f"{w.fmt}_vnni")
+
+
+def vnni_reference(x: torch.Tensor, w: Quantized) -> torch.Tensor:
+    """What the integer products compute for fp32 x (m, k) and blocks w (n, k), in float64: per
+    row and block of 32 inputs the largest |x| (the first) kept in fp32, the others rounded to
+    int16 (dx = their max |x| / 32767), the codes' sums exact; per block Q4_1
+    d (dx sum(q xq) + out q_out) + m sum(x), Q8_0 the same without m. Tests."""
+    m, k = x.shape
+    xb = x.reshape(m, k // QK, QK)
+    at = xb.abs().argmax(-1, keepdim=True)  # (m, k/32, 1)
+    out = xb.gather(-1, at)
+    rest = xb.scatter(-1, at, 0.0)
+    dx = rest.abs().amax(-1) / 32767  # (m, k/32), fp32 as the kernel
+    inv = torch.where(dx > 0, 1 / dx, torch.zeros_like(dx))
+    xq = torch.round(rest * inv[..., None]).double()
+    n = w.rows.shape[0]
+    blocks = w.rows.reshape(n, k // QK, QUANT_FORMATS[w.fmt][0])
+    d = blocks[..., :2].contiguous().view(torch.float16).double()[..., 0]  # (n, k/32)
+    if w.fmt == "q8_0":
+        q = blocks[..., 2:].contiguous().view(torch.int8).double()
+    else:
+        q = torch.cat([blocks[..., 4:] & 15, blocks[..., 4:] >> 4], -1).double()
+    sums = torch.einsum("mb,mbi,nbi->mnb", dx.double(), xq, q)  # (m, n, k/32)
+    q_out = q[None].expand(m, -1, -1, -1).gather(-1, at[:, None].expand(-1, n, -1, -1))
+    sums = sums + out[:, None, :, 0].double() * q_out[..., 0]
+    y = torch.einsum("nb,mnb->mn", d, sums)
+    if w.fmt == "q4_1":
+        mins = blocks[..., 2:4].contiguous().view(torch.float16).double()[..., 0]
+        y = y + torch.einsum("nb,mb->mn", mins, xb.sum(-1).double())
+    return y
 
 
 def matmul(

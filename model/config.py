@@ -120,8 +120,9 @@ class LMConfig:
         metadata={
             "help": "cost of one more verify row as a fraction of a 1-row forward: drafts are "
             "verified while they raise the expected tokens per unit of cost; -1 = auto "
-            "(on CPU with the cpu_rows kernel 0.15 on GGUF blocks, 0.03 on fp32 weights, and no "
-            "drafter pass in hybrid; 0.1 with oneDNN's, there + 0.35 once per step and no drafter "
+            "(on CPU with the cpu_rows kernel 0.3 on GGUF blocks with integer products (AVX-512 "
+            "VNNI), 0.15 without, 0.03 on fp32 weights, and no drafter pass in hybrid; 0.1 with "
+            "oneDNN's, there + 0.35 once per step and no drafter "
             "pass at 1 thread; 0 on CUDA)",
             "min": -1.0,
             "max": 1.0,

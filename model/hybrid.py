@@ -51,8 +51,11 @@ from model.tree import DraftTree, build
 # the bytes, the layers are one C call, and rows cost arithmetic: 4 rows ~1.4x one row, 6 ~1.8x,
 # 9 ~2.5x; simulating 60 held-out answers with such costs, 0.12 to 0.25 are within 2 % of each
 # other. From fp32 weights: 5 rows ~1.1x, 9 rows ~1.2x; oneDNN 5 rows ~1.3-1.55x, 9 rows
-# ~1.5-1.8x. On CUDA it is 0: a few rows are free next to reading the weights.
-CPU_ROW_COST = {"quant": 0.15, "rows": 0.03, "onednn": 0.1, "plain": 0.1}
+# ~1.5-1.8x. With the integer products of AVX-512 VNNI ("vnni") one row is bound by memory and a
+# few more are nearly free, then each costs its products: 2 rows ~1.1x, 3 ~1.25x, 5 ~1.75x one
+# row; 24 unseen prompts, hybrid 0.97x ar at 0.1, 1.13x at 0.2, 1.18-1.20x at 0.3, 1.13-1.17x
+# at 0.4 (two runs each). On CUDA it is 0: a few rows are free next to reading the weights.
+CPU_ROW_COST = {"vnni": 0.3, "quant": 0.15, "rows": 0.03, "onednn": 0.1, "plain": 0.1}
 # ... and with oneDNN or plain weights at 1 thread, a single row runs MKL's gemv while 2+ rows
 # take oneDNN's packed gemm (transformer.gemv_wins; MKL's sgemm when unpacked): 1 -> 2 rows costs
 # 1.46x, each row after that ~0.05 (bench/rows.py --threads 1). The jump is charged once to any
@@ -65,8 +68,10 @@ GEMV_1THREAD_FIRST_ROW_COST = 0.35
 # with it, 1.18-1.28x with free drafts alone (bench/lm.py --with-drafter, three runs); the
 # simulation agrees (1.22x vs 1.34x est.) and has it only tie at 0.12 of a forward. From fp32
 # weights it ties or loses too (45.9 vs 48.2 and 37.4 vs 38.1 tokens/s); oneDNN's and plain
-# weights keep the torch layers, where it paid (session 5).
-CPU_DRAFTER_PAYS = {"quant": False, "rows": False, "onednn": True, "plain": True}
+# weights keep the torch layers, where it paid (session 5). With the integer products a forward
+# is ~3.5 ms and the pass (its layers torch ops) costs more still: 1.04x ar with it, 1.17x
+# without (24 unseen prompts, session 11).
+CPU_DRAFTER_PAYS = {"vnni": False, "quant": False, "rows": False, "onednn": True, "plain": True}
 # The drafter pass is skipped when a free draft (prompt lookup, n-gram store) already gives the
 # next token this confidence: simulated on 60 unseen held-out answers with the cpu_rows kernel's
 # row costs and a pass cost of 0.11 forward, skipping below 0.8 gives 2.27 tokens/step but 1.67x

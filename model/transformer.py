@@ -134,15 +134,16 @@ def prepack(
 ) -> Packed | None:
     """An inference-only copy of an (N, K) fp32 CPU weight for `linear`: kernels/cpu_rows.py's
     panels ("auto" where that kernel is available: from `quant`, the weight's GGUF blocks, when
-    given; "rows": from the fp32 weight) or oneDNN's prepacked layout ("onednn"); None where
-    neither applies (other device or dtype, "plain")."""
+    given, with integer products where the CPU has AVX-512 VNNI; "quant": the same blocks with
+    fp32 products; "rows": from the fp32 weight) or oneDNN's prepacked layout ("onednn"); None
+    where neither applies (other device or dtype, "plain")."""
     if weight.device.type != "cpu" or weight.dtype != torch.float32 or kind == "plain":
         return None
-    if kind in ("auto", "rows") and cpu_rows.available():
-        if kind == "auto" and quant is not None:
-            return cpu_rows.pack_quant(quant)
+    if kind in ("auto", "quant", "rows") and cpu_rows.available():
+        if kind != "rows" and quant is not None:
+            return cpu_rows.pack_quant(quant, vnni=None if kind == "auto" else False)
         return cpu_rows.pack(weight)
-    if kind == "rows" or not _packing_works():
+    if kind in ("quant", "rows") or not _packing_works():
         return None
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
 
@@ -221,8 +222,18 @@ class Linear(nn.Linear):
     Both are dropped whenever the weight may change under them: load_state_dict, .to(), and
     the copy is never used while the weight trains."""
 
-    packed: Packed | None = None
+    _packed: Packed | None = None
     quant: cpu_rows.Quantized | None = None
+
+    @property
+    def packed(self) -> Packed | None:
+        return self._packed
+
+    @packed.setter
+    def packed(self, value: Packed | None) -> None:
+        global _PACKINGS
+        self._packed = value
+        _PACKINGS += 1
 
     def pack(self, kind: str = "auto") -> None:
         self.packed = None if self.weight.requires_grad else prepack(self.weight, kind, self.quant)
@@ -303,21 +314,25 @@ class Block(nn.Module):
 
 
 def _c_stack(layers: nn.ModuleList) -> cpu_rows.LayerStack | None:
-    """The layers' matrices and norms for cpu_rows.layers, built once per packing; None unless
-    every matrix is packed as panels and there is no q/k/v bias."""
+    """The layers' matrices and norms for cpu_rows.layers, built once per packing (checking
+    every matrix took ~0.4 ms a forward, a tenth of one); None unless every matrix is packed as
+    panels and there is no q/k/v bias."""
+    packings, stack = _C_STACKS.get(layers, (-1, None))
+    if packings == _PACKINGS:
+        return stack
     mats = [(b.attn.wqkv, b.attn.wo, b.mlp.w_gate_up, b.mlp.w_down) for b in layers]
     panels = tuple(m.packed for four in mats for m in four)
-    cached = _C_STACKS.get(layers)
-    if cached is not None and all(a is b for a, b in zip(cached.panels, panels, strict=True)):
-        return cached
-    if not all(isinstance(p, cpu_rows.Panels) for p in panels) or mats[0][0].bias is not None:
-        return None
-    norms = tuple(g for layer in layers for g in (layer.attn_norm, layer.mlp_norm))
-    _C_STACKS[layers] = cpu_rows.layer_stack(panels, norms)
-    return _C_STACKS[layers]
+    stack = None
+    if all(isinstance(p, cpu_rows.Panels) for p in panels) and mats[0][0].bias is None:
+        norms = tuple(g for layer in layers for g in (layer.attn_norm, layer.mlp_norm))
+        stack = cpu_rows.layer_stack(panels, norms)
+    _C_STACKS[layers] = (_PACKINGS, stack)
+    return stack
 
 
-_C_STACKS: weakref.WeakKeyDictionary[nn.ModuleList, cpu_rows.LayerStack] = (
+# Linear.packed assignments so far: a change to any invalidates every cached stack.
+_PACKINGS = 0
+_C_STACKS: weakref.WeakKeyDictionary[nn.ModuleList, tuple[int, cpu_rows.LayerStack | None]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -413,13 +428,13 @@ class Transformer(nn.Module):
     @property
     def cpu_kernel(self) -> str:
         """The kernel of this model's matrix products on CPU, by its layers' (else its head's)
-        packing: "quant" or "rows" (kernels/cpu_rows.py from GGUF blocks or fp32 weights),
-        "onednn", or "plain" (unpacked: F.linear)."""
+        packing: "vnni", "quant" or "rows" (kernels/cpu_rows.py from GGUF blocks with integer or
+        fp32 products, or from fp32 weights), "onednn", or "plain" (unpacked: F.linear)."""
         packed = self.layers[0].attn.wqkv.packed if len(self.layers) else self._head_packed
         if packed is None:
             return "plain"
         if isinstance(packed, cpu_rows.Panels):
-            return "rows" if packed.fmt == "f32" else "quant"
+            return {"f32": "rows"}.get(packed.fmt, "vnni" if "vnni" in packed.fmt else "quant")
         return "onednn"
 
     def unpack(self) -> None:

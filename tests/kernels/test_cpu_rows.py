@@ -66,7 +66,7 @@ def test_quantized_blocks_give_the_dequantized_weights_outputs_exactly(
     gen = torch.Generator().manual_seed(n + k)
     q = cpu_rows.random_quantized(fmt, n, k, gen)
     w = cpu_rows.dequantize(q)
-    fp32, blocks = cpu_rows.pack(w), cpu_rows.pack_quant(q)
+    fp32, blocks = cpu_rows.pack(w), cpu_rows.pack_quant(q, vnni=False)
     assert blocks.fmt == fmt and blocks.data.dtype == torch.uint8
     x = torch.randn(20, k, generator=gen)
     threads = torch.get_num_threads()
@@ -79,6 +79,47 @@ def test_quantized_blocks_give_the_dequantized_weights_outputs_exactly(
         finally:
             torch.set_num_threads(threads)
     torch.testing.assert_close(y, F.linear(x, w), atol=1e-3, rtol=1e-4)
+
+
+needs_vnni = pytest.mark.skipif(
+    not cpu_rows.has_vnni(), reason="no AVX-512 VNNI here: quantized weights use fp32 products"
+)
+
+
+@needs_vnni
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("n,k", [(64, 64), (40, 96), (960, 576), (17, 1536)])
+def test_integer_products_compute_the_reference_and_each_row_alone(
+    fmt: str, n: int, k: int
+) -> None:
+    """The VNNI layouts: the products `vnni_reference` describes (rows rounded to int16 per
+    block but for each block's largest input, exact integer sums), and a row gives the same bits
+    alone or with up to 19 others (groups of 6) at any thread count; within ~1e-5 of the exact
+    product of the dequantized weight, outliers of 1000x included."""
+    gen = torch.Generator().manual_seed(n + k)
+    q = cpu_rows.random_quantized(fmt, n, k, gen)
+    w = cpu_rows.dequantize(q)
+    blocks = cpu_rows.pack_quant(q)
+    assert blocks.fmt == f"{fmt}_vnni" and blocks.data.shape[-1] == cpu_rows.QUANT_FORMATS[fmt][1]
+    x = torch.randn(20, k, generator=gen)
+    x[3, :32] = 0.0  # a block of zeros: scale 0
+    x[4, :32] = 0.0
+    x[4, 17] = -2.0  # a block with one input: all of it the outlier
+    x[5, 7], x[6, k - 1] = 1000.0, -300.0  # outliers, which would coarsen their blocks' scale
+    y = cpu_rows.matmul(x, w, blocks)
+    ref = cpu_rows.vnni_reference(x, q).float()
+    torch.testing.assert_close(y, ref, atol=1e-4 * ref.abs().max().item(), rtol=1e-5)
+    alone = torch.cat([cpu_rows.matmul(x[i : i + 1], w, blocks) for i in range(20)])
+    threads = torch.get_num_threads()
+    for t in {1, 2, threads}:
+        torch.set_num_threads(t)
+        try:
+            for m in (1, 2, 7, 8, 9, 17, 20):
+                assert torch.equal(cpu_rows.matmul(x[:m], w, blocks), alone[:m]), (t, m)
+        finally:
+            torch.set_num_threads(threads)
+    exact = F.linear(x.double(), w.double())
+    assert ((y - exact).norm(dim=1) / exact.norm(dim=1)).max() < 1e-4
 
 
 def test_q8_0_round_trip() -> None:

@@ -102,15 +102,16 @@ def test_batched_rows_match_single(tiny: Transformer) -> None:
 
 
 @torch.inference_mode()
-@pytest.mark.parametrize("kind", ["auto", "rows", "onednn"])
+@pytest.mark.parametrize("kind", ["auto", "quant", "rows", "onednn"])
 def test_prepacked_weights_match_plain_and_are_dropped_when_stale(lm, kind: str) -> None:
     """The loader packs every CPU matrix; logits equal the plain F.linear path, greedy tokens
     included, for a prompt and for decode steps of 1 and 5 rows (each kernel the loader may
-    pick: from the GGUF blocks, from fp32, oneDNN), and a .to() or load_state_dict drops the
-    copies and the blocks instead of serving stale ones."""
+    pick: from the GGUF blocks, from fp32, oneDNN; with the integer products of AVX-512 VNNI
+    up to the activations' rounding), and a .to() or load_state_dict drops the copies and the
+    blocks instead of serving stale ones."""
     model = lm.model
     assert model.layers[0].mlp.w_down.packed is not None, "bundled model should load packed"
-    if kind in ("auto", "rows") and not cpu_rows.available():
+    if kind in ("auto", "quant", "rows") and not cpu_rows.available():
         pytest.skip("cpu_rows kernel not built here")
     x = torch.tensor([lm.tokenizer.apply_chat([{"role": "user", "content": "Name a planet."}])])
     steps = [x[:, :-6], x[:, -6:-5], x[:, -5:]]  # prompt, 1 row, 5 rows
@@ -123,11 +124,12 @@ def test_prepacked_weights_match_plain_and_are_dropped_when_stale(lm, kind: str)
     try:
         plain = logits()
         model.pack(kind)
+        integer = model.cpu_kernel == "vnni"
         packed = logits()
     finally:
         model.unpack()
         model.pack()
-    assert (packed - plain).abs().max().item() < 1e-3
+    assert (packed - plain).abs().max().item() < (0.05 if integer else 1e-3)  # int16: 0.02
     assert torch.equal(packed.argmax(-1), plain.argmax(-1))
 
     torch.manual_seed(0)
@@ -156,7 +158,7 @@ def test_gguf_blocks_give_the_fp32_weights_outputs_bit_for_bit(lm) -> None:
     if not cpu_rows.available():
         pytest.skip("cpu_rows kernel not built here")
     model = lm.model
-    assert model.cpu_kernel == "quant"
+    assert model.cpu_kernel == ("vnni" if cpu_rows.has_vnni() else "quant")
     for lin in (model.layers[0].attn.wqkv, model.layers[-1].mlp.w_down):
         assert lin.quant.fmt == "q4_1"
         assert torch.equal(cpu_rows.dequantize(lin.quant), lin.weight)
@@ -168,8 +170,9 @@ def test_gguf_blocks_give_the_fp32_weights_outputs_bit_for_bit(lm) -> None:
         cache = model.new_cache(128)
         return torch.cat([model(s, cache=cache).logits for s in steps], 1)
 
-    quant = logits()
     try:
+        model.pack("quant")
+        quant = logits()
         model.pack("rows")
         assert model.cpu_kernel == "rows"
         assert torch.equal(logits(), quant)
@@ -228,7 +231,8 @@ def test_the_layers_as_one_c_call_compute_what_the_torch_ops_compute(fmt, monkey
                 p.copy_(cpu_rows.dequantize(quant[name]))
         model.set_quantized(quant)
     model.pack("auto" if fmt != "f32" else "rows")
-    assert model.cpu_kernel == ("rows" if fmt == "f32" else "quant")
+    quant = "vnni" if cpu_rows.has_vnni() else "quant"
+    assert model.cpu_kernel == ("rows" if fmt == "f32" else quant)
 
     def steps(cache) -> list[torch.Tensor]:
         with torch.inference_mode():
@@ -251,8 +255,11 @@ def test_the_layers_as_one_c_call_compute_what_the_torch_ops_compute(fmt, monkey
     assert len(calls) == 5  # one per forward
     monkeypatch.setattr(transformer, "_c_stack", lambda layers: None)
     t_cache = model.new_cache(64)
+    # integer products: an input's rounding to int16 can flip with the attention's last bits
+    tol = 1e-3 if model.cpu_kernel == "vnni" else 1e-4
     for c, t in zip(c_out, steps(t_cache), strict=True):
-        torch.testing.assert_close(c, t, rtol=1e-4, atol=1e-4 * t.abs().max().item())
+        torch.testing.assert_close(c, t, rtol=tol, atol=tol * t.abs().max().item())
     n = t_cache.length
     for c, t in ((c_cache.k, t_cache.k), (c_cache.v, t_cache.v)):
-        torch.testing.assert_close(c[..., :n, :], t[..., :n, :], rtol=1e-4, atol=1e-4)
+        big = t[..., :n, :].abs().max().item()
+        torch.testing.assert_close(c[..., :n, :], t[..., :n, :], rtol=tol, atol=tol * max(big, 1))
