@@ -55,7 +55,13 @@ class LMConfig:
         },
     )
     threads: int = field(
-        default=0, metadata={"help": "torch CPU threads, 0 = torch default", "min": 0, "max": 256}
+        default=0,
+        metadata={
+            "help": "torch CPU threads, 0 = torch default (decode forwards of up to 16 rows on "
+            "the integer kernel run on one while OMP_WAIT_POLICY=PASSIVE, the default)",
+            "min": 0,
+            "max": 256,
+        },
     )
     # --- hybrid / parallel decoders (issue 4: model/hybrid.py) -------------------------------
     draft_len: int = field(
