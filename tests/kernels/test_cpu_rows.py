@@ -94,7 +94,7 @@ def test_integer_products_compute_the_reference_and_each_row_alone(
 ) -> None:
     """The VNNI layouts: the products `vnni_reference` describes (rows rounded to int16 per
     block but for each block's largest input, exact integer sums), and a row gives the same bits
-    alone or with up to 19 others (groups of 6) at any thread count; within ~1e-5 of the exact
+    alone or with up to 19 others (groups of 5) at any thread count; within ~1e-5 of the exact
     product of the dequantized weight, outliers of 1000x included."""
     gen = torch.Generator().manual_seed(n + k)
     q = cpu_rows.random_quantized(fmt, n, k, gen)
