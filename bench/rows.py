@@ -4,7 +4,8 @@
 
 What a verified decoder pays for k drafts is the cost of k extra rows in its forward. One copy
 of the bundled model per `--kinds` entry is loaded: "auto" (what the loader picks:
-kernels/cpu_rows.py from the GGUF file's Q4_1/Q8_0 blocks where it builds), "rows" (the same
+kernels/cpu_rows.py from the GGUF file's Q4_1/Q8_0 blocks where it builds, with integer products
+where the CPU has AVX-512 VNNI), "quant" (the same blocks expanded to fp32), "rows" (the same
 kernel from fp32 weights), "onednn" (oneDNN-prepacked), "plain" (F.linear, MKL), and every
 (rows, kind) case runs interleaved in one process after a `--prefill`-token context, logits for
 every row (the verify step's shape). "onednn" forces the packed path even for a single row
