@@ -572,7 +572,8 @@ static inline __attribute__((always_inline)) void attend_one(
 /* Attention of t query rows over n keys, for decode (batch 1, head_dim d a multiple of 8):
  * out[r][h] = sum_j softmax_j(scale q[r][h] . k[g][j]) v[g][j], g = h / (heads / kv_heads), over
  * the keys row r sees: mask[r][j] != 0 (t x n, row-major) or, without a mask, every key
- * (causal = 0) or j <= n - t + r (causal = 1). q: row stride q_row, head stride d; k, v: head
+ * (causal = 0) or j <= n - t + r (causal = 1). attend_ws: the rows are seq_rows rows of each of
+ * t / seq_rows sequences in turn, sequence b's keys and values kv_seq floats after b - 1's. q: row stride q_row, head stride d; k, v: head
  * stride kv_head, position stride d; out: (t, heads, d).
  *
  * A row's result depends on nothing but its query and the keys it sees, taken in order: the same
@@ -581,15 +582,17 @@ static inline __attribute__((always_inline)) void attend_one(
  * head) items among the enclosing region's threads; seen, s: this thread's room for n + 8. */
 static void attend_ws(const float *q, const float *k, const float *v, float *out,
                       const uint8_t *mask, int t, int n, int heads, int kv_heads, int d, long q_row,
-                      long kv_head, float scale, int causal, int *seen, float *s) {
+                      long kv_head, float scale, int causal, int seq_rows, long kv_seq, int *seen,
+                      float *s) {
     const int group = heads / kv_heads;
 #pragma omp for schedule(static)
     for (int item = 0; item < t * heads; item++) {
-        const int r = item / heads, h = item % heads;
-        const float *kh = k + (long)(h / group) * kv_head, *vh = v + (long)(h / group) * kv_head;
+        const int r = item / heads, h = item % heads, i = r % seq_rows;
+        const long kv = (long)(r / seq_rows) * kv_seq + (long)(h / group) * kv_head;
+        const float *kh = k + kv, *vh = v + kv;
         int m = 0;
         for (int j = 0; j < n; j++)
-            if (mask ? mask[(long)r * n + j] : !causal || j <= n - t + r)
+            if (mask ? mask[(long)r * n + j] : !causal || j <= n - seq_rows + i)
                 seen[m++] = j;
         float *o = out + ((long)r * heads + h) * d;
         if (d == 64) /* SmolLM2's: the loops over d unrolled, the output in registers */
@@ -606,8 +609,8 @@ void attend_rows(const float *q, const float *k, const float *v, float *out, con
     {
         int *seen = malloc(sizeof(int) * (size_t)n);
         float *s = malloc(sizeof(float) * ((size_t)n + 8));
-        attend_ws(q, k, v, out, mask, t, n, heads, kv_heads, d, q_row, kv_head, scale, causal,
-                  seen, s);
+        attend_ws(q, k, v, out, mask, t, n, heads, kv_heads, d, q_row, kv_head, scale, causal, t,
+                  0, seen, s);
         free(seen);
         free(s);
     }
@@ -650,14 +653,16 @@ static inline __m256 silu_mul(__m256 x, __m256 u) {
  * norms[2 l], norms[2 l + 1]; cache kc, vc + l kv_layer (head stride kv_head, position stride
  * d): the rows' keys and values are written at positions s..s + t - 1, then each row attends to
  * positions 0..s + t - 1 as mask (t x (s + t)) or causal says (attend_ws); cos, sin: (t, d)
- * rope rows, sin with the rotate-half sign in its first half. scratch: room for
+ * rope rows, sin with the rotate-half sign in its first half. Batches: t = B seq_rows rows,
+ * seq_rows of each sequence in turn, sequence b's cache kv_seq floats after b - 1's; then "t"
+ * above means seq_rows for positions and the mask is (t x (s + seq_rows)). scratch: room for
  * t (max(dim, ffn) + n[0] + heads d + max(n[1], n[3]) + n[2]) floats.
  * Every step computes each row on its own, like the kernels it calls. */
 void layers_rows(int layers, float *x, int t, int dim, const void *const *w, const int *fmt,
                  const int *n, const float *const *norms, float eps, const float *cos,
                  const float *sin, float *kc, float *vc, long kv_layer, long kv_head, int s,
                  const uint8_t *mask, int causal, int heads, int kv_heads, int d, int ffn,
-                 float scale, float *scratch, int threads) {
+                 float scale, float *scratch, int threads, int seq_rows, long kv_seq) {
     const int hd = heads * d, half = d / 2;
     float *xn = scratch;
     float *qkv = xn + (size_t)t * (dim > ffn ? dim : ffn);
@@ -666,10 +671,11 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
     float *gu = out + (size_t)t * (n[1] > n[3] ? n[1] : n[3]);
     const int widest = dim > ffn ? (dim > hd ? dim : hd) : (ffn > hd ? ffn : hd);
     const XRows xr = xrows_alloc(t, widest);
+    const int keys = s + seq_rows;
 #pragma omp parallel num_threads(threads)
     {
-        int *seen = malloc(sizeof(int) * (size_t)(s + t));
-        float *sc = malloc(sizeof(float) * ((size_t)(s + t) + 8));
+        int *seen = malloc(sizeof(int) * (size_t)keys);
+        float *sc = malloc(sizeof(float) * ((size_t)keys + 8));
 #pragma omp single
         rms_norm_rows(x, norms[0], xn, t, dim, eps);
         for (int l = 0; l < layers; l++) {
@@ -690,15 +696,16 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
                         v[i] = tmp[i];
                 }
                 for (int g = 0; g < kv_heads; g++) {
-                    const size_t at = (size_t)g * kv_head + (size_t)(s + r) * d;
+                    const size_t at = (size_t)(r / seq_rows) * kv_seq + (size_t)g * kv_head +
+                                      (size_t)(s + r % seq_rows) * d;
                     for (int i = 0; i < d; i++) {
                         kl[at + i] = row[(size_t)(heads + g) * d + i];
                         vl[at + i] = row[(size_t)(heads + kv_heads + g) * d + i];
                     }
                 }
             }
-            attend_ws(qkv, kl, vl, att, mask, t, s + t, heads, kv_heads, d, n[0], kv_head, scale,
-                      causal, seen, sc);
+            attend_ws(qkv, kl, vl, att, mask, t, keys, heads, kv_heads, d, n[0], kv_head, scale,
+                      causal, seq_rows, kv_seq, seen, sc);
             matmul_fmt_ws(att, wl[1], fl[1], out, t, n[1], hd, xr);
 #pragma omp single
             {

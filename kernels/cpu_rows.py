@@ -144,7 +144,8 @@ def _library() -> ctypes.CDLL | None:
             lib.attend_rows.restype = None
             ptr, num, f32, long = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_long
             lib.layers_rows.argtypes = [num, ptr, num, num, *[ptr] * 4, f32, *[ptr] * 4, long,
-                                        long, num, ptr, *[num] * 5, f32, ptr, num]  # fmt: skip
+                                        long, num, ptr, *[num] * 5, f32, ptr, num, num,
+                                        long]  # fmt: skip
             lib.layers_rows.restype = None
             if _self_test(lib):
                 return lib
@@ -356,23 +357,27 @@ def layers(
     ffn: int,
     scratch: torch.Tensor,
 ) -> None:
-    """Pre-norm Llama decoder layers over x (T, dim), in place, in one call (cpu_rows.c
-    `layers_rows`): rope rows cos and sin (T, D); the layers' cache keys and values (L, Hkv,
-    capacity, D; last two dims contiguous) - the rows' own are written at start..start+T-1, which
-    must fit - and visibility as `attention` takes it over start + T keys; scratch: fp32, at least
-    `layers_scratch` floats. Each row is computed on its own (on one thread where SOLO_ROWS
-    says). Needs available()."""
-    t, dim = x.shape
-    n_layers, hkv, _, d = kv[0].shape
+    """Pre-norm Llama decoder layers over the rows x (B, T, dim) of B sequences, in place, in one
+    call (cpu_rows.c `layers_rows`): rope rows cos and sin (B, T, D); the layers' cache keys and
+    values (L, B, Hkv, capacity, D; last two dims contiguous) - each sequence's rows are written
+    at start..start+T-1, which must fit - and visibility (mask (B, T, start + T)) as `attention`
+    takes it over start + T keys of the row's own sequence; scratch: fp32, at least
+    `layers_scratch` floats for B T rows. Each row is computed on its own (on one thread where
+    SOLO_ROWS says). Needs available()."""
+    bsz, t, dim = x.shape
+    n_layers, _, hkv, _, d = kv[0].shape
     assert 4 * n_layers == len(stack.panels) and kv[0].stride() == kv[1].stride()
-    assert scratch.numel() >= layers_scratch(stack, t, dim, heads, d, ffn)
+    assert x.is_contiguous() and rope[0].is_contiguous() and rope[1].is_contiguous()
+    assert mask is None or mask.is_contiguous()
+    assert scratch.numel() >= layers_scratch(stack, bsz * t, dim, heads, d, ffn)
     passive = os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
-    threads = 1 if stack.integer and t <= SOLO_ROWS and passive else torch.get_num_threads()
+    solo = stack.integer and bsz * t <= SOLO_ROWS and passive
     _library().layers_rows(
-        n_layers, x.data_ptr(), t, dim, stack.ptrs, stack.fmts, stack.widths, stack.norm_ptrs, eps,
-        rope[0].data_ptr(), rope[1].data_ptr(), kv[0].data_ptr(), kv[1].data_ptr(),
-        kv[0].stride(0), kv[0].stride(1), start, None if mask is None else mask.data_ptr(),
-        int(causal), heads, hkv, d, ffn, d**-0.5, scratch.data_ptr(), threads,
+        n_layers, x.data_ptr(), bsz * t, dim, stack.ptrs, stack.fmts, stack.widths,
+        stack.norm_ptrs, eps, rope[0].data_ptr(), rope[1].data_ptr(), kv[0].data_ptr(),
+        kv[1].data_ptr(), kv[0].stride(0), kv[0].stride(2), start,
+        None if mask is None else mask.data_ptr(), int(causal), heads, hkv, d, ffn, d**-0.5,
+        scratch.data_ptr(), 1 if solo else torch.get_num_threads(), t, kv[0].stride(1),
     )  # fmt: skip
 
 

@@ -349,18 +349,20 @@ def run_layers(
     is_causal: bool,
 ) -> torch.Tensor:
     """x (B, T, dim) through `layers`, layer i on cache layer first + i (Block.forward's other
-    arguments). In CPU inference of one sequence whose layers are packed for kernels/cpu_rows.py,
-    the whole stack is one C call (cpu_rows.layers: ~0.45 ms of Python and torch dispatch per
-    layer saved, and OpenMP wakes its worker once, not 5 times a layer); its rows past `write`
-    go to the cache slots after the written ones - free slots, past cache.length - so it needs
-    room for all T rows."""
-    bsz, t, _ = x.shape
+    arguments). In CPU inference whose layers are packed for kernels/cpu_rows.py the whole stack
+    is one C call for up to cpu_rows.MAX_ROWS rows of all B sequences together (cpu_rows.layers:
+    ~0.45 ms of Python and torch dispatch per layer saved, OpenMP wakes its worker once, not 5
+    times a layer, and a batch's rows share each weight read); its rows past `write` go to the
+    cache slots after the written ones - free slots, past cache.length - so it needs room for
+    all T rows. Layers with hooks (gen_data's feature capture) keep the torch ops."""
+    bsz, t, dim = x.shape
     s, c_path = cache.length, cpu_rows.available() and not torch.is_grad_enabled()
-    c_path = c_path and x.device.type == "cpu" and x.dtype == torch.float32 and bsz == 1
+    c_path = c_path and x.device.type == "cpu" and x.dtype == torch.float32
     c_path = c_path and cache.k.dtype == torch.float32 and s + t <= cache.capacity
-    c_path = c_path and t <= cpu_rows.MAX_ROWS and cos.shape[0] == 1
+    c_path = c_path and bsz * t <= cpu_rows.MAX_ROWS and cos.shape[0] in (1, bsz)
     c_path = c_path and cos.shape[-1] % 8 == 0 and cos.shape[-1] <= 256  # attend_rows' head dims
     c_path = c_path and (mask is None or mask.dtype == torch.bool)
+    c_path = c_path and not any(m._forward_pre_hooks or m._forward_hooks for m in layers)
     stack = _c_stack(layers) if c_path else None
     if stack is None:
         with exact_rows.one_forward():
@@ -368,15 +370,15 @@ def run_layers(
                 x = layer(x, cos, sin, cache, first + i, write, mask, is_causal)
         return x
     d = cos.shape[-1]
-    rope = (cos.reshape(t, d).contiguous(), sin.reshape(t, d).contiguous())
+    rope = tuple(c.reshape(-1, t, d).expand(bsz, t, d).contiguous() for c in (cos, sin))
     if mask is not None:
-        mask = (mask if mask.dim() == 2 else mask.reshape(t, -1)).contiguous()
-    y = x[0].clone()
+        mask = mask.reshape(-1, t, s + t).expand(bsz, t, s + t).contiguous()
+    y = x.clone(memory_format=torch.contiguous_format)
     heads, ffn = layers[0].attn.n_heads, layers[0].mlp.ffn_dim
-    scratch = torch.empty(cpu_rows.layers_scratch(stack, t, y.shape[1], heads, d, ffn))
-    kv = (cache.k[first : first + len(layers), 0], cache.v[first : first + len(layers), 0])
+    scratch = torch.empty(cpu_rows.layers_scratch(stack, bsz * t, dim, heads, d, ffn))
+    kv = (cache.k[first : first + len(layers)], cache.v[first : first + len(layers)])
     cpu_rows.layers(y, stack, layers[0].eps, rope, kv, s, mask, is_causal, heads, ffn, scratch)
-    return y[None]
+    return y
 
 
 class Transformer(nn.Module):

@@ -263,3 +263,60 @@ def test_the_layers_as_one_c_call_compute_what_the_torch_ops_compute(fmt, monkey
     for c, t in ((c_cache.k, t_cache.k), (c_cache.v, t_cache.v)):
         big = t[..., :n, :].abs().max().item()
         torch.testing.assert_close(c[..., :n, :], t[..., :n, :], rtol=tol, atol=tol * max(big, 1))
+
+
+@pytest.mark.parametrize("fmt", ["f32", "q4_1"])
+def test_a_batch_of_sequences_is_one_c_call_and_each_row_its_own(fmt, monkeypatch) -> None:
+    """Batched generation (gen_data: left-padded prompts, explicit masks and positions) runs its
+    rows of all sequences as one C call: the torch layers' logits and cache up to rounding, and a
+    sequence's decode rows exactly what it gets decoded on its own."""
+    if not cpu_rows.available():
+        pytest.skip("cpu_rows kernel not built here")
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs.preset("tiny")).eval().requires_grad_(False)
+    if fmt != "f32":
+        gen = torch.Generator().manual_seed(1)
+        quant = {}
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and name != "embed.weight":
+                quant[name] = cpu_rows.random_quantized(fmt, *p.shape, gen)
+                p.copy_(cpu_rows.dequantize(quant[name]))
+        model.set_quantized(quant)
+    model.pack("auto" if fmt != "f32" else "rows")
+    pads = torch.tensor([0, 3, 1])
+    prompts = ids(3 * 7, seed=5).view(3, 7)
+    cols = torch.arange(7)
+    mask = (cols[None, :] <= cols[:, None])[None] & (cols[None, None, :] >= pads[:, None, None])
+    mask |= torch.eye(7, dtype=torch.bool)[None]  # pad rows see themselves
+    nxt = ids(3 * 4, seed=6).view(3, 4)
+
+    def decode(cache) -> list[torch.Tensor]:
+        pos = (cols[None, :] - pads[:, None]).clamp_min(0)
+        out = [model(prompts, cache=cache, mask=mask, positions=pos).logits]
+        for step in range(4):
+            s = cache.length
+            mk = (torch.arange(s + 1)[None, :] >= pads[:, None])[:, None]
+            pos = (s - pads)[:, None]
+            out.append(model(nxt[:, step : step + 1], cache=cache, mask=mk, positions=pos).logits)
+        return out
+
+    calls = []
+    layers = cpu_rows.layers
+    monkeypatch.setattr(cpu_rows, "layers", lambda *a: calls.append(1) or layers(*a))
+    with torch.inference_mode():
+        c_cache = model.new_cache(16, batch=3)
+        c_out = decode(c_cache)
+        assert len(calls) == 5
+        for b in range(3):  # alone: no padding, its own cache
+            alone = model.new_cache(16)
+            model(prompts[b : b + 1, pads[b] :], cache=alone)
+            for step in range(4):
+                row = model(nxt[b : b + 1, step : step + 1], cache=alone).logits
+                assert torch.equal(row, c_out[1 + step][b : b + 1]), (b, step)
+        with monkeypatch.context() as m:
+            m.setattr(transformer, "_c_stack", lambda layers: None)
+            t_cache = model.new_cache(16, batch=3)
+            t_out = decode(t_cache)
+    tol = 1e-3 if model.cpu_kernel == "vnni" else 1e-4
+    for c, t in zip(c_out, t_out, strict=True):
+        torch.testing.assert_close(c, t, rtol=tol, atol=tol * t.abs().max().item())
