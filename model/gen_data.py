@@ -19,7 +19,9 @@ prepacked weights), without repeating round 0: a second folder, trained on with 
     nice -n 10 .venv/bin/python -m model.gen_data --out data/drafter_more --first-round 4 \
         --rounds 12 --batch 64 --threads 1
 Many different conversations teach the drafter and the n-gram store more than many samples of
-the same few: model/prompt_bulk.py's 10.4K, greedily, into a third folder:
+the same few: model/prompt_bulk.py's 10.4K, greedily, into a third folder (with --no-hidden,
+tokens for the n-gram store only, ~600-680 answer tokens/s on the 2-core Zen 5 box: the
+integer products, each decode step's 64 rows one C call; ~330 before):
     nice -n 10 .venv/bin/python -m model.gen_data --out data/bulk --prompt-set bulk \\
         --rounds 1 --batch 64 --threads 2
 One H200 (>= 1e7 tokens in a few minutes; see train_drafter.py for the one-command recipe):
