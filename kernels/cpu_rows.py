@@ -302,7 +302,7 @@ FORMAT_CODES = {"f32": 0, "q4_1": 1, "q8_0": 2, "q4_1_vnni": 3, "q8_0_vnni": 4} 
 
 # Forwards of up to this many rows run a stack of integer-product layers (`layers`) on one
 # thread while OpenMP's idle threads sleep (OMP_WAIT_POLICY=PASSIVE, which model/__init__ sets):
-# such a forward is a few ms of memory-bound products with ~8 barriers a layer, and waking a
+# such a forward is a few ms of memory-bound products with ~13 barriers a layer, and waking a
 # sleeping thread at each costs more than the second core gives (the dev box, SmolLM2-135M from
 # GGUF blocks, whole forwards: 1 row 3.9 ms on one thread vs 11.4 on two, 13 rows 13.3 vs 17.1,
 # 17 rows 20.3 vs 18.5). One thread also leaves the other core to speech recognition and TTS.
