@@ -120,6 +120,10 @@ def test_integer_products_compute_the_reference_and_each_row_alone(
             torch.set_num_threads(threads)
     exact = F.linear(x.double(), w.double())
     assert ((y - exact).norm(dim=1) / exact.norm(dim=1)).max() < 1e-4
+    many = torch.cat([x] * 10)  # a prefill's 200 rows stay on the kernel, more than 512 do not
+    assert torch.equal(cpu_rows.matmul(many, w, blocks)[-20:], alone)
+    too_many = torch.randn(cpu_rows.MAX_INT_ROWS + 1, k, generator=gen)
+    assert torch.equal(cpu_rows.matmul(too_many, w, blocks), F.linear(too_many, w))
 
 
 def test_q8_0_round_trip() -> None:
