@@ -212,12 +212,9 @@ def test_a_verify_row_is_bit_identical_to_the_row_decoded_alone(lm) -> None:
     assert torch.equal(tree[:, 2:], alone([a, c])[:, 1:])
 
 
-@pytest.mark.parametrize("fmt", ["f32", "q4_1", "q8_0"])
-def test_the_layers_as_one_c_call_compute_what_the_torch_ops_compute(fmt, monkeypatch) -> None:
-    """CPU inference runs the packed layers as one C call (transformer.run_layers). For a prefill,
-    a decode row, a chain, a draft tree at explicit positions and rows kept out of the cache it
-    gives the torch layers' logits and cache entries up to rounding - from fp32 panels and from
-    GGUF blocks - and it is the path taken."""
+def tiny_packed(fmt: str) -> Transformer:
+    """The tiny preset packed for the C layers: from fp32 panels ("f32") or from random GGUF
+    blocks of `fmt` (the weights set to what the blocks stand for)."""
     if not cpu_rows.available():
         pytest.skip("cpu_rows kernel not built here")
     torch.manual_seed(0)
@@ -230,7 +227,16 @@ def test_the_layers_as_one_c_call_compute_what_the_torch_ops_compute(fmt, monkey
                 quant[name] = cpu_rows.random_quantized(fmt, *p.shape, gen)
                 p.copy_(cpu_rows.dequantize(quant[name]))
         model.set_quantized(quant)
-    model.pack("auto" if fmt != "f32" else "rows")
+    return model.pack("auto" if fmt != "f32" else "rows")
+
+
+@pytest.mark.parametrize("fmt", ["f32", "q4_1", "q8_0"])
+def test_the_layers_as_one_c_call_compute_what_the_torch_ops_compute(fmt, monkeypatch) -> None:
+    """CPU inference runs the packed layers as one C call (transformer.run_layers). For a prefill,
+    a decode row, a chain, a draft tree at explicit positions and rows kept out of the cache it
+    gives the torch layers' logits and cache entries up to rounding - from fp32 panels and from
+    GGUF blocks - and it is the path taken."""
+    model = tiny_packed(fmt)
     quant = "vnni" if cpu_rows.has_vnni() else "quant"
     assert model.cpu_kernel == ("rows" if fmt == "f32" else quant)
 
@@ -270,19 +276,7 @@ def test_a_batch_of_sequences_is_one_c_call_and_each_row_its_own(fmt, monkeypatc
     """Batched generation (gen_data: left-padded prompts, explicit masks and positions) runs its
     rows of all sequences as one C call: the torch layers' logits and cache up to rounding, and a
     sequence's decode rows exactly what it gets decoded on its own."""
-    if not cpu_rows.available():
-        pytest.skip("cpu_rows kernel not built here")
-    torch.manual_seed(0)
-    model = Transformer(ModelArgs.preset("tiny")).eval().requires_grad_(False)
-    if fmt != "f32":
-        gen = torch.Generator().manual_seed(1)
-        quant = {}
-        for name, p in model.named_parameters():
-            if p.dim() == 2 and name != "embed.weight":
-                quant[name] = cpu_rows.random_quantized(fmt, *p.shape, gen)
-                p.copy_(cpu_rows.dequantize(quant[name]))
-        model.set_quantized(quant)
-    model.pack("auto" if fmt != "f32" else "rows")
+    model = tiny_packed(fmt)
     pads = torch.tensor([0, 3, 1])
     prompts = ids(3 * 7, seed=5).view(3, 7)
     cols = torch.arange(7)
