@@ -10,6 +10,7 @@ prefills only the rest, whatever changed (new turn, edited history, dropped old 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -22,6 +23,16 @@ from model.config import LMConfig
 from model.errors import ContextOverflowError
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer
+
+log = logging.getLogger(__name__)
+# What Transformer.cpu_kernel names, for the startup log line.
+CPU_KERNELS = {
+    "vnni": "integer products on the GGUF blocks (AVX-512 VNNI)",
+    "quant": "fp32 products on the GGUF blocks",
+    "rows": "fp32 panels",
+    "onednn": "oneDNN",
+    "plain": "F.linear",
+}
 
 # Cache rows beyond the context budget: room for a hybrid decoder's verify rows at the very end
 # of an answer (they are written, then rolled back).
@@ -57,6 +68,9 @@ class LM:
             torch.set_num_threads(cfg.threads)
         model, tok = loader.load(cfg.path, cfg.device, cfg.dtype)
         decode.prepare(cfg.decoder, model, cfg)
+        dev = model.embed.weight.device
+        kernel = CPU_KERNELS[model.cpu_kernel] if dev.type == "cpu" else str(dev)
+        log.info("lm: %s, %s decoding, %s", cfg.path or "bundled SmolLM2-135M", cfg.decoder, kernel)
         return cls(model, tok, cfg)
 
     def session(self) -> ChatSession:

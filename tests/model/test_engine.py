@@ -8,7 +8,7 @@ import time
 import pytest
 
 from model.config import LMConfig
-from model.engine import LM, _split_stop
+from model.engine import CPU_KERNELS, LM, _split_stop
 from model.errors import ContextOverflowError, UnknownDecoderError
 
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
@@ -170,3 +170,11 @@ def test_prefill_warms_the_cache_for_the_next_answer(lm: LM) -> None:
     cancel = threading.Event()
     cancel.set()
     assert s.prefill([*system, {"role": "user", "content": "Other question?"}], cancel=cancel) > 0
+
+
+def test_load_says_which_model_decoder_and_kernel(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger="model.engine"):
+        lm = LM.load(LMConfig(decoder="ar"))
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("lm: "))
+    assert "bundled SmolLM2-135M" in line and "ar decoding" in line
+    assert line.endswith(CPU_KERNELS[lm.model.cpu_kernel])
