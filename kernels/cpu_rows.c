@@ -256,7 +256,6 @@ static void quant_matmul_ws(const float *x, const uint8_t *wq, float *y, int m, 
     }
 }
 
-
 /* --- Integer products (AVX-512 VNNI) -------------------------------------------------------
  *
  * On CPUs with AVX-512 VNNI (Zen 4/5, Intel server parts since Ice Lake) a verify row need not
@@ -299,6 +298,7 @@ typedef struct {
     int32_t *at;
 } XRows;
 
+/* One allocation, released by free(xr.d). */
 static XRows xrows_alloc(int m, int k) {
     const size_t blocks = (size_t)m * (k / QK);
     float *mem = malloc(blocks * 4 * sizeof(float) + (size_t)m * k * sizeof(int16_t));
@@ -572,9 +572,10 @@ static inline __attribute__((always_inline)) void attend_one(
 /* Attention of t query rows over n keys, for decode (batch 1, head_dim d a multiple of 8):
  * out[r][h] = sum_j softmax_j(scale q[r][h] . k[g][j]) v[g][j], g = h / (heads / kv_heads), over
  * the keys row r sees: mask[r][j] != 0 (t x n, row-major) or, without a mask, every key
- * (causal = 0) or j <= n - t + r (causal = 1). attend_ws: the rows are seq_rows rows of each of
- * t / seq_rows sequences in turn, sequence b's keys and values kv_seq floats after b - 1's. q: row stride q_row, head stride d; k, v: head
- * stride kv_head, position stride d; out: (t, heads, d).
+ * (causal = 0) or j <= n - t + r (causal = 1). q: row stride q_row, head stride d; k, v: head
+ * stride kv_head, position stride d; out: (t, heads, d). attend_ws: the rows are seq_rows rows
+ * of each of t / seq_rows sequences in turn, sequence b's keys and values kv_seq floats after
+ * b - 1's (n, t and r above count one sequence's).
  *
  * A row's result depends on nothing but its query and the keys it sees, taken in order: the same
  * row gives the same bits alone or among draft rows, with any tree mask that shows it the same

@@ -70,11 +70,6 @@ MAX_ROWS = 128
 MAX_INT_ROWS = 512
 
 
-def max_rows(fmt: str) -> int:
-    """The most rows a product from panels in format `fmt` takes (more: F.linear)."""
-    return MAX_INT_ROWS if fmt.endswith("_vnni") else MAX_ROWS
-
-
 class Panels(NamedTuple):
     """A weight (n, k) in the kernel's layout. fmt "f32": (ceil(n / 16), k, 16) floats; "q4_1" /
     "q8_0": (ceil(n / 16), k / 32, bytes) uint8 blocks (`pack_quant`). Zero-padded columns."""
@@ -82,6 +77,16 @@ class Panels(NamedTuple):
     data: torch.Tensor
     n: int
     fmt: str = "f32"
+
+    @property
+    def integer(self) -> bool:
+        """In a VNNI layout: multiplied by the integer products."""
+        return self.fmt.endswith("_vnni")
+
+    @property
+    def max_rows(self) -> int:
+        """The most rows a product from these panels takes (more: F.linear)."""
+        return MAX_INT_ROWS if self.integer else MAX_ROWS
 
 
 class Quantized(NamedTuple):
@@ -330,6 +335,11 @@ class LayerStack(NamedTuple):
     widths: ctypes.Array  # each matrix's output columns rounded up to 16, alike in every layer
     integer: bool  # every matrix in a VNNI layout (integer products)
 
+    @property
+    def max_rows(self) -> int:
+        """The most rows `layers` takes with these matrices (more: the torch layers)."""
+        return MAX_INT_ROWS if self.integer else MAX_ROWS
+
 
 def layer_stack(panels: tuple[Panels, ...], norms: tuple[torch.Tensor, ...]) -> LayerStack:
     """Needs every layer alike in widths (the layers of one model are)."""
@@ -343,7 +353,7 @@ def layer_stack(panels: tuple[Panels, ...], norms: tuple[torch.Tensor, ...]) -> 
         (ctypes.c_int * len(panels))(*(FORMAT_CODES[p.fmt] for p in panels)),
         (ctypes.c_void_p * len(norms))(*(g.data_ptr() for g in norms)),
         (ctypes.c_int * 4)(*widths[:4]),
-        all(p.fmt.endswith("_vnni") for p in panels),
+        all(p.integer for p in panels),
     )
 
 
@@ -474,7 +484,7 @@ def matmul(
     """x @ weight.T (+ bias) for fp32 CPU x (..., k); panels = pack(weight) or pack_quant of
     the weight's blocks. Needs available()."""
     rows = x.numel() // x.shape[-1]
-    if rows > max_rows(panels.fmt):
+    if rows > panels.max_rows:
         return F.linear(x, weight, bias)
     y = _call(_library(), x.reshape(rows, x.shape[-1]).contiguous(), panels)
     if bias is not None:

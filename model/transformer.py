@@ -350,24 +350,22 @@ def run_layers(
 ) -> torch.Tensor:
     """x (B, T, dim) through `layers`, layer i on cache layer first + i (Block.forward's other
     arguments). In CPU inference whose layers are packed for kernels/cpu_rows.py the whole stack
-    is one C call for up to cpu_rows.MAX_ROWS rows (MAX_INT_ROWS with integer products) of all
-    B sequences together (cpu_rows.layers:
-    ~0.45 ms of Python and torch dispatch per layer saved, OpenMP wakes its worker once, not 5
-    times a layer, and a batch's rows share each weight read); its rows past `write` go to the
+    is one C call for up to LayerStack.max_rows rows of all B sequences together
+    (cpu_rows.layers: ~0.45 ms of Python and torch dispatch per layer saved, OpenMP wakes its
+    worker once, not 5 times a layer, and a batch's rows share each weight read); its rows past
+    `write` go to the
     cache slots after the written ones - free slots, past cache.length - so it needs room for
     all T rows. Layers with hooks (gen_data's feature capture) keep the torch ops."""
     bsz, t, dim = x.shape
     s, c_path = cache.length, cpu_rows.available() and not torch.is_grad_enabled()
     c_path = c_path and x.device.type == "cpu" and x.dtype == torch.float32
     c_path = c_path and cache.k.dtype == torch.float32 and s + t <= cache.capacity
-    c_path = c_path and bsz * t <= cpu_rows.MAX_INT_ROWS and cos.shape[0] in (1, bsz)
+    c_path = c_path and cos.shape[0] in (1, bsz)
     c_path = c_path and cos.shape[-1] % 8 == 0 and cos.shape[-1] <= 256  # attend_rows' head dims
     c_path = c_path and (mask is None or mask.dtype == torch.bool)
     c_path = c_path and not any(m._forward_pre_hooks or m._forward_hooks for m in layers)
     stack = _c_stack(layers) if c_path else None
-    if stack is not None and bsz * t > (
-        cpu_rows.MAX_INT_ROWS if stack.integer else cpu_rows.MAX_ROWS
-    ):
+    if stack is not None and bsz * t > stack.max_rows:
         stack = None
     if stack is None:
         with exact_rows.one_forward():
@@ -441,7 +439,9 @@ class Transformer(nn.Module):
         if packed is None:
             return "plain"
         if isinstance(packed, cpu_rows.Panels):
-            return {"f32": "rows"}.get(packed.fmt, "vnni" if "vnni" in packed.fmt else "quant")
+            if packed.fmt == "f32":
+                return "rows"
+            return "vnni" if packed.integer else "quant"
         return "onednn"
 
     def unpack(self) -> None:
