@@ -353,9 +353,9 @@ def run_layers(
     is one C call for up to LayerStack.max_rows rows of all B sequences together
     (cpu_rows.layers: ~0.45 ms of Python and torch dispatch per layer saved, OpenMP wakes its
     worker once, not 5 times a layer, and a batch's rows share each weight read); its rows past
-    `write` go to the
-    cache slots after the written ones - free slots, past cache.length - so it needs room for
-    all T rows. Layers with hooks (gen_data's feature capture) keep the torch ops."""
+    `write` go to the cache slots after the written ones - free slots, past cache.length - so it
+    needs room for all T rows. Layers with hooks (gen_data's feature capture) keep the torch
+    ops."""
     bsz, t, dim = x.shape
     s, c_path = cache.length, cpu_rows.available() and not torch.is_grad_enabled()
     c_path = c_path and x.device.type == "cpu" and x.dtype == torch.float32
