@@ -73,8 +73,8 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=64, help="answer tokens simulated")
     ap.add_argument("--row-cost", type=float, default=0.1)
     a = ap.parse_args()
-    base_recs = load_records(a.base, set(), features=False) if a.base else []
-    recs = load_records(a.data, set(), features=False)
+    base_recs = load_records(a.base, set()) if a.base else []
+    recs = load_records(a.data, set())
     unseen = {tuple(m["content"] for m in c) for c in conversations("unseen")}
     every = conversations("all")
     unseen_idx = {i for i, c in enumerate(every) if tuple(m["content"] for m in c) in unseen}

@@ -6,7 +6,9 @@ Round 0 answers every conversation greedily (held-out ones included, for evaluat
 the full token sequence (prompt + answer, stop token included), the base's greedy choice at each
 answer position (so sampled answers still give exact greedy targets, see train_drafter.py) and,
 optionally, the base's hidden states at the input of layer `n_layers - FEATURE_DEPTH` (fp16), so
-training never runs the 27 lower layers again.
+training never runs the 27 lower layers again. Without them (--no-hidden) train_drafter.py
+computes them itself, one prefill a record: on CPU that is the better trade (generation keeps the
+batched C layer stack, ~2x the tokens/s, and nothing is stored: features are 1.1 KB a token).
 
 Batches are cached under --out as one file per batch (written atomically), so an interrupted run
 resumes where it stopped; meta.json pins the settings a resume must match.
@@ -20,8 +22,8 @@ prepacked weights), without repeating round 0: a second folder, trained on with 
         --rounds 12 --batch 64 --threads 1
 Many different conversations teach the drafter and the n-gram store more than many samples of
 the same few: model/prompt_bulk.py's 10.4K, greedily, into a third folder (with --no-hidden,
-tokens for the n-gram store only, ~600-680 answer tokens/s on the 2-core Zen 5 box: the
-integer products, each decode step's 64 rows one C call; ~330 before):
+~600-680 answer tokens/s on the 2-core Zen 5 box: the integer products, each decode step's 64
+rows one C call; ~330 with the features hook):
     nice -n 10 .venv/bin/python -m model.gen_data --out data/bulk --prompt-set bulk \\
         --rounds 1 --batch 64 --threads 2
 One H200 (>= 1e7 tokens in a few minutes; see train_drafter.py for the one-command recipe):

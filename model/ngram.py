@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data", default="data/drafter", help="gen_data folder(s), comma-separated")
     ap.add_argument("--out", default=str(DEFAULT_STORE))
     a = ap.parse_args(argv)
-    recs = [r for r in load_records(a.data, set(), features=False) if not r["heldout"]]
+    recs = [r for r in load_records(a.data, set()) if not r["heldout"]]
     if not recs:
         raise SystemExit(f"{a.data}: no generated training answers; run model.gen_data first")
     store = NgramStore.build(

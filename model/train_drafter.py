@@ -3,10 +3,12 @@
 Loss: cross-entropy of each draft row (offsets 1..K after a block start s) against the base's
 greedy token at that position, over the draft vocabulary. Block starts are answer positions;
 the context is the clean prefix (< s), seen through the base's own top-layer keys/values, which
-are rebuilt from the stored layer-(L-3) features by running the 3 frozen top layers under
-no_grad (cheap: the 27 lower layers never run again). Targets are exact greedy targets even on
-sampled answers: row i only counts when the answer's tokens s+1..s+i-1 equal the base's greedy
-choices there, i.e. when the context is the greedy chain the decoder would be verifying.
+are rebuilt from the layer-(L-3) features by running the 3 frozen top layers under no_grad. The
+features are gen_data's stored ones, or, for token-only data (gen_data --no-hidden), one prefill
+of the 27 lower layers per record, computed when the record is drawn (`features`). Targets are
+exact greedy targets even on sampled answers: row i only counts when the answer's tokens
+s+1..s+i-1 equal the base's greedy choices there, i.e. when the context is the greedy chain the
+decoder would be verifying.
 
 Held-out acceptance is logged every --eval-every steps on the held-out greedy answers: the
 greedy hybrid decode is simulated exactly along each answer (accept the leading drafts that
@@ -16,6 +18,9 @@ tokens/step vs training tokens. Checkpoints make the run resumable (--resume).
 
 CPU (2 shared cores, 1 thread, niced):
     nice -n 10 .venv/bin/python -m model.train_drafter --data data/drafter --threads 1
+Fine-tuning the bundled adapter on more (here token-only) data, a fresh optimiser:
+    nice -n 10 .venv/bin/python -m model.train_drafter --data data/drafter,data/bulk \
+        --init model/adapters/drafter.safetensors --threads 2 --batch 4 --blocks 64 --lr 3e-4
 One H200, data generation (aiming at >= 1e7 tokens) + the n-gram store + training, within one
 10-minute device call, ONE command (bench/gpu.py runs it between two benchmarks):
     .venv/bin/python -m model.train_drafter --recipe h200
@@ -24,6 +29,7 @@ One H200, data generation (aiming at >= 1e7 tokens) + the n-gram store + trainin
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import random
@@ -33,30 +39,29 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from model.drafter import DEFAULT_ADAPTER, BlockDrafter
 from model.gen_data import FEATURE_DEPTH
 from model.kv_cache import KVCache
 from model.loader import load
 from model.lookup import PromptLookup
-from model.transformer import Transformer
+from model.transformer import Transformer, run_layers
 
 Record = dict[str, torch.Tensor | int]
 
 
-def load_records(folders: str | Path, seen: set[str], features: bool = True) -> list[Record]:
+def load_records(folders: str | Path, seen: set[str]) -> list[Record]:
     """Records of the batch files (in one folder, or several comma-separated) not in `seen`
     (which is updated): gen_data may still be adding files while training runs; each eval picks
-    up the new ones. `features=False`: token-only data (gen_data --no-hidden) is fine too, as for
-    the n-gram store."""
+    up the new ones. Token-only data (gen_data --no-hidden) is fine: `features` computes what
+    a record does not carry."""
     recs: list[Record] = []
     for folder in str(folders).split(","):
         for f in sorted(Path(folder).glob("b*.pt")):
             if str(f) not in seen:
                 seen.add(str(f))
                 recs += torch.load(f)
-    if features and recs and "hidden" not in recs[0]:
-        raise SystemExit(f"{folder}: data without features (--no-hidden); regenerate with them")
     return recs
 
 
@@ -77,6 +82,30 @@ def draft_vocab(recs: list[Record], size: int, always: set[int]) -> tuple[torch.
     keep += [t for t in range(2 * size) if t not in chosen][: size - len(keep)]
     covered = sum(counts[t] for t in keep) / max(1, sum(counts.values()))
     return torch.tensor(sorted(keep)), covered
+
+
+@functools.cache
+def _lower_layers(base: Transformer) -> nn.ModuleList:
+    """The base's layers below the features (one list, so its C layer stack is built once)."""
+    return base.layers[: base.args.n_layers - FEATURE_DEPTH]
+
+
+@torch.no_grad()
+def features(base: Transformer, rec: Record) -> torch.Tensor:
+    """The base's hidden states (fp16) at the input of layer L-3 for all of rec's tokens but the
+    last: gen_data's stored ones, or (token-only data) one prefill of the lower layers now,
+    through the C layer stack on CPU (~1.6K tokens/s a thread on SmolLM2-135M)."""
+    if "hidden" in rec:
+        return rec["hidden"]
+    lower, a, w = _lower_layers(base), base.args, base.embed.weight
+    ids = rec["ids"][None, :-1].long().to(w.device)  # (1, N)
+    n = ids.shape[1]
+    cache = KVCache(len(lower), a.n_kv_heads, a.head_dim, n, dtype=w.dtype, device=w.device)
+    base._ensure_rope(n)
+    cos = base.rope_cos[:n].view(1, n, 1, -1)  # (1, N, 1, D)
+    sin = base.rope_sin[:n].view(1, n, 1, -1)
+    x = run_layers(lower, base.embed(ids), cos, sin, cache, 0, n, None, n > 1)
+    return x[0].half().cpu()
 
 
 @torch.no_grad()
@@ -120,10 +149,11 @@ def block_forward(
     """Draft logits (B, M, K, V_d) for blocks starting at starts[b] (M each) of recs[b]."""
     k1 = drafter.args.block + 1
     dev = base.embed.weight.device
-    n = max(int(r["hidden"].shape[0]) for r in recs)
+    feats = [features(base, r) for r in recs]
+    n = max(int(f.shape[0]) for f in feats)
     hid = torch.zeros(len(recs), n, base.args.dim, dtype=torch.float16)
-    for b, r in enumerate(recs):
-        hid[b, : r["hidden"].shape[0]] = r["hidden"]
+    for b, f in enumerate(feats):
+        hid[b, : f.shape[0]] = f
     cache, h_fin = context_features(base, hid)
     st = torch.tensor(starts, device=dev)  # (B, M)
     bsz, m = st.shape
@@ -219,13 +249,20 @@ def train(a: argparse.Namespace) -> None:
     ckpt_file = out_dir / "ckpt.pt"
     ckpt = torch.load(ckpt_file, weights_only=False) if a.resume and ckpt_file.exists() else None
 
-    vocab_ids = (
-        ckpt["vocab_ids"] if ckpt else draft_vocab(train_recs, a.vocab, set(tok.stop_ids))[0]
-    )
+    init = BlockDrafter.load(a.init, base) if a.init and not ckpt else None
+    if ckpt:
+        vocab_ids = ckpt["vocab_ids"]
+    elif init:
+        vocab_ids = init.vocab_ids.cpu()
+    else:
+        vocab_ids = draft_vocab(train_recs, a.vocab, set(tok.stop_ids))[0]
     _, coverage = draft_vocab(train_recs, a.vocab, set(tok.stop_ids))
     to_vocab = torch.full((base.args.vocab_size,), -100, dtype=torch.long)
     to_vocab[vocab_ids] = torch.arange(len(vocab_ids))
-    drafter = BlockDrafter.from_base(base, vocab_ids.to(dev), n_layers=a.layers, block=a.block)
+    layers, block = (init.args.n_layers, init.args.block) if init else (a.layers, a.block)
+    drafter = BlockDrafter.from_base(base, vocab_ids.to(dev), n_layers=layers, block=block)
+    if init:
+        drafter.load_state_dict(init.state_dict())
     drafter.float().requires_grad_(True).train()  # fp32 master weights; bf16 autocast on GPU
     drafter.bind(base)
     drafter.head = drafter.head.float()
@@ -261,7 +298,7 @@ def train(a: argparse.Namespace) -> None:
         torch.save({"drafter": drafter.state_dict(), "opt": opt.state_dict(), "step": step,
                     "seen": seen, "curve": curve, "rng": rng.getstate(), "vocab_ids": vocab_ids},
                    ckpt_file)  # fmt: skip
-        info = {"design": f"block drafter (b), {a.layers} layers from base top, K={a.block}",
+        info = {"design": f"block drafter (b), {layers} layers from base top, K={block}",
                 "train_answers": len(train_recs), "data_tokens": n_tokens,
                 "target_tokens_seen": seen, "steps": step, "vocab_coverage": round(coverage, 4),
                 "device": str(dev), "heldout": ev}  # fmt: skip
@@ -277,7 +314,7 @@ def train(a: argparse.Namespace) -> None:
             pool = list(range(p, n - 1))
             st = rng.sample(pool, min(a.blocks, len(pool)))
             st += [st[0]] * (a.blocks - len(st))  # pad: duplicates get no loss below
-            t = targets_for(r, st, a.block, to_vocab)
+            t = targets_for(r, st, block, to_vocab)
             t[len(pool) :] = -100
             starts.append(st)
             tgts.append(t)
@@ -360,6 +397,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out-dir", default="runs/drafter", help="checkpoint + log.jsonl")
     ap.add_argument("--save", default=str(DEFAULT_ADAPTER), help="adapter written at each eval")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument(
+        "--init", default="", help="start from this adapter file (e.g. the bundled one), new data"
+    )
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     return ap

@@ -14,7 +14,7 @@ from safetensors import safe_open
 from model.drafter import BlockDrafter, load_default, q4_decode, q4_encode
 from model.errors import ModelLoadError
 from model.gen_data import generate_batch
-from model.train_drafter import block_forward, draft_vocab, targets_for
+from model.train_drafter import block_forward, draft_vocab, features, targets_for
 from model.transformer import ModelArgs, Transformer
 
 STOP = 3
@@ -60,6 +60,32 @@ def test_batched_generation_equals_single(tiny, records) -> None:
     sampled = recs[2]
     assert sampled["hidden"].shape == (len(sampled["ids"]) - 1, tiny.args.dim)
     assert len(sampled["greedy"]) == len(sampled["ids"]) - sampled["prompt_len"]
+
+
+def test_token_only_records_get_the_stored_features(tiny, records) -> None:
+    """gen_data --no-hidden data trains too: its features, one prefill of the lower layers,
+    are the ones gen_data stores while it generates (batched, left-padded)."""
+    _, recs = records
+    for rec in recs:
+        bare = {k: v for k, v in rec.items() if k != "hidden"}
+        torch.testing.assert_close(features(tiny, bare), rec["hidden"], atol=2e-3, rtol=2e-3)
+    bare = {k: v for k, v in recs[0].items() if k != "hidden"}
+    s = int(recs[0]["prompt_len"]) + 2
+    torch.testing.assert_close(
+        block_forward(BlockDrafter.random(tiny, seed=2), tiny, [bare], [[s, s + 3]]),
+        block_forward(BlockDrafter.random(tiny, seed=2), tiny, [recs[0]], [[s, s + 3]]),
+        atol=1e-3, rtol=1e-3,
+    )  # fmt: skip
+
+
+def test_token_only_features_on_the_bundled_model(lm) -> None:
+    """On the packed bundled model the lower layers run as one C call; the features still
+    match gen_data's, captured from the torch layers (integer products in both)."""
+    prompt = lm.tokenizer.encode("Why is the sky blue?")
+    (rec,) = generate_batch(lm.model, lm.tokenizer, [prompt], temperatures=[0.0], seed=0,
+                            max_new_tokens=12, store_hidden=True)  # fmt: skip
+    bare = {k: v for k, v in rec.items() if k != "hidden"}
+    torch.testing.assert_close(features(lm.model, bare), rec["hidden"], atol=2e-2, rtol=1e-2)
 
 
 @torch.inference_mode()
@@ -238,11 +264,17 @@ def test_generate_then_train_from_the_command_line(lm, tmp_path) -> None:
     with safe_open(str(adapter), "pt") as f:
         assert json.loads(f.metadata()["info"])["steps"] == 3
     assert BlockDrafter.load(adapter, lm.model).head_packed is not None  # CPU: prepacked
-    # Token-only data (no base features) builds the n-gram store but cannot train the drafter.
+    # Token-only data (no base features) builds the n-gram store and, the features computed as
+    # records are drawn, fine-tunes the adapter trained above (--init: its vocabulary too).
     tokens_only = tmp_path / "tokens"
     gen_data.main(["--out", str(tokens_only), "--rounds", "1", "--batch", "4", "--no-hidden",
                    "--max-new-tokens", "6", "--max-batches", "1"])  # fmt: skip
     ngram.main(["--data", str(tokens_only), "--out", str(tmp_path / "store.safetensors")])
     assert NgramStore.load(tmp_path / "store.safetensors", 49152).info["answers"] >= 1
-    with pytest.raises(SystemExit, match="without features"):
-        train_drafter.load_records(tokens_only, set())
+    tuned = tmp_path / "tuned.safetensors"
+    train_drafter.main(["--data", str(tokens_only), "--steps", "1", "--batch", "2",
+                        "--blocks", "2", "--out-dir", str(tmp_path / "run2"), "--save", str(tuned),
+                        "--init", str(adapter)])  # fmt: skip
+    first, again = BlockDrafter.load(adapter, lm.model), BlockDrafter.load(tuned, lm.model)
+    assert torch.equal(first.vocab_ids, again.vocab_ids)
+    assert not torch.equal(first.mask_embed, again.mask_embed)
