@@ -209,6 +209,12 @@ def main() -> int:
         "drafter pass runs where auto skips it (CPU from GGUF blocks)",
     )
     ap.add_argument(
+        "--compare-drafter",
+        default="",
+        help="another drafter adapter file: adds a hybrid/drafter2 row that runs it (the drafter "
+        "pass on, as with --with-drafter)",
+    )
+    ap.add_argument(
         "--kernels",
         default="",
         help="other CPU matrix kernels, e.g. onednn,plain: adds every decoder's row again on a "
@@ -254,9 +260,12 @@ def main() -> int:
             runs["hybrid/lookup/ngram2"] = (LM(lm.model, lm.tokenizer, free), "hybrid")
     if a.chain:
         runs["hybrid/chain"] = (LM(lm.model, lm.tokenizer, replace(cfg, draft_branch=1)), "hybrid")
+    cost = CPU_ROW_COST[lm.model.cpu_kernel] if lm.device.type == "cpu" else 0.0
     if a.with_drafter:
-        cost = CPU_ROW_COST[lm.model.cpu_kernel] if lm.device.type == "cpu" else 0.0
         runs["hybrid/drafter"] = (LM(lm.model, lm.tokenizer, replace(cfg, row_cost=cost)), "hybrid")
+    if a.compare_drafter:
+        other = replace(cfg, row_cost=cost, drafter=a.compare_drafter)
+        runs["hybrid/drafter2"] = (LM(lm.model, lm.tokenizer, other), "hybrid")
     for kind in (k.strip() for k in a.kernels.split(",") if k.strip()):
         other = LM.load(cfg)
         other.model.unpack()
@@ -298,6 +307,7 @@ def main() -> int:
         "prompt_set": a.prompt_set,
         "system": a.system,
         "compare_ngram": a.compare_ngram,
+        "compare_drafter": a.compare_drafter,
         "hybrid": {
             k: getattr(cfg, k)
             for k in (

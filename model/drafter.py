@@ -246,10 +246,12 @@ class BlockDrafter(nn.Module):
         mask: torch.Tensor | None,
         layer_offset: int,
     ) -> torch.Tensor:
-        """Run block rows x (B, T, dim) against `cache` (cache layer layer_offset + l holds the
-        context K/V for drafter layer l); never writes the cache. Returns (B, T, V_d) logits."""
+        """Run blocks of rows x (B, M * (K + 1), dim) against `cache` (cache layer
+        layer_offset + l holds the context K/V for drafter layer l); never writes the cache.
+        Returns the draft rows' logits (B, M, K, V_d): a block's row 0 gets no head."""
         assert self.head is not None, "bind() the drafter to its base first"
         x = run_layers(self.layers, x, cos, sin, cache, layer_offset, 0, mask, False)
+        x = x.view(x.shape[0], -1, self.args.block + 1, x.shape[-1])[:, :, 1:]
         x = rms_norm(x, self.norm, self.base_args.norm_eps)
         return linear(x, self.head, self.head_packed).float()
 
@@ -266,7 +268,7 @@ class BlockDrafter(nn.Module):
         sin = base.rope_sin[p : p + k + 1].view(1, k + 1, 1, -1)
         tok = torch.tensor([[token]], device=h_last.device)
         x = self.block_inputs(base.embed, tok, h_last.view(1, 1, -1))  # (1, K+1, dim)
-        logits = self.rows_logits(x, cos, sin, cache, None, self.first_base_layer)[0, 1:]
+        logits = self.rows_logits(x, cos, sin, cache, None, self.first_base_layer)[0, 0]
         conf, idx = torch.softmax(logits, dim=-1).topk(top, dim=-1)  # (K, top) each
         return self.vocab_ids[idx].tolist(), conf.tolist()
 

@@ -170,8 +170,7 @@ def block_forward(
     own = (blk[:, None] == blk[None, :]).expand(bsz, -1, -1)  # (B, Q, Q)
     mask = torch.cat((ctx, own), dim=-1)[:, None]  # (B, 1, Q, N + Q)
     off = FEATURE_DEPTH - drafter.args.n_layers
-    logits = drafter.rows_logits(x, cos, sin, cache, mask, off)  # (B, Q, V_d)
-    return logits.view(bsz, m, k1, -1)[:, :, 1:]
+    return drafter.rows_logits(x, cos, sin, cache, mask, off)  # (B, M, K, V_d)
 
 
 @torch.no_grad()
