@@ -205,8 +205,8 @@ def main() -> int:
     ap.add_argument(
         "--with-drafter",
         action="store_true",
-        help="add a hybrid row whose lm.row_cost is the auto value set explicitly, so the "
-        "drafter pass runs where auto skips it (CPU from GGUF blocks)",
+        help="add a hybrid row whose lm.row_cost is set explicitly (--row-cost, else the auto "
+        "value), so the drafter pass runs where auto skips it (CPU from GGUF blocks)",
     )
     ap.add_argument(
         "--compare-drafter",
@@ -260,7 +260,9 @@ def main() -> int:
             runs["hybrid/lookup/ngram2"] = (LM(lm.model, lm.tokenizer, free), "hybrid")
     if a.chain:
         runs["hybrid/chain"] = (LM(lm.model, lm.tokenizer, replace(cfg, draft_branch=1)), "hybrid")
+    # --with-drafter / --compare-drafter: the drafter pass on, at --row-cost or the auto value.
     cost = CPU_ROW_COST[lm.model.cpu_kernel] if lm.device.type == "cpu" else 0.0
+    cost = a.row_cost if a.row_cost >= 0 else cost
     if a.with_drafter:
         runs["hybrid/drafter"] = (LM(lm.model, lm.tokenizer, replace(cfg, row_cost=cost)), "hybrid")
     if a.compare_drafter:
