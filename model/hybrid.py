@@ -69,8 +69,10 @@ GEMV_1THREAD_FIRST_ROW_COST = 0.35
 # simulation agrees (1.22x vs 1.34x est.) and has it only tie at 0.12 of a forward. From fp32
 # weights it ties or loses too (45.9 vs 48.2 and 37.4 vs 38.1 tokens/s); oneDNN's and plain
 # weights keep the torch layers, where it paid (session 5). With the integer products a forward
-# is ~3.5 ms and the pass (its layers torch ops) costs more still: 1.04x ar with it, 1.17x
-# without (24 unseen prompts, session 11).
+# is ~3.5 ms and the pass (0.58 ms, its layers one C call) still does not pay: 1.04x ar with it,
+# 1.17x without (24 unseen prompts, session 11); with session 12's better drafter, skipping it
+# above a free draft's confidence 0.2 / 0.4 / 0.6 / 0.8: 1.16x / 1.11x / 1.05x / 1.01x, free
+# drafts alone 1.20x.
 CPU_DRAFTER_PAYS = {"vnni": False, "quant": False, "rows": False, "onednn": True, "plain": True}
 # The drafter pass is skipped when a free draft (prompt lookup, n-gram store) already gives the
 # next token this confidence: simulated on 60 unseen held-out answers with the cpu_rows kernel's
