@@ -94,7 +94,8 @@ def _lower_layers(base: Transformer) -> nn.ModuleList:
 def features(base: Transformer, rec: Record) -> torch.Tensor:
     """The base's hidden states (fp16) at the input of layer L-3 for all of rec's tokens but the
     last: gen_data's stored ones, or (token-only data) one prefill of the lower layers now,
-    through the C layer stack on CPU (~1.6K tokens/s a thread on SmolLM2-135M)."""
+    through the C layer stack on CPU (SmolLM2-135M on the 2-core Zen 5 box: ~1.3K tokens/s at
+    1 thread, ~1.9K at 2)."""
     if "hidden" in rec:
         return rec["hidden"]
     lower, a, w = _lower_layers(base), base.args, base.embed.weight
