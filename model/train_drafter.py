@@ -244,6 +244,8 @@ def train(a: argparse.Namespace) -> None:
         raise SystemExit(f"{a.data}: no generated training data; run model.gen_data first")
     # The held-out set is fixed at start so the curve compares like with like.
     held = [r for r in recs if r["heldout"] and r["sample"] == 0][: a.eval_answers]
+    for r in held:  # every eval reads them: computed once (token-only data)
+        r["hidden"] = features(base, r)
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_file = out_dir / "ckpt.pt"
