@@ -14,11 +14,11 @@ Weights read from a GGUF file in Q4_1 or Q8_0 can stay in those block formats (`
 it gives for the dequantized fp32 weight, reading 0.625 (Q4_1) or 1.06 (Q8_0) bytes per weight
 instead of 4 - from fp32 decoding is bound by those reads. On CPUs with AVX-512 VNNI (`has_vnni`)
 the blocks are multiplied as integers instead: each row of x rounded to int16 per 32 inputs
-(each block's largest input kept in fp32), exact int32 sums of code products (vpdpwssd),
-finished per block in fp32 (`vnni_reference` states the arithmetic). The expansion's arithmetic
-is gone: on the dev box (Zen 5) a whole SmolLM2-135M forward of 1 row takes ~3.5-3.9 instead
-of 7.1 ms, and the logits stay within 0.01 of the fp32 products' (BENCHMARKS.md, "Integer
-products").
+(each block's largest input kept in fp32), exact int32 sums of code products (vpdpbusd on
+Q4_1's byte codes, vpdpwssd on Q8_0's), finished per block in fp32 (`vnni_reference` states
+the arithmetic). The expansion's arithmetic is gone: on a Zen 5 dev box a whole SmolLM2-135M
+forward of 1 row takes ~3.5-3.9 instead of 7.1 ms (Zen 4: ~4.8), and the logits stay within
+0.01 of the fp32 products' (BENCHMARKS.md, "Integer products").
 
 `rms_norm` and `attention` replace torch's composite ops for decode's rows (one C call each
 instead of several small ones), and like the product they give a row the same bits whatever
@@ -416,8 +416,10 @@ def pack_quant(w: Quantized, vnni: bool | None = None) -> Panels:
     input by input, 16 columns each (Q4_1: d[16], m[16], then 8 bytes per input, column j in the
     low nibble of byte j, column j + 8 in its high nibble; Q8_0: d[16], then 16 int8 per input).
     For the integer products (`vnni`, default where the CPU has them; fmt "q4_1_vnni",
-    "q8_0_vnni"): chunks of 32 bytes whose byte 2 j + i holds input 2 c + i of column j (Q4_1:
-    d[16], m[16], 8 chunks, input 16 + 2 c + i in the high nibble; Q8_0: d[16], 16 chunks)."""
+    "q8_0_vnni"): Q4_1 d[16], m[16], then 4 chunks of 64 bytes whose byte 4 j + i holds input
+    8 c + i of column j in its low nibble and 8 c + 4 + i in its high one (vpdpbusd's order);
+    Q8_0 d[16], then 16 chunks of 32 bytes whose byte 2 j + i is input 2 c + i of column j
+    (vpdpwssd's, after widening to int16)."""
     if vnni is None:
         vnni = has_vnni()
     raw, _ = QUANT_FORMATS[w.fmt]
@@ -440,10 +442,11 @@ def pack_quant(w: Quantized, vnni: bool | None = None) -> Panels:
         if w.fmt == "q4_1":
             by_input = by_input[..., : PANEL // 2] | (by_input[..., PANEL // 2 :] << 4)
         return Panels(torch.cat([*scales, by_input.reshape(*lead, -1)], -1).contiguous(), n, w.fmt)
-    # (P, k/32, pair g, 16 columns, 2 inputs): 16-bit lane 2 j + i of chunk g is input 2 g + i
-    vec = codes.view(*lead, PANEL, QK // 2, 2).transpose(2, 3)
-    if w.fmt == "q4_1":  # chunk c: pair c in the low nibbles, pair 8 + c in the high ones
-        vec = vec[:, :, :8] | (vec[:, :, 8:] << 4)
+    if w.fmt == "q4_1":  # (P, k/32, chunk c, 16 columns, 4 inputs): byte 4 j + i of chunk c
+        quads = codes.view(*lead, PANEL, QK // 8, 2, 4)  # input 8 c + 4 h + i of column j
+        vec = (quads[..., 0, :] | (quads[..., 1, :] << 4)).transpose(2, 3)
+    else:  # (P, k/32, pair g, 16 columns, 2 inputs): 16-bit lane 2 j + i of chunk g: 2 g + i
+        vec = codes.view(*lead, PANEL, QK // 2, 2).transpose(2, 3)
     data = torch.cat([*scales, vec.reshape(*lead, -1)], -1).contiguous()
     return Panels(data, n, f"{w.fmt}_vnni")
 
