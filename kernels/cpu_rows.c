@@ -521,6 +521,41 @@ void rms_norm_rows(const float *x, const float *g, float *y, int m, int k, float
     }
 }
 
+/* The index of each row's largest value (the first of equal ones, as torch.argmax; rows free
+ * of NaN), m rows of length k: torch's argmax takes ~40 us for a 49152-logit row here, this ~5.
+ * 8 lanes keep their best value and its index; ties keep the earlier index. */
+void argmax_rows(const float *x, int m, int k, int64_t *out) {
+    for (int r = 0; r < m; r++) {
+        const float *xr = x + (size_t)r * k;
+        int i = 0, best = 0;
+        if (k >= 8) {
+            __m256 top = _mm256_loadu_ps(xr);
+            __m256i at = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), idx = at;
+            const __m256i step = _mm256_set1_epi32(8);
+            for (i = 8; i + 8 <= k; i += 8) {
+                idx = _mm256_add_epi32(idx, step);
+                const __m256 v = _mm256_loadu_ps(xr + i);
+                const __m256 more = _mm256_cmp_ps(v, top, _CMP_GT_OQ);
+                top = _mm256_blendv_ps(top, v, more);
+                at = _mm256_castps_si256(_mm256_blendv_ps(
+                    _mm256_castsi256_ps(at), _mm256_castsi256_ps(idx), more));
+            }
+            float vals[8];
+            int32_t ids[8];
+            _mm256_storeu_ps(vals, top);
+            _mm256_storeu_si256((__m256i *)ids, at);
+            best = ids[0];
+            for (int j = 1; j < 8; j++)
+                if (vals[j] > xr[best] || (vals[j] == xr[best] && ids[j] < best))
+                    best = ids[j];
+        }
+        for (; i < k; i++)
+            if (xr[i] > xr[best])
+                best = i;
+        out[r] = best;
+    }
+}
+
 /* e^x for x <= 0, 8 at a time: 2^n e^r with n = round(x / ln 2), |r| <= ln 2 / 2, e^r by a
  * degree-7 polynomial (Cephes' expf coefficients); below -87.3 (2^-126) it stops falling. */
 static inline __m256 exp_ps(__m256 x) {

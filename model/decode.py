@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels import cpu_rows
 from model.config import LMConfig
 from model.errors import UnknownDecoderError
 from model.kv_cache import KVCache
@@ -71,7 +72,7 @@ class Sampler:
         """One token id from a (V,) logits row (sampled within the nucleus: multinomial over
         49K entries costs 8.6 ms, over the nucleus a few microseconds)."""
         if self.greedy:
-            return int(logits.argmax())
+            return cpu_rows.argmax(logits)[0]
         sorted_p, order = self.nucleus(logits)
         return int(order[self.sample_probs(sorted_p)])
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels import cpu_rows
 from kernels.verify_select import verify_select
 from model.config import LMConfig
 from model.decode import PREFILL_CHUNK, DecodeRequest, register
@@ -42,7 +43,7 @@ from model.drafter import BlockDrafter, load_default
 from model.lookup import PromptLookup
 from model.ngram import NgramStore
 from model.ngram import load_default as load_ngram
-from model.transformer import Transformer
+from model.transformer import Transformer, causal_mask
 from model.tree import DraftTree, build
 
 # lm.row_cost = -1 on CPU: the extra cost of a verify row relative to a 1-row forward, by the
@@ -193,7 +194,7 @@ class HybridStepper:
                 d = torch.tensor(tree.tokens, dtype=torch.long, device=logits.device)
                 argmax = verify_select(logits, d, check_drafts=False).argmax.tolist()
             else:  # its CPU fallback also computes softmax statistics greedy does not read
-                argmax = logits.argmax(-1).tolist()
+                argmax = cpu_rows.argmax(logits)
             while True:
                 want = argmax[node + 1]
                 node = next((c for c in kids[node] if tree.tokens[c] == want), -2)
@@ -229,7 +230,7 @@ class HybridStepper:
             t = len(rows)
             depths = [at + d for d in tree.depths]
             positions = torch.tensor([*range(start, at + 1), *depths], device=self.dev)  # (T,)
-            mask = torch.ones(t, start + t, dtype=torch.bool, device=self.dev).tril(start)
+            mask = causal_mask(t, start, self.dev)
             mask[len(pre) + 1 :, at + 1 :] = tree.mask()  # (T, S + T), True = visible
         logits, normed = self.forward_rows(rows, len(pre), positions, mask)
         path, bonus = self.accept(logits, tree)

@@ -148,6 +148,16 @@ def prepack(
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
 
 
+def causal_mask(t: int, s: int, device: torch.device) -> torch.Tensor:
+    """(T, S + T) bool, True = visible: T new rows after S cached positions, each seeing the
+    cache and the new rows up to itself. Compared from two aranges: `ones(...).tril(s)` runs a
+    parallel loop that wakes OpenMP's sleeping worker (8 vs 83 us for a 4-row verify step)."""
+    return (
+        torch.arange(s + t, device=device)[None, :]
+        <= torch.arange(s, s + t, device=device)[:, None]
+    )
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm over the last dim: kernels/cpu_rows.py's in CPU inference (one C call instead of
     torch's ~8 small ops: 61 norms took ~3.5 ms of a ~35 ms decode forward), kernels/
@@ -526,7 +536,7 @@ class Transformer(nn.Module):
         elif t > 1 and s == 0:
             is_causal = True  # fresh prefill: SDPA's own causal path, no mask tensor
         elif t > 1:
-            mask = torch.ones(t, s + t, dtype=torch.bool, device=x.device).tril(s)  # (T, S+T)
+            mask = causal_mask(t, s, x.device)  # (T, S+T)
 
         x = run_layers(self.layers, x, cos, sin, cache, 0, write, mask, is_causal)
         cache.length = s + write

@@ -151,6 +151,19 @@ def test_rms_norm_matches_torch_and_each_row_stands_alone() -> None:
     )
 
 
+@pytest.mark.parametrize("k", [1, 7, 8, 9, 49152])
+def test_argmax_is_torchs_first_largest(k: int) -> None:
+    """cpu_rows.argmax gives x.argmax(-1): the first of equal largest values, in the vector
+    lanes, between lanes and in the tail; torch's own where the kernel is off."""
+    gen = torch.Generator().manual_seed(k)
+    x = torch.randn(4, k, generator=gen)
+    x[1] = 0.5  # all equal: index 0
+    x[2, k // 2 :] = 9.0  # equal maxima spread over lanes and the tail
+    x[3, -1] = float("inf")
+    assert cpu_rows.argmax(x) == x.argmax(-1).tolist()
+    assert cpu_rows.argmax(x[0]) == [int(x[0].argmax())]
+
+
 @needs_kernel
 @pytest.mark.parametrize("n,t", [(1, 1), (50, 1), (200, 5), (600, 13), (300, 300)])
 @pytest.mark.parametrize("kind", ["all", "causal", "tree"])
