@@ -271,10 +271,10 @@ static void quant_matmul_ws(const float *x, const uint8_t *wq, float *y, int m, 
  * the fp32 outlier moved them by 0.02 and flipped a near-tie in one of four reference answers).
  *
  * Q8_0 codes widen to int16 for vpdpwssd (32 products an instruction). Q4_1 codes stay bytes
- * for vpdpbusd (64 byte products), x's int16 codes split into bytes, xq = 256 hi + lo: two
- * instructions where vpdpwssd takes one, the same integer sums, but no widening of the weight
- * codes, a cross-lane shuffle that took ~40 % of a 1-row product on Zen 4 (3072 x 576 in L2:
- * 44.8 -> 37.9 us; extra rows cost what they did, ~16 instructions a row per 512 codes).
+ * for vpdpbusd (64 byte products an instruction) against x's int16 codes split into bytes,
+ * xq = 256 hi + lo: as many instructions as vpdpwssd on widened codes, the same integer sums,
+ * and no widening, a cross-lane shuffle that took ~40 % of a 1-row product on Zen 4 (3072 x 576
+ * in L2: 44.8 -> 37.9 us; extra rows cost what they did, 16 instructions a row per 512 codes).
  *
  * Panel layouts (pack_quant): per panel of 16 columns and block of 32 inputs, the scales as
  * before, then the codes. Q4_1: d[16], m[16] fp16, 4 chunks of 64 bytes, byte 4 j + i of chunk
