@@ -17,12 +17,15 @@ then two device calls (`run`), the second straight after the first:
 
 part1 stashes the first half in /tmp, runs the kernel tests (compiled Triton on CUDA, the `gpu`
 tests included) and bench/kernels.py. part2 joins the model, benchmarks ar / hybrid / parallel
-with the shipped drafter and n-gram store (lm_before.json; lm_torch.json: ar / hybrid / chain
-without the row-invariant kernels, cuBLAS and SDPA instead), runs the one-command GPU recipe
-(`model.train_drafter --recipe h200`: data, n-gram store, drafter) with its caps fitted to what
-is left of --budget-s, benchmarks again with what it trained (lm_after.json) and packs the new
-adapter and store. Each stage's output is logged with timestamps under $OUT; a failed stage is
-logged and the next one still runs. Then, here, on the folder the call's files came back to:
+with the shipped drafter and n-gram store, and hybrid with a 24-node tree of 4 branches
+(lm.draft_len 24, lm.draft_branch 4: rows free on CPU 2.56 tokens/forward against 2.47 at the
+default 12 / 3; does a GPU verify 25 rows as cheaply as 13?) (lm_before.json; lm_torch.json: ar
+/ hybrid / chain without the row-invariant kernels, cuBLAS and SDPA instead), runs the
+one-command GPU recipe (`model.train_drafter --recipe h200`: data, n-gram store, drafter) with
+its caps fitted to what is left of --budget-s, benchmarks again with what it trained
+(lm_after.json) and packs the new adapter and store. Each stage's output is logged with
+timestamps under $OUT; a failed stage is logged and the next one still runs. Then, here, on the
+folder the call's files came back to:
 
     .venv/bin/python bench/gpu.py collect DIR  # runs/gpu/*; the new adapter + store staged in
                                                # runs/gpu/adapters/ for review, not installed
@@ -189,7 +192,7 @@ def join_model(run: Run) -> Path | None:
 
 def bench_lm(run: Run, name: str, model: Path, adapters: Path, timeout: float,
              extra: tuple[str, ...] = ("--decoders", "ar,hybrid,parallel", "--thresholds",
-                                       "0.5,0.7,0.9", "--lookup-only"),
+                                       "0.5,0.7,0.9", "--lookup-only", "--compare-tree", "24,4"),
              env: dict[str, str] | None = None) -> bool:  # fmt: skip
     """bench/lm.py on the unseen prompts with the adapter and store in `adapters`."""
     size = ("cpu", "1", "8") if run.smoke else ("cuda", "12", "64")

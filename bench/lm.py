@@ -203,6 +203,12 @@ def main() -> int:
         "--chain", action="store_true", help="add a hybrid row with lm.draft_branch 1 (no tree)"
     )
     ap.add_argument(
+        "--compare-tree",
+        default="",
+        help="another draft tree size LEN,BRANCH (e.g. 24,4): adds a hybrid/treeLENxBRANCH row "
+        "with that lm.draft_len and lm.draft_branch",
+    )
+    ap.add_argument(
         "--with-drafter",
         action="store_true",
         help="add a hybrid row whose lm.row_cost is set explicitly (--row-cost, else the auto "
@@ -260,6 +266,13 @@ def main() -> int:
             runs["hybrid/lookup/ngram2"] = (LM(lm.model, lm.tokenizer, free), "hybrid")
     if a.chain:
         runs["hybrid/chain"] = (LM(lm.model, lm.tokenizer, replace(cfg, draft_branch=1)), "hybrid")
+    if a.compare_tree:
+        try:
+            n, b = (int(v) for v in a.compare_tree.split(","))
+            tree = replace(cfg, draft_len=n, draft_branch=b)
+        except ValueError as e:
+            ap.error(f"--compare-tree wants LEN,BRANCH (e.g. 24,4): {e}")
+        runs[f"hybrid/tree{n}x{b}"] = (LM(lm.model, lm.tokenizer, tree), "hybrid")
     # --with-drafter / --compare-drafter: the drafter pass on, at --row-cost or the auto value.
     cost = CPU_ROW_COST[lm.model.cpu_kernel] if lm.device.type == "cpu" else 0.0
     cost = a.row_cost if a.row_cost >= 0 else cost

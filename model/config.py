@@ -70,7 +70,7 @@ class LMConfig:
             "help": "most draft tokens (tree nodes) verified per forward, and deepest draft "
             "(the drafter fills up to its block, prompt lookup the rest)",
             "min": 1,
-            "max": 16,
+            "max": 32,
         },
     )
     draft_branch: int = field(
