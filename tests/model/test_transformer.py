@@ -35,13 +35,13 @@ def test_incremental_equals_full_recompute(lm) -> None:
     assert (inc - full).abs().max().item() < 1e-3
 
 
-@torch.inference_mode()
 @pytest.mark.parametrize("t,s", [(1, 0), (4, 0), (3, 17), (13, 300)])
 def test_causal_mask_is_the_lower_triangle_after_the_cache(t: int, s: int) -> None:
     want = torch.ones(t, s + t, dtype=torch.bool).tril(s)
     assert torch.equal(transformer.causal_mask(t, s, torch.device("cpu")), want)
 
 
+@torch.inference_mode()
 def test_truncate_rolls_back(tiny: Transformer) -> None:
     cache = tiny.new_cache(64)
     tiny(ids(10), cache=cache)
