@@ -1,16 +1,18 @@
 """Audio sources: async iterators of int16 mono frames at 16 kHz, frame_ms long.
 
-WavSource reads a WAV (8/16/24/32-bit PCM, any rate, any channels) block by block, down-mixes,
-resamples, and paces in real time or not. MicSource opens a sounddevice input at the device's
-own rate (44.1/48 kHz stereo is the norm) and converts in the event loop. PushSource is fed by
-the websocket server with PCM16LE bytes (odd byte counts are carried over) or arrays.
+WavSource reads a WAV (8/16/24/32-bit PCM or 32/64-bit float, plain or WAVE_FORMAT_EXTENSIBLE,
+any rate, any channels) block by block, down-mixes, resamples, and paces in real time or not.
+MicSource opens a sounddevice input at the device's own rate (44.1/48 kHz stereo is the norm) and
+converts in the event loop. PushSource is fed by the websocket server with PCM16LE bytes (odd
+byte counts are carried over) or arrays.
 All: `async for frame in source:` and `await source.aclose()`.
 """
 
 import asyncio
 import logging
+import os
+import struct
 import time
-import wave
 from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -62,15 +64,100 @@ class _Framer:
         return frames
 
 
-def _pcm_from_wav_bytes(data: bytes, width: int, channels: int) -> np.ndarray:
-    if width == 3:  # 24-bit little-endian -> int32 with the sign in the top byte
-        b = np.frombuffer(data[: len(data) - len(data) % 3], np.uint8).reshape(-1, 3)
-        pcm = (b[:, 0].astype(np.int32) << 8) | (b[:, 1].astype(np.int32) << 16)
-        pcm = pcm | (b[:, 2].astype(np.int8).astype(np.int32) << 24)
-    else:
-        dtype = {1: np.uint8, 2: np.dtype("<i2"), 4: np.dtype("<i4")}[width]
-        pcm = np.frombuffer(data[: len(data) - len(data) % width], dtype)
-    return to_mono(pcm, channels)
+_WAVE_PCM, _WAVE_FLOAT, _WAVE_EXTENSIBLE = 1, 3, 0xFFFE
+# WAVE_FORMAT_EXTENSIBLE names its encoding by a GUID: the format tag in the first two bytes,
+# then this fixed KSDATAFORMAT tail.
+_GUID_TAIL = bytes.fromhex("000000001000800000aa00389b71")
+_TAG_NAMES = {2: "MS ADPCM", 6: "A-law", 7: "mu-law", 0x11: "IMA ADPCM", 0x55: "MP3"}
+
+
+class _WavFile:
+    """The samples of a RIFF/WAVE file, read block by block (the stdlib `wave` reads tag 1 only).
+
+    Takes format tag 1 (integer PCM, 8/16/24/32-bit), 3 (IEEE float, 32/64-bit) and 0xFFFE
+    (WAVE_FORMAT_EXTENSIBLE, which sox writes above 16 bits or 2 channels) with either encoding.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._f = path.open("rb")
+        except FileNotFoundError as e:
+            raise AudioFormatError(f"no such WAV file: {path}") from e
+        try:
+            self._parse()
+        except BaseException:
+            self._f.close()
+            raise
+
+    def _fail(self, why: str) -> AudioFormatError:
+        return AudioFormatError(
+            f"{self.path}: {why}; convert it: sox {self.path} -b 16 -e signed-integer out.wav"
+        )
+
+    def _parse(self) -> None:
+        head = self._f.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            raise self._fail("not a WAV file (no RIFF/WAVE header)")
+        fmt = b""
+        while True:
+            chunk = self._f.read(8)
+            if len(chunk) < 8:
+                raise self._fail("WAV without a data chunk" if fmt else "WAV without a fmt chunk")
+            cid, size = chunk[:4], struct.unpack("<I", chunk[4:])[0]
+            if cid == b"data":
+                break
+            if cid == b"fmt ":
+                fmt = self._f.read(size)
+                self._f.seek(size % 2, 1)
+            else:
+                self._f.seek(size + size % 2, 1)  # chunks are padded to an even size
+        if len(fmt) < 16:
+            raise self._fail("WAV without a fmt chunk before its data")
+        tag, channels, rate, _, block, bits = struct.unpack_from("<HHIIHH", fmt)
+        if tag == _WAVE_EXTENSIBLE:
+            if len(fmt) < 40 or fmt[26:40] != _GUID_TAIL:
+                raise self._fail("WAVE_FORMAT_EXTENSIBLE WAV with an unknown subformat")
+            tag = struct.unpack_from("<H", fmt, 24)[0]
+        if channels < 1 or rate < 1 or block % channels:
+            raise self._fail(f"broken fmt chunk ({channels} channels, {rate} Hz, block {block})")
+        self.width = block // channels
+        self.is_float = tag == _WAVE_FLOAT
+        if not (
+            (tag == _WAVE_PCM and self.width in (1, 2, 3, 4))
+            or (self.is_float and self.width in (4, 8))
+        ):
+            kind = "float" if self.is_float else "PCM" if tag == _WAVE_PCM else None
+            what = f"{8 * self.width}-bit {kind}" if kind else _TAG_NAMES.get(tag, f"tag {tag:#x}")
+            raise self._fail(
+                f"unsupported WAV encoding {what} (PCM 8/16/24/32-bit and float 32/64-bit are read)"
+            )
+        self.rate, self.channels, self._block = rate, channels, block
+        # Streaming writers leave the data size 0 or 0xFFFFFFFF: the data then runs to the end.
+        here = self._f.tell()
+        left = os.fstat(self._f.fileno()).st_size - here
+        self._left = left if size in (0, 0xFFFFFFFF) else min(size, left)
+        self.frames = self._left // block
+
+    def read(self, frames: int) -> np.ndarray:
+        """Up to `frames` frames, down-mixed to mono (int PCM keeps its width, float is float32)."""
+        data = self._f.read(min(self._left, frames * self._block))
+        self._left -= len(data)
+        data = data[: len(data) - len(data) % self._block]
+        if self.is_float:
+            pcm = np.frombuffer(data, "<f4" if self.width == 4 else "<f8").astype(np.float32)
+        elif self.width == 3:  # 24-bit little-endian -> int32 with the sign in the top byte
+            b = np.frombuffer(data, np.uint8).reshape(-1, 3)
+            pcm = (b[:, 0].astype(np.int32) << 8) | (b[:, 1].astype(np.int32) << 16)
+            pcm = pcm | (b[:, 2].astype(np.int8).astype(np.int32) << 24)
+        else:
+            pcm = np.frombuffer(
+                data, {1: np.uint8, 2: np.dtype("<i2"), 4: np.dtype("<i4")}[self.width]
+            )
+        return to_mono(pcm, self.channels)
+
+    def close(self) -> None:
+        self._f.close()
 
 
 class WavSource:
@@ -81,21 +168,9 @@ class WavSource:
         self.frame_len = _check_frame_ms(frame_ms)
         self.frame_ms = frame_ms
         self.realtime = realtime
-        try:
-            self._wav = wave.open(str(self.path), "rb")  # noqa: SIM115 (open while iterated)
-        except FileNotFoundError as e:
-            raise AudioFormatError(f"no such WAV file: {self.path}") from e
-        except (wave.Error, EOFError) as e:
-            raise AudioFormatError(
-                f"{self.path} is not a PCM WAV ({e}); convert it: sox in -b 16 -c 1 out.wav"
-            ) from e
-        self.src_hz = self._wav.getframerate()
-        self._width = self._wav.getsampwidth()
-        self._channels = self._wav.getnchannels()
-        if self._width not in (1, 2, 3, 4) or self.src_hz <= 0:
-            self._wav.close()
-            raise AudioFormatError(f"{self.path}: unsupported {8 * self._width}-bit WAV")
-        self.duration_s = self._wav.getnframes() / self.src_hz
+        self._wav = _WavFile(self.path)
+        self.src_hz = self._wav.rate
+        self.duration_s = self._wav.frames / self.src_hz
         self._closed = False
 
     def __aiter__(self) -> AsyncIterator[np.ndarray]:
@@ -107,12 +182,8 @@ class WavSource:
         start = time.monotonic()
         sent = 0
         while not self._closed:
-            data = self._wav.readframes(block)
-            frames = (
-                framer.feed(_pcm_from_wav_bytes(data, self._width, self._channels))
-                if data
-                else framer.flush()
-            )
+            mono = self._wav.read(block)
+            frames = framer.feed(mono) if len(mono) else framer.flush()
             for frame in frames:
                 if self._closed:
                     return
@@ -123,7 +194,7 @@ class WavSource:
                     await asyncio.sleep(0)  # let the loop breathe on long files
                 sent += 1
                 yield frame
-            if not data:
+            if not len(mono):
                 break
         self._wav.close()
 

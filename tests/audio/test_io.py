@@ -5,6 +5,9 @@ module that drives their callbacks from a thread like PortAudio does.
 """
 
 import asyncio
+import shutil
+import struct
+import subprocess
 import sys
 import threading
 import time
@@ -63,6 +66,88 @@ def test_wav_source_other_sample_widths(tmp_path: Path, width: int) -> None:
     ref = (x * 32767).astype(int)
     tolerance = 600 if width == 1 else 50  # 8-bit steps are 256 apart in int16
     assert np.abs(pcm[: len(ref)].astype(int) - ref).max() < tolerance
+
+
+SOX = shutil.which("sox")
+
+
+def sox_sine(path: Path, *args: str) -> Path:
+    """A 0.5 s 440 Hz sine at 16 kHz written by sox (no dither) with the given encoding."""
+    cmd = [SOX, "-D", "-n", *args, "-r", "16000", str(path), "synth", "0.5", "sine", "440"]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return path
+
+
+@pytest.mark.skipif(SOX is None, reason="sox is not installed")
+@pytest.mark.parametrize(
+    ("args", "tag"),
+    [
+        (("-b", "16", "-e", "signed", "-c", "1", "-t", "wavpcm"), 1),
+        (("-b", "24", "-e", "signed", "-c", "1"), 0xFFFE),  # sox: extensible above 16 bits
+        (("-b", "32", "-e", "signed", "-c", "2"), 0xFFFE),
+        (("-b", "16", "-e", "signed", "-c", "3"), 0xFFFE),  # and above 2 channels
+        (("-b", "8", "-e", "unsigned", "-c", "1"), 1),
+        (("-b", "32", "-e", "float", "-c", "1"), 3),
+        (("-b", "64", "-e", "float", "-c", "1"), 3),
+        (("-b", "32", "-e", "float", "-c", "3"), 3),
+    ],
+)
+def test_wav_source_reads_what_sox_writes(tmp_path: Path, args: tuple[str, ...], tag: int) -> None:
+    path = sox_sine(tmp_path / "x.wav", *args)
+    assert int.from_bytes(path.read_bytes()[20:22], "little") == tag
+    pcm = asyncio.run(collect(WavSource(path)))
+    ref_path = sox_sine(tmp_path / "ref.wav", "-b", "16", "-e", "signed", "-t", "wavpcm")
+    ref = read_wav_bytes(ref_path.read_bytes())[0].astype(int)  # the stdlib reads tag 1
+    assert len(ref) == 8000 and len(pcm) == 8160  # 17 frames of 480, the last zero-padded
+    tolerance = 260 if args[1] == "8" else 2  # 8-bit steps are 256 apart in int16
+    assert np.abs(pcm[:8000].astype(int) - ref).max() <= tolerance
+
+
+def wav_bytes(fmt: bytes, data: bytes) -> bytes:
+    chunks = b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data))
+    return b"RIFF" + struct.pack("<I", 4 + len(chunks) + len(data)) + b"WAVE" + chunks + data
+
+
+def extensible_fmt(sub_tag: int, bits: int, channels: int = 1, rate: int = 16000) -> bytes:
+    block = channels * bits // 8
+    guid = struct.pack("<H", sub_tag) + bytes.fromhex("000000001000800000aa00389b71")
+    return (
+        struct.pack("<HHIIHHHHI", 0xFFFE, channels, rate, rate * block, block, bits, 22, bits, 4)
+        + guid
+    )
+
+
+def test_wav_source_extensible_pcm16_and_float_and_errors(tmp_path: Path) -> None:
+    x = sine(16000, 0.3)
+    path = tmp_path / "ext16.wav"
+    path.write_bytes(wav_bytes(extensible_fmt(1, 16), (x * 32767).astype("<i2").tobytes()))
+    assert np.array_equal(asyncio.run(collect(WavSource(path)))[: len(x)], (x * 32767).astype(int))
+    path = tmp_path / "extf32.wav"
+    stereo = np.repeat(x[:, None], 2, axis=1).astype("<f4")  # (n, 2)
+    path.write_bytes(wav_bytes(extensible_fmt(3, 32, channels=2), stereo.tobytes()))
+    pcm = asyncio.run(collect(WavSource(path)))
+    assert np.abs(pcm[: len(x)] - (x * 32767).astype(int)).max() <= 1
+
+    alaw = tmp_path / "alaw.wav"
+    alaw.write_bytes(wav_bytes(struct.pack("<HHIIHH", 6, 1, 8000, 8000, 1, 8), b"\0" * 800))
+    with pytest.raises(AudioFormatError, match=r"unsupported WAV encoding A-law.*sox"):
+        WavSource(alaw)
+    ext_alaw = tmp_path / "ext_alaw.wav"
+    ext_alaw.write_bytes(wav_bytes(extensible_fmt(6, 8), b"\0" * 800))
+    with pytest.raises(AudioFormatError, match="A-law"):
+        WavSource(ext_alaw)
+    half = tmp_path / "f16.wav"
+    half.write_bytes(wav_bytes(struct.pack("<HHIIHH", 3, 1, 16000, 32000, 2, 16), b"\0" * 800))
+    with pytest.raises(AudioFormatError, match="16-bit float"):
+        WavSource(half)
+    guid = tmp_path / "guid.wav"
+    guid.write_bytes(wav_bytes(extensible_fmt(1, 16)[:-1] + b"\x01", b"\0" * 800))
+    with pytest.raises(AudioFormatError, match="unknown subformat"):
+        WavSource(guid)
+    no_data = tmp_path / "nodata.wav"
+    no_data.write_bytes(wav_bytes(extensible_fmt(1, 16), b"")[:-8])
+    with pytest.raises(AudioFormatError, match="without a data chunk"):
+        WavSource(no_data)
 
 
 def test_wav_source_realtime_pacing(tmp_path: Path) -> None:
