@@ -14,7 +14,7 @@ import os
 import struct
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import numpy as np
@@ -54,14 +54,17 @@ class _Framer:
             return self._cut(to_int16(mono))
         return self._cut(to_int16(self._rs.process(to_float32(mono))))
 
+    def pad(self) -> list[np.ndarray]:
+        """The partial frame held back, zero-padded to a whole one (none if nothing is held)."""
+        if not len(self._pending):
+            return []
+        frame = np.concatenate([self._pending, np.zeros(self._len - len(self._pending), np.int16)])
+        self._pending = np.zeros(0, np.int16)
+        return [frame]
+
     def flush(self) -> list[np.ndarray]:
         """Remaining audio, the last frame zero-padded."""
-        frames = self._cut(to_int16(self._rs.flush()))
-        if len(self._pending):
-            pad = np.zeros(self._len - len(self._pending), np.int16)
-            frames.append(np.concatenate([self._pending, pad]))
-            self._pending = np.zeros(0, np.int16)
-        return frames
+        return self._cut(to_int16(self._rs.flush())) + self.pad()
 
 
 _WAVE_PCM, _WAVE_FLOAT, _WAVE_EXTENSIBLE = 1, 3, 0xFFFE
@@ -207,25 +210,52 @@ class PushSource:
     """Frames pushed by a producer in the same event loop (the websocket server).
 
     push() takes PCM16LE bytes (an odd trailing byte waits for the next push) or an array
-    (int16 or float in [-1, 1]) at src_rate_hz. Beyond max_buffer_ms of unread audio the oldest
-    frames are dropped (logged) so a stalled consumer cannot grow memory without bound.
+    (int16 or float in [-1, 1]) at src_rate_hz, whole. Beyond max_buffer_ms of unread audio the
+    oldest frames are dropped so a stalled consumer cannot grow memory without bound; push()
+    returns how many, for the producer to report, and `drained()` lets it wait instead.
+
+    gap_fill_ms > 0: the received audio is taken to play in real time from its arrival, back to
+    back; once it has run out for gap_fill_ms with nothing new, the consumer gets silence for the
+    whole wall-clock gap and then one silent frame per frame_ms, until audio arrives again. A
+    producer that stops mid-speech (a closed mic, a stalled network) so still ends its turn at
+    the real end of speech, while one that sends ahead of real time or in bursts never sees
+    silence inserted: its audio has not run out.
     """
 
     def __init__(
-        self, frame_ms: int = 30, src_rate_hz: int = RATE_HZ, max_buffer_ms: int = 10000
+        self,
+        frame_ms: int = 30,
+        src_rate_hz: int = RATE_HZ,
+        max_buffer_ms: int = 10000,
+        gap_fill_ms: int = 0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.frame_len = _check_frame_ms(frame_ms)
+        self.frame_ms = frame_ms
+        self._rate = src_rate_hz
         self._framer = _Framer(src_rate_hz, self.frame_len)
         self._odd = b""
         self._frames: deque[np.ndarray] = deque()
         self._max_frames = max(1, max_buffer_ms // frame_ms)
         self._ready = asyncio.Event()
+        self._drained = asyncio.Event()
         self._closed = False
+        self._gap_s = gap_fill_ms / 1000.0
+        self._clock = clock
+        self._due: float | None = None  # wall time at which the received audio runs out
+        self._filling = False
         self.dropped_frames = 0
+        self.filled_frames = 0
 
-    def push(self, pcm: bytes | bytearray | memoryview | np.ndarray) -> None:
+    @property
+    def buffered_ms(self) -> int:
+        """Audio pushed and not yet read."""
+        return len(self._frames) * self.frame_ms
+
+    def push(self, pcm: bytes | bytearray | memoryview | np.ndarray) -> int:
+        """Queue audio; returns how many old unread frames were dropped to make room (0)."""
         if self._closed:
-            return
+            return 0
         if isinstance(pcm, bytes | bytearray | memoryview):
             data = self._odd + bytes(pcm)
             cut = len(data) - len(data) % 2
@@ -236,18 +266,34 @@ class PushSource:
             if arr.ndim != 1:
                 arr = to_mono(arr)
             mono = to_int16(arr)
-        self._enqueue(self._framer.feed(mono))
+        if len(mono):
+            now = self._clock()
+            self._due = max(now, self._due if self._due is not None else now)
+            self._due += len(mono) / self._rate
+            self._filling = False
+        return self._enqueue(self._framer.feed(mono))
 
-    def _enqueue(self, frames: list[np.ndarray]) -> None:
+    def _enqueue(self, frames: list[np.ndarray]) -> int:
         self._frames.extend(frames)
-        over = len(self._frames) - self._max_frames
-        if over > 0:
-            for _ in range(over):
-                self._frames.popleft()
+        over = max(0, len(self._frames) - self._max_frames)
+        for _ in range(over):
+            self._frames.popleft()
+        if over:
             self.dropped_frames += over
             log.warning("audio: push source overflow, %d old frames dropped", over)
         if self._frames:
             self._ready.set()
+            self._drained.clear()
+        return over
+
+    async def drained(self, timeout_s: float) -> bool:
+        """Wait until the consumer has read everything pushed; False if it did not in time."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._drained.wait()
+        except TimeoutError:
+            return False
+        return True
 
     def close(self) -> None:
         """End of stream: the remaining audio (last frame zero-padded) is still delivered."""
@@ -256,21 +302,54 @@ class PushSource:
             self._closed = True
             self._ready.set()
 
+    def _until_fill(self) -> float | None:
+        """Seconds until silence is due, or None when no fill is armed."""
+        if not self._gap_s or self._due is None:
+            return None
+        wait = self.frame_ms / 1000.0 if self._filling else self._gap_s
+        return max(0.0, self._due + wait - self._clock())
+
+    def _fill(self) -> None:
+        """Silence for the wall-clock time since the received audio ran out."""
+        assert self._due is not None
+        frame_s = self.frame_ms / 1000.0
+        n = int((self._clock() - self._due) / frame_s)
+        if n < 1 or (not self._filling and n * frame_s < self._gap_s - frame_s):
+            return
+        frames = [] if self._filling else self._framer.pad()
+        frames += [np.zeros(self.frame_len, np.int16) for _ in range(n)]
+        self._due += n * frame_s
+        self._filling = True
+        self.filled_frames += len(frames)
+        self._enqueue(frames)
+
     def __aiter__(self) -> AsyncIterator[np.ndarray]:
         return self._iter()
 
     async def _iter(self) -> AsyncIterator[np.ndarray]:
         while True:
             while self._frames:
-                yield self._frames.popleft()
+                frame = self._frames.popleft()
+                if not self._frames:
+                    self._drained.set()
+                yield frame
             if self._closed:
                 return
             self._ready.clear()
-            await self._ready.wait()
+            wait = self._until_fill()
+            if wait is None:
+                await self._ready.wait()
+                continue
+            try:
+                async with asyncio.timeout(wait):
+                    await self._ready.wait()
+            except TimeoutError:
+                self._fill()
 
     async def aclose(self) -> None:
         self.close()
         self._frames.clear()
+        self._drained.set()
 
 
 class MicSource:

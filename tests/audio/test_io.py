@@ -190,8 +190,8 @@ def test_push_source_odd_bytes_floats_and_overflow() -> None:
         assert np.array_equal(pcm[:1000], np.arange(1000) % 100)
         assert pcm[1000:1003].tolist() == [0, 32767, 16383]
         small = PushSource(max_buffer_ms=300)
-        small.push(np.zeros(16000, np.int16))
-        assert small.dropped_frames == 23  # 1 s pushed, 10 frames kept
+        assert small.push(np.zeros(16000, np.int16)) == 23  # 1 s pushed, 10 frames kept
+        assert small.dropped_frames == 23 and small.buffered_ms == 300
         small.close()  # the zero-padded tail frame pushes one more old frame out
         assert len(await collect(small)) == 480 * 10 and small.dropped_frames == 24
 
@@ -199,6 +199,101 @@ def test_push_source_odd_bytes_floats_and_overflow() -> None:
         resampling.push((sine(48000, 0.5) * 32767).astype(np.int16))
         resampling.close()
         assert abs(len(await collect(resampling)) - 8000) <= 480
+
+    asyncio.run(run())
+
+
+def test_push_source_takes_a_max_size_message_whole_and_reports_drain() -> None:
+    async def run() -> None:
+        src = PushSource(max_buffer_ms=70000)
+        assert src.push(np.ones(1 << 19, np.int16)) == 0  # 1 MiB of PCM16: 32.8 s
+        assert src.buffered_ms == 1092 * 30
+        assert not await src.drained(0.05)  # nobody reads yet
+        reader = asyncio.create_task(collect_n(src, 1092))
+        assert await src.drained(5.0)
+        assert len(await reader) == 1092 and src.dropped_frames == 0
+
+    asyncio.run(run())
+
+
+async def collect_n(source, n: int) -> list[np.ndarray]:
+    frames = []
+    async for frame in source:
+        frames.append(frame)
+        if len(frames) == n:
+            break
+    return frames
+
+
+async def feed_realtime(src: PushSource, pcm: np.ndarray, block: int = 320) -> None:
+    """Push `pcm` in blocks at the real-time pace a microphone client keeps (20 ms blocks)."""
+    t0 = time.monotonic()
+    for i in range(0, len(pcm), block):
+        await asyncio.sleep(max(0.0, t0 + i / 16000 - time.monotonic()))
+        src.push(pcm[i : i + block])
+
+
+def test_push_source_fills_the_gap_when_the_client_stops_and_the_vad_ends_the_turn() -> None:
+    from audio.config import VADConfig
+    from audio.vad import Endpointer
+    from tests.app.fakes import buzz
+
+    async def run() -> tuple[list, float, int]:
+        src = PushSource(gap_fill_ms=400)
+        ep = Endpointer(VADConfig(silero=False))
+        events, audio_ms = [], 0.0
+        feeder = asyncio.create_task(feed_realtime(src, buzz(1200)))  # then it goes quiet
+        t0 = time.monotonic()
+        async for frame in src:
+            audio_ms += 30
+            events += ep.process(frame)
+            if any(e.kind == "speech_end" for e in events):
+                break
+        await feeder
+        return events, time.monotonic() - t0, src.filled_frames
+
+    events, wall_s, filled = asyncio.run(run())
+    end = next(e for e in events if e.kind == "speech_end")
+    # The turn ends 500 ms (vad.speech_end_ms) after the real end of speech, as if the client
+    # had sent silence: the fill covers the whole gap, not only what came after the 400 ms.
+    assert 1150 <= end.audio_ms <= 1300, end.audio_ms
+    assert 1.55 <= wall_s <= 3.0 and filled >= 15
+
+
+def test_push_source_gap_fill_leaves_fast_bursty_and_jittery_clients_alone() -> None:
+    async def run() -> None:
+        # Bursts: 1 s of audio every second, all at once. Its audio never runs out.
+        src = PushSource(gap_fill_ms=300)
+        reader = asyncio.create_task(collect_n(src, 99))
+        for _ in range(3):
+            src.push(np.full(16000, 5, np.int16))
+            await asyncio.sleep(0.9)
+        frames = await reader
+        assert src.filled_frames == 0 and all((f == 5).all() for f in frames)
+
+        # Real time with 250 ms network hiccups: under the 300 ms threshold, nothing inserted.
+        src = PushSource(gap_fill_ms=300)
+        reader = asyncio.create_task(collect_n(src, 33))  # 1 s of audio: 33 whole frames
+        await feed_realtime(src, np.full(8000, 5, np.int16))
+        await asyncio.sleep(0.25)
+        await feed_realtime(src, np.full(8000, 5, np.int16))
+        assert all((f == 5).all() for f in await reader) and src.filled_frames == 0
+
+        # A stop: silence comes, then stops as soon as the client resumes.
+        src = PushSource(gap_fill_ms=300)
+        src.push(np.full(1000, 5, np.int16))  # 2 frames and a 40-sample partial one
+        got = await collect_n(src, 2)
+        t0 = time.monotonic()
+        got += await collect_n(src, 14)  # the partial frame padded + 13 frames of the gap
+        assert 0.28 <= time.monotonic() - t0 <= 1.0
+        assert (got[2][:40] == 5).all() and not got[2][40:].any() and not got[3].any()
+        filled = src.filled_frames
+        await asyncio.sleep(0.2)
+        src.push(np.full(480 * 3, 7, np.int16))
+        assert all((f == 7).all() for f in await collect_n(src, 3))
+        t0 = time.monotonic()
+        assert not (await collect_n(src, 1))[0].any()  # the client stopped again: a new gap
+        assert time.monotonic() - t0 >= 0.25 and src.filled_frames > filled
 
     asyncio.run(run())
 
