@@ -97,6 +97,7 @@ class VoiceSession:
 
     def idle(self) -> bool:
         """No user speech in progress, no transcript pending, no answer running."""
+        self._reap()  # a source that waits for idle() feeds no frames, and frames reap
         return (
             not self.vad.in_speech
             and not self._final_pending
