@@ -20,7 +20,7 @@ import pytest
 from audio import devices
 from audio.config import AudioConfig
 from audio.errors import AudioDeviceError, AudioFormatError
-from audio.sinks import CallbackSink, PlayClock, SpeakerSink, WavSink
+from audio.sinks import CallbackSink, ClientSink, PlayClock, SpeakerSink, WavSink
 from audio.sources import MicSource, PushSource, WavSource
 from tests.speech import read_wav_bytes, write_wav
 
@@ -356,6 +356,57 @@ def test_callback_sink_paces_and_flushes() -> None:
         dead = CallbackSink(broken, 16000, realtime=False)
         await dead.write(np.zeros(10, np.int16))  # logged, not raised
         await dead.write(np.zeros(10, np.int16))
+
+    asyncio.run(run())
+
+
+def test_client_sink_maps_reports_through_flushes_and_never_counts_unsent_audio() -> None:
+    sent: list[tuple[int, int]] = []
+    gen = [1]
+    gate = asyncio.Event()
+
+    async def send(g: int, b: bytes) -> None:
+        await gate.wait()  # the socket: blocked until the test opens it
+        sent.append((g, len(b) // 2))
+
+    async def run() -> None:
+        sink = ClientSink(send, lambda: gen[0], 1000, lead_ms=100, piece_ms=20)
+        await sink.write(np.zeros(1000, np.int16))
+        await asyncio.sleep(0.3)
+        assert sent == [] and sink.played_samples == 0  # nothing reached the socket
+        assert sink.stalled_s() >= 0.25  # audio waits, nothing plays
+        gate.set()
+        await asyncio.sleep(0.35)
+        assert 0 < sink.played_samples <= sum(n for _, n in sent)  # the wall-clock estimate
+
+        sink.report(1, 150.0)  # from the first report on, the client's word counts
+        assert sink.reported and sink.played_samples == 150
+        sink.report(1, 120.0)  # late, out of order: played never goes back
+        assert sink.played_samples == 150
+        sink.flush()  # a hold: the unplayed rest goes, the next write lands at 150
+        assert sink.played_samples == 150
+        got = sum(n for _, n in sent)
+        await sink.write(np.zeros(200, np.int16))  # the resumed answer, same generation
+        await asyncio.sleep(0.15)
+        assert sum(n for _, n in sent) == got + 200
+        sink.report(1, got - 10)  # inside audio sent before the flush: ignored
+        assert sink.played_samples == 150
+        sink.report(1, got + 50)  # 50 ms into the resumed audio
+        assert sink.played_samples == 200
+        sink.report(1, got + 199.4)  # whole ms, a fraction short of the end: the end
+        assert sink.played_samples == 350 and sink.stalled_s() == 0.0
+        sink.report(1, 1e6)  # more than was ever sent: capped
+        assert sink.played_samples == 350
+
+        gen[0] = 2
+        await sink.write(np.zeros(100, np.int16))
+        await asyncio.sleep(0.15)
+        sink.report(1, 1e6)
+        sink.report(2, 0.0)  # the client has the new answer's audio and played none of it
+        assert sink.played_samples == 350
+        sink.report(2, 40.0, stopped=True)
+        assert sink.played_samples == 390
+        await sink.aclose()
 
     asyncio.run(run())
 
