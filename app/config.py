@@ -44,6 +44,24 @@ class ServerConfig:
     max_message_bytes: int = field(
         default=1 << 20, metadata={"help": "largest websocket message accepted", "min": 1024}
     )
+    input_gap_fill_ms: int = field(
+        default=500,
+        metadata={
+            "help": "a client's audio that stops this long past real time is followed by "
+            "silence for the gap, so its turn still ends (0 = off)",
+            "min": 0,
+            "max": 10000,
+        },
+    )
+    playback_stall_ms: int = field(
+        default=3000,
+        metadata={
+            "help": "an answer whose sent audio the client has not played for this long is "
+            "cancelled, with what it did play as heard",
+            "min": 500,
+            "max": 60000,
+        },
+    )
 
 
 @dataclass(frozen=True)

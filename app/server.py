@@ -3,18 +3,23 @@
 Protocol (docs/protocol.md): the client streams binary PCM16LE mono 16 kHz; the server answers
 with JSON events named after the OpenAI Realtime API and binary audio messages, each a 4-byte
 little-endian generation id followed by PCM16LE mono at the rate announced in `session.created`.
-Nothing a client sends can crash the server or another session: bad messages become `error`
-events, a session's failure closes that connection only, and every session's trace is flushed
-when it ends.
+What the user heard of an answer is what the client reports having played
+(`output_audio_buffer.played`, `conversation.item.truncate`), or until it reports, a wall-clock
+model of playback over the audio that reached the socket. Nothing a client sends can crash the
+server or another session: bad messages become `error` events, a session's failure closes that
+connection only, and every session's trace is flushed when it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import http
 import json
 import logging
+import re
 import signal
 import socket
 import struct
@@ -68,22 +73,45 @@ class ClientError(ValueError):
     """A message the client sent that the protocol does not allow; reported, never fatal."""
 
 
+def _error(kind: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _number(event: dict[str, Any], key: str) -> float:
+    value = event.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+        raise ClientError(f"{event['type']}: {key} must be a number >= 0, got {value!r}")
+    return float(value)
+
+
 class Connection:
     """One websocket client: decodes its messages, drives its VoiceSession, sends events and audio.
 
     Outgoing messages go through one bounded queue drained by one writer task, so a slow client
-    delays only itself; when the queue is full, audio is dropped rather than memory grown.
+    delays only itself. Audio is never dropped: the sink's pump waits for each message to reach
+    the socket and stays lead_ms ahead of playback, and an answer the client stops playing is
+    cancelled after server.playback_stall_ms. Incoming audio is taken whole: past half of the
+    source's buffer the reader waits for the session to catch up (TCP backpressure on the client).
     """
 
     OUT_QUEUE_MESSAGES = 512
+    CATCH_UP_S = 2.0  # a session that reads nothing for this long is stalled: go on reading
+    WATCH_S = 0.1  # how often the playback stall is checked
 
     def __init__(self, ws: ServerConnection, server: VoiceServer) -> None:
         self.ws = ws
         self.server = server
         self.id = uuid.uuid4().hex[:12]
-        self.out: asyncio.Queue[str | bytes | None] = asyncio.Queue(self.OUT_QUEUE_MESSAGES)
+        self.out: asyncio.Queue[str | tuple[bytes, asyncio.Future[None]] | None] = asyncio.Queue(
+            self.OUT_QUEUE_MESSAGES
+        )
         self.session: Any = None
         self.source: Any = None
+        self.sink: Any = None
+        # Two messages of the largest size fit (1 MiB of PCM16 is 32.8 s at 16 kHz), so one
+        # always fits past the high-water mark at half.
+        cfg = server.cfg
+        self.buffer_ms = 2 * cfg.server.max_message_bytes * 1000 // (2 * cfg.audio.sample_rate_hz)
 
     def emit(self, event: dict[str, Any]) -> None:
         """Queue a JSON event for the client (callable from the event loop only)."""
@@ -92,21 +120,60 @@ class Connection:
         except asyncio.QueueFull:
             log.warning("session %s: client too slow, dropped %s", self.id, event.get("type"))
 
-    async def send_audio(self, pcm: bytes) -> None:
-        gen = int(getattr(self.session, "gen", 0))
-        try:
-            self.out.put_nowait(AUDIO_HEADER.pack(gen) + pcm)
-        except asyncio.QueueFull:
-            log.warning("session %s: client too slow, dropped %d audio bytes", self.id, len(pcm))
+    async def send_audio(self, gen: int, pcm: bytes) -> None:
+        """One audio message; returns once it is written to the socket."""
+        done = asyncio.get_running_loop().create_future()
+        await self.out.put((AUDIO_HEADER.pack(gen) + pcm, done))
+        await done
 
     async def _writer(self) -> None:
-        while (message := await self.out.get()) is not None:
+        while (item := await self.out.get()) is not None:
+            if isinstance(item, str):
+                await self.ws.send(item)
+                continue
+            message, done = item
             await self.ws.send(message)
+            if not done.done():
+                done.set_result(None)
+
+    async def _watch_playback(self) -> None:
+        """Cancel an answer whose audio the client has stopped playing (it must end)."""
+        stall_s = self.server.cfg.server.playback_stall_ms / 1000
+        while True:
+            await asyncio.sleep(self.WATCH_S)
+            stalled = self.sink.stalled_s()
+            if stalled < stall_s:
+                continue
+            gen = self.session.gen
+            how = "reported no progress" if self.sink.reported else "read no audio"
+            log.warning("session %s: client %s for %.1f s; cancelling", self.id, how, stalled)
+            self.emit(
+                _error(
+                    "playback_stalled",
+                    f"resp_{gen}: the client {how} for {stalled:.1f} s "
+                    f"(server.playback_stall_ms); the response is cancelled, heard_text is "
+                    "what it played",
+                )
+            )
+            self.session.cancel_response()
+            await asyncio.sleep(stall_s)  # once per stall, even if nothing was left to cancel
+
+    def _push(self, pcm: bytes) -> None:
+        dropped = self.source.push(pcm)
+        if dropped:
+            ms = dropped * self.source.frame_ms
+            self.emit(
+                _error(
+                    "input_audio_buffer_overflow",
+                    f"the session fell {self.buffer_ms // 1000} s behind the audio it was sent "
+                    f"and dropped the oldest {ms} ms of it",
+                )
+            )
 
     def handle_message(self, message: str | bytes) -> None:
         """One client message: audio bytes to the session's source, JSON to its control."""
         if isinstance(message, bytes):
-            self.source.push(message)
+            self._push(message)
             return
         try:
             event = json.loads(message)
@@ -116,13 +183,23 @@ class Connection:
             raise ClientError('JSON messages must be objects with a string "type"')
         kind = event["type"]
         if kind == "input_audio_buffer.append":
-            import base64
-            import binascii
-
             try:
-                self.source.push(base64.b64decode(event.get("audio", ""), validate=True))
+                self._push(base64.b64decode(event.get("audio", ""), validate=True))
             except (binascii.Error, TypeError):
                 raise ClientError("input_audio_buffer.append: audio must be base64") from None
+        elif kind == "output_audio_buffer.played":
+            gen = event.get("gen")
+            if isinstance(gen, bool) or not isinstance(gen, int) or gen < 0:
+                raise ClientError(f"{kind}: gen must be the audio's generation id, got {gen!r}")
+            self.sink.report(gen, _number(event, "audio_end_ms"))
+        elif kind == "conversation.item.truncate":
+            item = event.get("item_id")
+            match = re.fullmatch(r"resp_(\d+)", item) if isinstance(item, str) else None
+            if match is None:
+                raise ClientError(f"{kind}: item_id must be a response id resp_<gen>, got {item!r}")
+            if event.get("content_index", 0) != 0:
+                raise ClientError(f"{kind}: content_index must be 0 (one audio part per response)")
+            self.sink.report(int(match[1]), _number(event, "audio_end_ms"), stopped=True)
         elif kind == "response.cancel":
             self.session.cancel_response()
         elif kind == "ping":
@@ -133,15 +210,21 @@ class Connection:
     async def run(self) -> None:
         from app.pipeline import VoiceSession
         from app.trace import Tracer
-        from audio.sinks import CallbackSink
+        from audio.sinks import ClientSink
         from audio.sources import PushSource
 
         cfg = self.server.cfg
         components = self.server.components
         tracer = Tracer(self.server.trace_path(self.id), session=self.id)
-        self.source = PushSource(frame_ms=cfg.audio.frame_ms)
-        sink = CallbackSink(self.send_audio, components.tts.sample_rate_hz, realtime=True)
-        self.session = VoiceSession(components, cfg, self.source, sink, tracer, self.emit)
+        self.source = PushSource(
+            frame_ms=cfg.audio.frame_ms,
+            max_buffer_ms=self.buffer_ms,
+            gap_fill_ms=cfg.server.input_gap_fill_ms,
+        )
+        self.sink = ClientSink(
+            self.send_audio, lambda: int(self.session.gen), components.tts.sample_rate_hz
+        )
+        self.session = VoiceSession(components, cfg, self.source, self.sink, tracer, self.emit)
         self.emit(
             {
                 "type": "session.created",
@@ -158,34 +241,35 @@ class Connection:
         )
         writer = asyncio.create_task(self._writer(), name=f"writer-{self.id}")
         pipeline = asyncio.create_task(self.session.run(), name=f"session-{self.id}")
+        watcher = asyncio.create_task(self._watch_playback(), name=f"watch-{self.id}")
         try:
             async for message in self.ws:
                 try:
                     self.handle_message(message)
                 except ClientError as exc:
-                    self.emit(
-                        {
-                            "type": "error",
-                            "error": {"type": "invalid_request_error", "message": str(exc)},
-                        }
-                    )
+                    self.emit(_error("invalid_request_error", str(exc)))
+                if self.source.buffered_ms > self.buffer_ms // 2:
+                    await self.source.drained(self.CATCH_UP_S)
                 if pipeline.done():
                     break
         except ConnectionClosed:
             pass
         finally:
             self.source.close()
+            watcher.cancel()
             pipeline.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await pipeline
             if pipeline.done() and not pipeline.cancelled() and pipeline.exception():
                 log.error("session %s failed: %s", self.id, pipeline.exception())
             tracer.close()
+            await self.sink.aclose()
             with contextlib.suppress(asyncio.QueueFull):
                 self.out.put_nowait(None)
             writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
-                await writer
+            for task in (writer, watcher):
+                with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+                    await task
 
 
 class VoiceServer:

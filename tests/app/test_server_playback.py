@@ -1,0 +1,244 @@
+"""Websocket protocol with fake models: playback reports decide heard_text, big and stopped
+input audio, an answer the client never plays."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+
+from app.config import Config
+from app.server import AUDIO_HEADER, Connection, VoiceServer
+from audio.sources import PushSource
+from tests.app.fakes import FakeComponents, buzz, silence
+from tests.app.test_server import Running, make_cfg
+
+QUESTION = "What is the capital of France?"
+# 10 words of 200 ms: "You said:" | "What is the capital of France." | "Fine, thanks." (clauses)
+ANSWER = "You said: What is the capital of France. Fine, thanks."
+TTS_HZ = 22050
+
+Policy = Callable[[dict[int, int], float], list[dict[str, Any]]]
+
+
+def fake_cfg(tmp_path: Path, **server: Any) -> Config:
+    cfg = make_cfg(tmp_path, **server)
+    # The buzz is speech to webrtcvad but not to Silero: these tests are about the protocol.
+    return dataclasses.replace(cfg, vad=dataclasses.replace(cfg.vad, silero=False))
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[..., Running]]:
+    started: list[tuple[Running, FakeComponents]] = []
+
+    def start(**server: Any) -> Running:
+        comps = FakeComponents([QUESTION], lm={"tail": "Fine, thanks."}, ms_per_word=200)
+        run = Running(VoiceServer(fake_cfg(tmp_path, **server), comps))
+        started.append((run, comps))
+        return run
+
+    yield start
+    for run, comps in started:
+        run.close()
+        comps.close()
+
+
+async def converse(
+    url: str,
+    messages: list[bytes | str],
+    policy: Policy | None = None,
+    realtime: bool = False,
+    timeout_s: float = 30.0,
+) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    """Send `messages` (20 ms apart when realtime), then read until response.done.
+
+    Every 100 ms `policy(received, ms since the first audio)` returns the reports to send;
+    `received` is each generation's audio samples so far. Returns the events and `received`.
+    """
+    events: list[dict[str, Any]] = []
+    received: dict[int, int] = {}
+    first_audio: float | None = None
+    async with connect(url, max_size=None) as ws:
+        assert json.loads(await ws.recv())["type"] == "session.created"
+
+        async def send_all() -> None:
+            for m in messages:
+                await ws.send(m)
+                if realtime:
+                    await asyncio.sleep(0.02)
+
+        sender = asyncio.create_task(send_all())
+        tick = time.monotonic()
+        async with asyncio.timeout(timeout_s):
+            while True:
+                try:
+                    message = await asyncio.wait_for(ws.recv(), 0.05)
+                except TimeoutError:
+                    message = None
+                if isinstance(message, bytes):
+                    (gen,) = AUDIO_HEADER.unpack(message[: AUDIO_HEADER.size])
+                    received[gen] = received.get(gen, 0) + (len(message) - AUDIO_HEADER.size) // 2
+                    first_audio = first_audio or time.monotonic()
+                elif message is not None:
+                    events.append(json.loads(message))
+                    if events[-1]["type"] == "response.done":
+                        break
+                if policy is not None and time.monotonic() - tick >= 0.1:
+                    tick = time.monotonic()
+                    elapsed = 1000 * (tick - first_audio) if first_audio else 0.0
+                    for report in policy(received, elapsed):
+                        await ws.send(json.dumps(report))
+        await sender
+    return events, received
+
+
+def chunks(pcm: np.ndarray, n: int = 320) -> list[bytes]:
+    return [pcm[i : i + n].tobytes() for i in range(0, len(pcm), n)]
+
+
+def turn_audio() -> np.ndarray:
+    return np.concatenate([silence(300), buzz(900), silence(900)])
+
+
+def response(events: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(e for e in events if e["type"] == "response.done")["response"]
+
+
+def errors(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e["error"] for e in events if e["type"] == "error"]
+
+
+def played_until(stop_ms: float) -> Policy:
+    """A player that plays in real time what it received, but stops at `stop_ms`."""
+
+    def policy(received: dict[int, int], elapsed_ms: float) -> list[dict[str, Any]]:
+        return [
+            {
+                "type": "output_audio_buffer.played",
+                "gen": gen,
+                "audio_end_ms": min(elapsed_ms, 1000 * n / TTS_HZ, stop_ms),
+            }
+            for gen, n in received.items()
+        ]
+
+    return policy
+
+
+def test_reports_of_full_playback_complete_the_answer(serve: Callable[..., Running]) -> None:
+    run = serve()
+    events, received = asyncio.run(
+        converse(run.ws_url, [turn_audio().tobytes()], played_until(1e9))
+    )
+    resp = response(events)
+    assert resp["status"] == "completed" and resp["heard_text"] == ANSWER, resp
+    assert received[resp["gen"]] == 10 * 200 * TTS_HZ // 1000  # all of it, nothing dropped
+    assert not errors(events)
+
+
+def test_truncate_sets_heard_text_of_a_cancelled_answer(serve: Callable[..., Running]) -> None:
+    run = serve()
+    stopped: list[int] = []
+
+    def stop_at_1s(received: dict[int, int], elapsed_ms: float) -> list[dict[str, Any]]:
+        reports = played_until(1000)(received, elapsed_ms)
+        if elapsed_ms >= 1300 and not stopped:
+            (gen,) = received
+            stopped.append(gen)
+            truncate = {"item_id": f"resp_{gen}", "content_index": 0, "audio_end_ms": 1000}
+            reports += [{"type": "conversation.item.truncate", **truncate}]
+            reports += [{"type": "response.cancel"}]
+        return reports
+
+    bad = [
+        json.dumps({"type": "output_audio_buffer.played", "gen": "1", "audio_end_ms": 5}),
+        json.dumps({"type": "output_audio_buffer.played", "gen": 1, "audio_end_ms": -5}),
+        json.dumps({"type": "conversation.item.truncate", "item_id": "x", "audio_end_ms": 5}),
+        json.dumps({"type": "conversation.item.truncate", "item_id": "resp_1", "audio_end_ms": 5,
+                    "content_index": 1}),
+    ]  # fmt: skip
+    events, _ = asyncio.run(converse(run.ws_url, [*bad, turn_audio().tobytes()], stop_at_1s))
+    resp = response(events)
+    assert resp["status"] == "cancelled" and resp["output_text"] == ANSWER
+    # 1 s = "You said:" (0.4 s) and half of the 6-word clause: the words under way count.
+    assert resp["heard_text"] == "You said: What is the", resp
+    messages = [e["message"] for e in errors(events)]
+    assert len(messages) == 4 and "gen must be" in messages[0] and "audio_end_ms" in messages[1]
+    assert "item_id" in messages[2] and "content_index" in messages[3]
+
+
+def test_answer_the_client_never_plays_is_cancelled_with_nothing_heard(
+    serve: Callable[..., Running],
+) -> None:
+    run = serve(playback_stall_ms=1000)
+    t0 = time.monotonic()
+    events, _ = asyncio.run(converse(run.ws_url, [turn_audio().tobytes()], played_until(0)))
+    resp = response(events)
+    assert resp["status"] == "cancelled" and resp["heard_text"] == "", resp
+    (err,) = errors(events)
+    assert err["type"] == "playback_stalled" and "resp_" in err["message"]
+    assert time.monotonic() - t0 < 10  # bounded: the stall limit, not the answer's length
+
+
+def test_without_reports_the_estimate_counts_what_reached_the_socket(
+    serve: Callable[..., Running],
+) -> None:
+    run = serve()
+    events, received = asyncio.run(converse(run.ws_url, chunks(turn_audio()), realtime=True))
+    resp = response(events)
+    assert resp["status"] == "completed" and resp["heard_text"] == ANSWER
+    assert received[resp["gen"]] == 10 * 200 * TTS_HZ // 1000
+
+
+@pytest.mark.parametrize("encoding", ["binary", "base64"])
+def test_max_size_message_is_taken_whole(serve: Callable[..., Running], encoding: str) -> None:
+    run = serve()
+    # Speech first, then silence up to the 1 MiB limit: 32.8 s binary, 24.5 s as base64.
+    n = (1 << 19) if encoding == "binary" else 3 * ((1 << 20) - 100) // 8
+    pcm = np.zeros(n, np.int16)
+    pcm[4800 : 4800 + 14400] = buzz(900)
+    if encoding == "binary":
+        message: bytes | str = pcm.tobytes()
+    else:
+        audio = base64.b64encode(pcm.tobytes()).decode()
+        message = json.dumps({"type": "input_audio_buffer.append", "audio": audio})
+    assert len(message) <= 1 << 20
+    events, _ = asyncio.run(converse(run.ws_url, [message], played_until(1e9)))
+    kinds = [e["type"] for e in events]
+    assert not errors(events) and response(events)["status"] == "completed"
+    start = next(e for e in events if e["type"] == "input_audio_buffer.speech_started")
+    stop = next(e for e in events if e["type"] == "input_audio_buffer.speech_stopped")
+    assert start["audio_start_ms"] < 400 and 1100 <= stop["audio_end_ms"] <= 1900
+    # The speech opens the message: a buffer that keeps only the newest audio loses it.
+    assert kinds.index("input_audio_buffer.speech_started") < kinds.index("response.done")
+
+
+def test_client_that_stops_sending_mid_turn_still_gets_its_answer(
+    serve: Callable[..., Running],
+) -> None:
+    run = serve()
+    speech_only = np.concatenate([silence(300), buzz(900)])  # and then nothing, not even silence
+    events, _ = asyncio.run(converse(run.ws_url, chunks(speech_only), realtime=True))
+    stop = next(e for e in events if e["type"] == "input_audio_buffer.speech_stopped")
+    assert 1150 <= stop["audio_end_ms"] <= 1300  # the real end of speech, as with silence sent
+    assert response(events)["status"] == "completed"
+
+
+def test_input_overflow_is_an_error_event_not_only_a_log(tmp_path: Path) -> None:
+    server = SimpleNamespace(cfg=fake_cfg(tmp_path))
+    conn = Connection(None, server)  # type: ignore[arg-type]  # no socket: messages only
+    conn.source = PushSource(max_buffer_ms=300)  # a consumer that never reads
+    conn.handle_message(np.zeros(16000, np.int16).tobytes())
+    (event,) = [json.loads(conn.out.get_nowait())]
+    assert event["type"] == "error"
+    assert event["error"]["type"] == "input_audio_buffer_overflow"
+    assert "dropped the oldest 690 ms" in event["error"]["message"]
