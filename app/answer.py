@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ import numpy as np
 
 from app.frames import ClauseFrame, EndOfAnswerFrame, TTSAudioFrame
 from app.trace import now_ms
+from app.turns import normalize
 
 if TYPE_CHECKING:
     from app.pipeline import VoiceSession
@@ -37,6 +39,25 @@ log = logging.getLogger(__name__)
 
 # Sink writes are cut to 20 ms slices so a hold or cancel lands between two slices at worst.
 SLICE_MS = 20
+# A first clause of 4+ words equal to the start of an earlier answer is a copy, not an answer
+# ("The capital of France is Paris." to a request for a joke); 3 words ("The capital of")
+# legitimately start many answers.
+COPY_MIN_WORDS = 4
+# A chunk that ends a sentence (the chunker cuts at . ! ? only where a sentence ends).
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
+
+
+def without_history(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The system message and the new user message only."""
+    system = [m for m in messages[:1] if m["role"] == "system"]
+    return [*system, messages[-1]]
+
+
+def _counting(pieces: Iterator[str], answer: Answer) -> Iterator[str]:
+    """Counts the characters the generation hands out (to tell a loop guard's cut)."""
+    for piece in pieces:
+        answer._pushed_chars += len(piece)
+        yield piece
 
 
 @dataclass
@@ -91,6 +112,11 @@ class Answer:
         self._iter: Iterator[str] | None = None
         self._chunker: Any = None
         self._uncut: str | None = ""  # text before the first chunk; None once it is cut
+        self._fallback = False  # answering without history (the first try copied it)
+        self._sentences = 0  # sentence ends among the chunks spoken so far
+        self._spoken_text = ""  # the chunks handed to TTS, joined
+        self._pushed_chars = 0  # text the generation handed out
+        self._first_posted = False
         self._lm_future: asyncio.Future[str] | None = None
         self._tasks = [
             asyncio.create_task(self._tts_loop(), name=f"tts-{gen}"),
@@ -119,34 +145,89 @@ class Answer:
         if self.cancel_event.is_set():
             return "cancelled"
         if self._iter is None:
-            self._chunker = self.s.c.new_chunker(self.s.cfg.tts)
-            self._generation = self.s.lm_session.generate(
-                self.messages, cancel=self.cancel_event, drafts=self.drafts
-            )
-            self._iter = iter(self._generation)
-        first_max = self.s.cfg.conversation.first_clause_max_words
+            self._start_generation(self.messages)
+        conv = self.s.cfg.conversation
         for piece in self._iter:
+            if not self._first_posted:
+                self._first_posted = True
+                post(self._on_first_token)
             chunks: list[str] = []
             if (
-                first_max
+                conv.first_clause_max_words
                 and self._uncut is not None
                 and piece[:1].isspace()
-                and len(self._uncut.split()) >= first_max
+                and len(self._uncut.split()) >= conv.first_clause_max_words
             ):
                 # No punctuation yet after first_clause_max_words: cut the first chunk at this
                 # word boundary, so TTS starts on ~5 words instead of a whole sentence.
                 chunks = self._chunker.flush()
             chunks += self._chunker.push(piece)
             if self._uncut is not None:
-                self._uncut = None if chunks else self._uncut + piece
+                if not chunks:
+                    self._uncut += piece
+                    continue  # the first clause is checked before anything leaves this thread
+                piece, self._uncut = self._uncut + piece, None
+                if self._copies_history(chunks[0]):
+                    self._start_generation(without_history(self.messages))
+                    return self._lm_job(park_after_clause, post)
+            chunks = self._spoken(chunks)
             post(self._on_text, piece, chunks, list(self._generation.token_ids))
+            if self._sentences >= conv.max_spoken_sentences > 0:
+                self._generation.close("sentences")  # no forward past the last spoken sentence
+                break
             if park_after_clause and chunks and self.speculative:
                 return "parked"
         if self.cancel_event.is_set():
             return "cancelled"
-        post(self._on_text, "", self._chunker.flush(), list(self._generation.token_ids))
-        post(self._on_lm_end, self._generation.stats)
+        gen = self._generation
+        stop = gen.stats.stop_reason
+        rest = "" if self._uncut is None else self._uncut
+        tail = [] if stop == "sentences" else self._chunker.flush()
+        if stop == "loop" and len(gen.text) < self._pushed_chars:
+            # The loop guard took back text it had handed out: speak only what it kept.
+            rest, tail = (gen.text, [gen.text.strip()]) if self._uncut is not None else ("", [])
+        post(self._on_text, rest, self._spoken([t for t in tail if t]), list(gen.token_ids))
+        post(self._on_lm_end, gen.stats, self._spoken_text if stop == "sentences" else gen.text)
         return "done"
+
+    def _start_generation(self, messages: list[dict[str, str]]) -> None:
+        if self._generation is not None:
+            self._generation.close()
+        self._chunker = self.s.c.new_chunker(self.s.cfg.tts)
+        self._uncut, self._sentences, self._spoken_text, self._pushed_chars = "", 0, "", 0
+        self._generation = self.s.lm_session.generate(
+            messages, cancel=self.cancel_event, drafts=self.drafts
+        )
+        self._fallback = messages is not self.messages
+        self._iter = _counting(iter(self._generation), self)
+
+    def _copies_history(self, clause: str) -> bool:
+        """The first clause repeats the start of an answer in the prompt's history: a small
+        model leaning on the last exchange instead of answering (the new turn then goes
+        without history)."""
+        if self._fallback:
+            return False
+        words = normalize(clause).split()
+        if len(words) < COPY_MIN_WORDS:
+            return False
+        for m in self.messages[:-1]:
+            if m["role"] == "assistant" and normalize(m["content"]).split()[: len(words)] == words:
+                return True
+        return False
+
+    def _spoken(self, chunks: list[str]) -> list[str]:
+        """The chunks up to the answer's last spoken sentence (conversation.max_spoken_sentences);
+        counts sentence ends."""
+        limit = self.s.cfg.conversation.max_spoken_sentences
+        out: list[str] = []
+        for chunk in chunks:
+            if limit and self._sentences >= limit:
+                break
+            out.append(chunk)
+            self._spoken_text = f"{self._spoken_text} {chunk}".strip()
+            if _SENTENCE_END.search(chunk):
+                self._sentences += 1
+        return out
 
     def _lm_job_done(self, fut: asyncio.Future[str]) -> None:
         if fut.cancelled():
@@ -162,15 +243,18 @@ class Answer:
             self.s.emit({"type": "error", "error": {"type": "lm_error", "message": str(exc)}})
             self._clauses.put_nowait(EndOfAnswerFrame(self.gen, "error"))
 
+    def _on_first_token(self) -> None:
+        if self.cancelled or "lm_first_token" in self.times:
+            return
+        self.times["lm_first_token"] = now_ms()
+        self.s.trace("lm_first_token", self.turn, self.gen)
+        self.s.on_first_token(self)
+
     def _on_text(self, piece: str, chunks: list[str], token_ids: list[int]) -> None:
         if self.cancelled:
             return
         self.token_ids = token_ids
         if piece:
-            if "lm_first_token" not in self.times:
-                self.times["lm_first_token"] = now_ms()
-                self.s.trace("lm_first_token", self.turn, self.gen)
-                self.s.on_first_token(self)
             self.text += piece
             self.s.emit_text(self, piece)
         for chunk in chunks:
@@ -182,10 +266,11 @@ class Answer:
             self._clauses.put_nowait(ClauseFrame(self.gen, chunk.strip(), self._n_clauses))
             self._n_clauses += 1
 
-    def _on_lm_end(self, stats: Any) -> None:
+    def _on_lm_end(self, stats: Any, text: str) -> None:
         self.stats = stats
         if self.cancelled:
             return
+        self.text = text  # what is spoken: the loop guard or the sentence limit may cut it
         self.s.trace("lm_done", self.turn, self.gen, **_stats_dict(stats))
         self._clauses.put_nowait(EndOfAnswerFrame(self.gen, getattr(stats, "stop_reason", "")))
 

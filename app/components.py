@@ -13,6 +13,9 @@ from typing import Any
 import numpy as np
 
 
+SMALL_LM_PARAMS = 1_000_000_000
+
+
 @dataclass
 class Components:
     """The loaded models and their worker threads, shared by all sessions."""
@@ -64,6 +67,16 @@ class Components:
         from audio.tts import ClauseChunker
 
         return ClauseChunker.from_config(cfg)
+
+    def lm_params(self) -> int:
+        return sum(p.numel() for p in self.lm.model.parameters())
+
+    def history_mode(self, mode: str) -> str:
+        """conversation.history for this LM: "auto" gives a model under 1B parameters only the
+        turns a follow-up refers to (the bundled 135M one copies earlier answers otherwise)."""
+        if mode != "auto":
+            return mode
+        return "follow_up" if self.lm_params() < SMALL_LM_PARAMS else "full"
 
     def count_tokens(self, text: str) -> int:
         return len(self.lm.tokenizer.encode(text))

@@ -67,7 +67,12 @@ class VoiceSession:
         self.lm_session = components.lm.session()
         self.vad = Endpointer(cfg.vad, cfg.audio.sample_rate_hz)
         self.transcriber = components.new_transcriber(cfg.asr)
-        self.tm = TurnManager(cfg.conversation, components.count_tokens, heard=self._heard)
+        self.tm = TurnManager(
+            cfg.conversation,
+            components.count_tokens,
+            heard=self._heard,
+            history_mode=components.history_mode(cfg.conversation.history),
+        )
         self.answers: dict[int, Answer] = {}
         self.closing: list[Answer] = []
         self.sink_cursor = 0  # sink sample position where the next written sample will play

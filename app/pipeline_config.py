@@ -53,6 +53,28 @@ class ConversationConfig:
             "help": "token budget of past turns sent to the LM; the oldest turns go first",
         },
     )
+    history: str = field(
+        default="auto",
+        metadata={
+            "choices": ("auto", "full", "follow_up", "none"),
+            "help": "past turns in each prompt: full = all that fit history_tokens; follow_up "
+            "= the last follow_up_turns exchanges, only when the new turn refers back ('how big "
+            "is it?'); auto = follow_up for models under 1B parameters, else full",
+        },
+    )
+    follow_up_turns: int = field(
+        default=1,
+        metadata={"min": 1, "max": 100, "help": "exchanges a follow-up turn gets (history)"},
+    )
+    max_spoken_sentences: int = field(
+        default=3,
+        metadata={
+            "min": 0,
+            "max": 100,
+            "help": "end each answer after this many sentences; the LM stops there (0 = "
+            "no limit: lm.max_new_tokens only)",
+        },
+    )
     speculation: bool = field(
         default=True,
         metadata={"help": "start answering on a pause, from the stable partial transcript"},

@@ -123,12 +123,50 @@ class Message:
         return {"role": self.role, "content": text}
 
 
-class History:
-    """The conversation's past turns, trimmed to a token budget (oldest turns first)."""
+# A new turn that uses one of these refers back to the conversation ("How big is it?", "And
+# what about Germany?"); one that says it changes the subject does not ("Actually, never mind
+# that. Tell me ..."). Compared on normalize()d text.
+_REFERS_BACK = re.compile(
+    r"\b(it|its|it's|that|this|those|these|they|them|their|he|him|his|she|her|there|then|more"
+    r"|again|another|else|also|too|same|instead|previous|earlier|before|what about|how about"
+    r"|you said|you just|go on|continue)\b"
+)
+_NEW_SUBJECT = re.compile(
+    r"\b(never ?mind|forget (it|that|about)|something else|new question|different question"
+    r"|change the subject)\b"
+)
+_CONTINUATIONS = ("and", "but", "so", "or", "why", "how", "really")
 
-    def __init__(self, budget_tokens: int, count_tokens: Callable[[str], int] = approx_tokens):
+
+def refers_back(text: str) -> bool:
+    """Whether a user turn needs the conversation before it to be understood."""
+    t = normalize(text)
+    words = t.split()
+    if not words or _NEW_SUBJECT.search(t):
+        return False
+    return len(words) <= 2 or words[0] in _CONTINUATIONS or bool(_REFERS_BACK.search(t))
+
+
+class History:
+    """The conversation's past turns and the part of them each prompt carries.
+
+    ``mode`` (conversation.history): "full" sends the newest turns that fit the token budget;
+    "follow_up" sends the last ``follow_up_turns`` exchanges only when the new turn refers back
+    (``refers_back``), else none; "none" never sends past turns. A 135M model given the whole
+    conversation answers a cooking question with the previous answer about the calendar; a
+    larger model can take "full".
+    """
+
+    def __init__(
+        self,
+        budget_tokens: int,
+        count_tokens: Callable[[str], int] = approx_tokens,
+        mode: str = "full",
+        follow_up_turns: int = 1,
+    ):
         self.budget_tokens = budget_tokens
         self.count_tokens = count_tokens
+        self.mode, self.follow_up_turns = mode, follow_up_turns
         self.messages: list[Message] = []
 
     def add_user(self, text: str) -> None:
@@ -144,17 +182,13 @@ class History:
             return
         self.messages.append(Message("assistant", text.strip(), interrupted))
 
-    def prompt(self, system: str, user_text: str = "") -> list[dict[str, str]]:
-        """System + the newest past turns that fit the budget + the user message.
-
-        The user message is ``user_text`` appended to a stored unanswered user message (the
-        one just added, or one whose answer was cancelled unheard).
-        """
-        pending = Message("user", user_text)
-        past = self.messages
-        if past and past[-1].role == "user":
-            pending = Message("user", f"{past[-1].content} {user_text}".strip())
-            past = past[:-1]
+    def _context(self, past: list[Message], pending: Message) -> list[Message]:
+        """The past messages this prompt carries, oldest first."""
+        if self.mode == "none" or (self.mode == "follow_up" and not refers_back(pending.content)):
+            return []
+        if self.mode == "follow_up":
+            starts = [i for i, m in enumerate(past) if m.role == "user"]
+            past = past[starts[-self.follow_up_turns] :] if starts else []
         kept: list[Message] = []
         used = self.count_tokens(pending.content)
         for msg in reversed(past):
@@ -165,8 +199,21 @@ class History:
         # Never start the kept history with an assistant message cut from its question.
         while kept and kept[-1].role == "assistant":
             kept.pop()
+        return kept[::-1]
+
+    def prompt(self, system: str, user_text: str = "") -> list[dict[str, str]]:
+        """System + the past turns the new one needs (``mode``) + the user message.
+
+        The user message is ``user_text`` appended to a stored unanswered user message (the
+        one just added, or one whose answer was cancelled unheard).
+        """
+        pending = Message("user", user_text)
+        past = self.messages
+        if past and past[-1].role == "user":
+            pending = Message("user", f"{past[-1].content} {user_text}".strip())
+            past = past[:-1]
         chat = [{"role": "system", "content": system}] if system else []
-        chat += [m.as_chat() for m in reversed(kept)]
+        chat += [m.as_chat() for m in self._context(past, pending)]
         chat.append(pending.as_chat())
         return chat
 
@@ -197,6 +244,9 @@ class TurnManager:
     # What the user heard of answer `gen` (the pipeline's playback knows): read when an answer
     # is cancelled, so history holds the heard text before the interrupting user message.
     heard: Callable[[int], str] = lambda gen: ""
+    # conversation.history resolved for the model (Components.history_mode); "auto" here
+    # takes the config's value, and an unresolved "auto" is "follow_up".
+    history_mode: str = "auto"
     gen: int = 0
     turn: int = 0
     agent: str = "idle"  # idle | thinking | speaking
@@ -212,7 +262,11 @@ class TurnManager:
     history: History = field(init=False)
 
     def __post_init__(self) -> None:
-        self.history = History(self.cfg.history_tokens, self.count_tokens)
+        mode = self.cfg.history if self.history_mode == "auto" else self.history_mode
+        mode = "follow_up" if mode == "auto" else mode  # the bundled 135M model's setting
+        self.history = History(
+            self.cfg.history_tokens, self.count_tokens, mode, self.cfg.follow_up_turns
+        )
         self._backchannels = {normalize(b) for b in self.cfg.backchannels}
 
     def is_backchannel(self, text: str) -> bool:

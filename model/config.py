@@ -39,6 +39,13 @@ class LMConfig:
     max_new_tokens: int = field(
         default=160, metadata={"help": "answer length cap in tokens", "min": 1, "max": 8192}
     )
+    loop_guard: bool = field(
+        default=True,
+        metadata={
+            "help": "end an answer that starts repeating itself at the last sentence end "
+            "before the repetition (model/repeat.py)"
+        },
+    )
     temperature: float = field(
         default=0.0, metadata={"help": "sampling temperature, 0 = greedy", "min": 0.0, "max": 5.0}
     )

@@ -21,6 +21,7 @@ import torch
 from model import decode, loader
 from model.config import LMConfig
 from model.errors import ContextOverflowError
+from model.repeat import RepeatGuard
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer
 
@@ -48,7 +49,7 @@ class GenerationStats:
     ttft_ms: float = 0.0  # first iteration -> first committed token
     total_ms: float = 0.0
     tokens_per_s: float = 0.0  # decode rate after the first token: (new - 1) / (total - ttft)
-    stop_reason: str = ""  # eos | stop | length | cancelled
+    stop_reason: str = ""  # eos | stop | length | loop | cancelled | closed
 
     def as_dict(self) -> dict[str, float | int | str]:
         return asdict(self)
@@ -183,6 +184,7 @@ class Generation:
         self.stats = GenerationStats(prompt_tokens=len(prompt))
         self._cancel = cancel
         self._stop = stop
+        self._guard = RepeatGuard() if session.lm.cfg.loop_guard else None
         self._it = self._run(decoder, max_new, drafts)
 
     def __iter__(self) -> Iterator[str]:
@@ -190,6 +192,26 @@ class Generation:
 
     def __next__(self) -> str:
         return next(self._it)
+
+    def close(self, reason: str = "closed") -> None:
+        """Stop decoding now (no further forward); ``stats.stop_reason`` becomes ``reason``."""
+        if not self.stats.stop_reason:
+            self.stats.stop_reason = reason
+        self._it.close()
+
+    def _take_loop(self, held: str) -> bool:
+        """Whether the text so far (emitted + held) has fallen into a repetition loop."""
+        if self._guard is None:
+            return False
+        self._guard.check(self.text + held)
+        return self._guard.loop
+
+    def _release(self, piece: str, held: str, final: bool) -> tuple[str, str]:
+        """Hold back the part of ``piece`` where a repetition may be forming (RepeatGuard)."""
+        if self._guard is None or final:
+            return piece, held
+        safe = max(self._guard.check(self.text + piece) - len(self.text), 0)
+        return piece[:safe], piece[safe:] + held
 
     def _cancelled(self) -> bool:
         superseded = self.session._active is not self
@@ -233,24 +255,31 @@ class Generation:
                 else:
                     st.forwards += 1
                 s._seq.extend(committed)
-                new: list[int] = []
+                # Token by token, as ar commits them, so every decoder stops at the same token.
                 for t in committed:
                     if t in lm.tokenizer.stop_ids:
                         st.stop_reason = "eos"
                         break
-                    new.append(t)
-                    if len(self.token_ids) + len(new) >= max_new:
+                    self.token_ids.append(t)
+                    if len(self.token_ids) >= max_new:
                         st.stop_reason = "length"
+                    held += detok.push([t])
+                    if self._take_loop(held):
+                        st.stop_reason = "loop"
                         break
-                if new and t_first is None:
+                    if st.stop_reason:
+                        break
+                if self.token_ids and t_first is None:
                     t_first = time.perf_counter()
                     st.ttft_ms = (t_first - t0) * 1e3
-                self.token_ids.extend(new)
                 st.new_tokens = len(self.token_ids)
-                held += detok.push(new)
+                if st.stop_reason == "loop":
+                    self.text = self._guard.kept(self.text + held)
+                    break
                 piece, held, hit = _split_stop(held, self._stop, final=bool(st.stop_reason))
                 if hit:
                     st.stop_reason = "stop"
+                piece, held = self._release(piece, held, final=bool(st.stop_reason))
                 if piece:
                     self.text += piece
                     yield piece

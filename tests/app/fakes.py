@@ -104,12 +104,19 @@ class FakeGeneration:
         self.text = ""
         self.token_ids: list[int] = []
         self.stats = Stats()
+        self.closed = False
+
+    def close(self, reason: str = "closed") -> None:
+        self.stats.stop_reason = self.stats.stop_reason or reason
+        self.closed = True
 
     def __iter__(self) -> Iterator[str]:
         t0 = time.monotonic()
         for i, word in enumerate(self.words):
             time.sleep(self.step_s)  # one "forward"
             self.stats.forwards += 1
+            if self.closed:
+                return
             if self.cancel is not None and self.cancel.is_set():
                 self.stats.stop_reason = "cancelled"
                 return
@@ -196,6 +203,9 @@ class FakeComponents(Components):
 
     def new_chunker(self, cfg):
         return FakeChunker()
+
+    def lm_params(self) -> int:
+        return 135_000_000
 
     def count_tokens(self, text: str) -> int:
         return len(text.split())
