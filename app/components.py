@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-
 SMALL_LM_PARAMS = 1_000_000_000
 
 

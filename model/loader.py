@@ -15,7 +15,6 @@ Mistral's sliding window is not applied: attention is exact while the context bu
 from __future__ import annotations
 
 import importlib.util
-
 import json
 from pathlib import Path
 
