@@ -7,7 +7,9 @@ import asyncio
 import base64
 import dataclasses
 import json
+import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,8 +29,6 @@ QUESTION = "What is the capital of France?"
 # 10 words of 200 ms: "You said:" | "What is the capital of France." | "Fine, thanks." (clauses)
 ANSWER = "You said: What is the capital of France. Fine, thanks."
 TTS_HZ = 22050
-
-Policy = Callable[[dict[int, int], float], list[dict[str, Any]]]
 
 
 def fake_cfg(tmp_path: Path, **server: Any) -> Config:
@@ -53,21 +53,80 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Running]]:
         comps.close()
 
 
+class Player:
+    """A client's player in miniature: plays the audio it receives back to back in real time, up
+    to `stop_ms` into each generation; drops what it holds on output_audio_buffer.cleared and
+    truncates there; reports its position every 100 ms (offsets as received, as the protocol
+    counts them)."""
+
+    def __init__(self, stop_ms: float = math.inf) -> None:
+        self.stop = int(min(stop_ms, 1e9) * TTS_HZ / 1000)
+        self.received: dict[int, int] = {}
+        self.position: dict[int, int] = {}
+        self.queue: deque[list[int]] = deque()  # [gen, first unplayed offset, end offset]
+        self.t = time.monotonic()
+
+    def _play(self) -> None:
+        now = time.monotonic()
+        budget, self.t = int((now - self.t) * TTS_HZ), now
+        while budget > 0 and self.queue:
+            seg = self.queue[0]
+            take = min(budget, seg[2] - seg[1], max(0, self.stop - seg[1]))
+            if take <= 0:
+                break  # stopped at stop_ms: nothing after it plays
+            seg[1] += take
+            budget -= take
+            self.position[seg[0]] = seg[1]
+            if seg[1] == seg[2]:
+                self.queue.popleft()
+
+    def audio(self, gen: int, n: int) -> None:
+        self._play()
+        start = self.received.get(gen, 0)
+        self.received[gen] = start + n
+        self.position.setdefault(gen, start)
+        self.queue.append([gen, start, start + n])
+
+    def event(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        if event["type"] != "output_audio_buffer.cleared":
+            return []
+        self._play()
+        gen = event["gen"]
+        self.queue = deque(seg for seg in self.queue if seg[0] != gen)
+        at = 1000 * self.position.get(gen, 0) / TTS_HZ
+        return [
+            {"type": "conversation.item.truncate", "item_id": f"resp_{gen}", "audio_end_ms": at}
+        ]
+
+    def tick(self) -> list[dict[str, Any]]:
+        self._play()
+        return [
+            {"type": "output_audio_buffer.played", "gen": gen, "audio_end_ms": 1000 * at / TTS_HZ}
+            for gen, at in self.position.items()
+        ]
+
+
+Later = list[tuple[float, Callable[[Player], list[Any]]]]
+
+
 async def converse(
     url: str,
     messages: list[bytes | str],
-    policy: Policy | None = None,
+    player: Player | None = None,
+    later: Later = (),
     realtime: bool = False,
     timeout_s: float = 30.0,
 ) -> tuple[list[dict[str, Any]], dict[int, int]]:
     """Send `messages` (20 ms apart when realtime), then read until response.done.
 
-    Every 100 ms `policy(received, ms since the first audio)` returns the reports to send;
-    `received` is each generation's audio samples so far. Returns the events and `received`.
+    `player` (if any) plays the audio and sends its reports; each `later` entry (ms since the
+    first audio, fn(player) -> messages) sends more. Returns the events and the samples of
+    audio received per generation.
     """
     events: list[dict[str, Any]] = []
     received: dict[int, int] = {}
     first_audio: float | None = None
+    later = sorted(later, key=lambda entry: entry[0])
     async with connect(url, max_size=None) as ws:
         assert json.loads(await ws.recv())["type"] == "session.created"
 
@@ -77,27 +136,37 @@ async def converse(
                 if realtime:
                     await asyncio.sleep(0.02)
 
+        async def send(items: list[Any]) -> None:
+            for item in items:
+                await ws.send(item if isinstance(item, bytes | str) else json.dumps(item))
+
         sender = asyncio.create_task(send_all())
         tick = time.monotonic()
         async with asyncio.timeout(timeout_s):
             while True:
                 try:
-                    message = await asyncio.wait_for(ws.recv(), 0.05)
+                    message = await asyncio.wait_for(ws.recv(), 0.02)
                 except TimeoutError:
                     message = None
                 if isinstance(message, bytes):
                     (gen,) = AUDIO_HEADER.unpack(message[: AUDIO_HEADER.size])
-                    received[gen] = received.get(gen, 0) + (len(message) - AUDIO_HEADER.size) // 2
+                    n = (len(message) - AUDIO_HEADER.size) // 2
+                    received[gen] = received.get(gen, 0) + n
                     first_audio = first_audio or time.monotonic()
+                    if player is not None:
+                        player.audio(gen, n)
                 elif message is not None:
                     events.append(json.loads(message))
                     if events[-1]["type"] == "response.done":
                         break
-                if policy is not None and time.monotonic() - tick >= 0.1:
+                    if player is not None:
+                        await send(player.event(events[-1]))
+                elapsed = 1000 * (time.monotonic() - first_audio) if first_audio else -1.0
+                while later and elapsed >= later[0][0]:
+                    await send(later.pop(0)[1](player))  # type: ignore[arg-type]
+                if player is not None and time.monotonic() - tick >= 0.1:
                     tick = time.monotonic()
-                    elapsed = 1000 * (tick - first_audio) if first_audio else 0.0
-                    for report in policy(received, elapsed):
-                        await ws.send(json.dumps(report))
+                    await send(player.tick())
         await sender
     return events, received
 
@@ -118,27 +187,9 @@ def errors(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e["error"] for e in events if e["type"] == "error"]
 
 
-def played_until(stop_ms: float) -> Policy:
-    """A player that plays in real time what it received, but stops at `stop_ms`."""
-
-    def policy(received: dict[int, int], elapsed_ms: float) -> list[dict[str, Any]]:
-        return [
-            {
-                "type": "output_audio_buffer.played",
-                "gen": gen,
-                "audio_end_ms": min(elapsed_ms, 1000 * n / TTS_HZ, stop_ms),
-            }
-            for gen, n in received.items()
-        ]
-
-    return policy
-
-
 def test_reports_of_full_playback_complete_the_answer(serve: Callable[..., Running]) -> None:
     run = serve()
-    events, received = asyncio.run(
-        converse(run.ws_url, [turn_audio().tobytes()], played_until(1e9))
-    )
+    events, received = asyncio.run(converse(run.ws_url, [turn_audio().tobytes()], Player()))
     resp = response(events)
     assert resp["status"] == "completed" and resp["heard_text"] == ANSWER, resp
     assert received[resp["gen"]] == 10 * 200 * TTS_HZ // 1000  # all of it, nothing dropped
@@ -147,17 +198,11 @@ def test_reports_of_full_playback_complete_the_answer(serve: Callable[..., Runni
 
 def test_truncate_sets_heard_text_of_a_cancelled_answer(serve: Callable[..., Running]) -> None:
     run = serve()
-    stopped: list[int] = []
 
-    def stop_at_1s(received: dict[int, int], elapsed_ms: float) -> list[dict[str, Any]]:
-        reports = played_until(1000)(received, elapsed_ms)
-        if elapsed_ms >= 1300 and not stopped:
-            (gen,) = received
-            stopped.append(gen)
-            truncate = {"item_id": f"resp_{gen}", "content_index": 0, "audio_end_ms": 1000}
-            reports += [{"type": "conversation.item.truncate", **truncate}]
-            reports += [{"type": "response.cancel"}]
-        return reports
+    def stop(player: Player) -> list[dict[str, Any]]:
+        (gen,) = player.received
+        truncate = {"item_id": f"resp_{gen}", "content_index": 0, "audio_end_ms": 1000}
+        return [{"type": "conversation.item.truncate", **truncate}, {"type": "response.cancel"}]
 
     bad = [
         json.dumps({"type": "output_audio_buffer.played", "gen": "1", "audio_end_ms": 5}),
@@ -166,7 +211,9 @@ def test_truncate_sets_heard_text_of_a_cancelled_answer(serve: Callable[..., Run
         json.dumps({"type": "conversation.item.truncate", "item_id": "resp_1", "audio_end_ms": 5,
                     "content_index": 1}),
     ]  # fmt: skip
-    events, _ = asyncio.run(converse(run.ws_url, [*bad, turn_audio().tobytes()], stop_at_1s))
+    messages = [*bad, turn_audio().tobytes()]
+    # The player stops 1 s into the answer; 300 ms later the user stops the answer there.
+    events, _ = asyncio.run(converse(run.ws_url, messages, Player(1000), [(1300, stop)]))
     resp = response(events)
     assert resp["status"] == "cancelled" and resp["output_text"] == ANSWER
     # 1 s = "You said:" (0.4 s) and half of the 6-word clause: the words under way count.
@@ -176,12 +223,28 @@ def test_truncate_sets_heard_text_of_a_cancelled_answer(serve: Callable[..., Run
     assert "item_id" in messages[2] and "content_index" in messages[3]
 
 
+def test_cough_pauses_then_resumes_and_reports_follow_the_resumed_audio(
+    serve: Callable[..., Running],
+) -> None:
+    run = serve()
+    cough = buzz(150).tobytes()  # speech long enough to pause playback, too short to cancel
+    events, received = asyncio.run(
+        converse(run.ws_url, [turn_audio().tobytes()], Player(), [(600, lambda p: [cough])])
+    )
+    resp = response(events)
+    kinds = [e["type"] for e in events]
+    assert "output_audio_buffer.cleared" in kinds and not errors(events)
+    assert resp["status"] == "completed" and resp["heard_text"] == ANSWER, resp
+    # The resumed answer starts where the last report left it: some audio came twice.
+    assert received[resp["gen"]] > 10 * 200 * TTS_HZ // 1000
+
+
 def test_answer_the_client_never_plays_is_cancelled_with_nothing_heard(
     serve: Callable[..., Running],
 ) -> None:
     run = serve(playback_stall_ms=1000)
     t0 = time.monotonic()
-    events, _ = asyncio.run(converse(run.ws_url, [turn_audio().tobytes()], played_until(0)))
+    events, _ = asyncio.run(converse(run.ws_url, [turn_audio().tobytes()], Player(stop_ms=0)))
     resp = response(events)
     assert resp["status"] == "cancelled" and resp["heard_text"] == "", resp
     (err,) = errors(events)
@@ -212,7 +275,7 @@ def test_max_size_message_is_taken_whole(serve: Callable[..., Running], encoding
         audio = base64.b64encode(pcm.tobytes()).decode()
         message = json.dumps({"type": "input_audio_buffer.append", "audio": audio})
     assert len(message) <= 1 << 20
-    events, _ = asyncio.run(converse(run.ws_url, [message], played_until(1e9)))
+    events, _ = asyncio.run(converse(run.ws_url, [message], Player()))
     kinds = [e["type"] for e in events]
     assert not errors(events) and response(events)["status"] == "completed"
     start = next(e for e in events if e["type"] == "input_audio_buffer.speech_started")
