@@ -145,7 +145,7 @@ class Connection:
             if stalled < stall_s:
                 continue
             gen = self.session.gen
-            how = "reported no progress" if self.sink.reported else "read no audio"
+            how = "reported no progress" if self.sink.reported else "took no audio off the socket"
             log.warning("session %s: client %s for %.1f s; cancelling", self.id, how, stalled)
             self.emit(
                 _error(
