@@ -39,10 +39,11 @@ log = logging.getLogger(__name__)
 
 # Sink writes are cut to 20 ms slices so a hold or cancel lands between two slices at worst.
 SLICE_MS = 20
-# A first clause of 4+ words equal to the start of an earlier answer is a copy, not an answer
+# An answer whose first 4-8 words equal the start of an earlier answer is a copy, not an answer
 # ("The capital of France is Paris." to a request for a joke); 3 words ("The capital of")
 # legitimately start many answers.
 COPY_MIN_WORDS = 4
+COPY_WORDS = 8
 # A chunk that ends a sentence (the chunker cuts at . ! ? only where a sentence ends).
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
 
@@ -117,6 +118,8 @@ class Answer:
         self._spoken_text = ""  # the chunks handed to TTS, joined
         self._pushed_chars = 0  # text the generation handed out
         self._first_posted = False
+        self._held: str | None = ""  # text not handed out until the copy check; None after
+        self._held_chunks: list[str] = []
         self._lm_future: asyncio.Future[str] | None = None
         self._tasks = [
             asyncio.create_task(self._tts_loop(), name=f"tts-{gen}"),
@@ -163,13 +166,22 @@ class Answer:
                 chunks = self._chunker.flush()
             chunks += self._chunker.push(piece)
             if self._uncut is not None:
-                if not chunks:
-                    self._uncut += piece
-                    continue  # the first clause is checked before anything leaves this thread
-                piece, self._uncut = self._uncut + piece, None
-                if self._copies_history(chunks[0]):
+                self._uncut = None if chunks else self._uncut + piece
+            if self._held is not None:
+                # Nothing leaves this thread before the answer's first words are checked.
+                self._held += piece
+                self._held_chunks += chunks
+                if not self._held_chunks or len(self._held.split()) < COPY_MIN_WORDS:
+                    continue
+                if self._copies_history(self._held):
                     self._start_generation(without_history(self.messages))
                     return self._lm_job(park_after_clause, post)
+                piece, chunks, self._held, self._held_chunks = (
+                    self._held,
+                    self._held_chunks,
+                    None,
+                    [],
+                )
             chunks = self._spoken(chunks)
             post(self._on_text, piece, chunks, list(self._generation.token_ids))
             if self._sentences >= conv.max_spoken_sentences > 0:
@@ -181,11 +193,11 @@ class Answer:
             return "cancelled"
         gen = self._generation
         stop = gen.stats.stop_reason
-        rest = "" if self._uncut is None else self._uncut
-        tail = [] if stop == "sentences" else self._chunker.flush()
+        rest, tail = self._held or "", self._held_chunks
+        tail += [] if stop == "sentences" else self._chunker.flush()
         if stop == "loop" and len(gen.text) < self._pushed_chars:
             # The loop guard took back text it had handed out: speak only what it kept.
-            rest, tail = (gen.text, [gen.text.strip()]) if self._uncut is not None else ("", [])
+            rest, tail = (gen.text, [gen.text.strip()]) if self._held is not None else ("", [])
         post(self._on_text, rest, self._spoken([t for t in tail if t]), list(gen.token_ids))
         post(self._on_lm_end, gen.stats, self._spoken_text if stop == "sentences" else gen.text)
         return "done"
@@ -195,21 +207,19 @@ class Answer:
             self._generation.close()
         self._chunker = self.s.c.new_chunker(self.s.cfg.tts)
         self._uncut, self._sentences, self._spoken_text, self._pushed_chars = "", 0, "", 0
+        self._held, self._held_chunks = "", []
         self._generation = self.s.lm_session.generate(
             messages, cancel=self.cancel_event, drafts=self.drafts
         )
         self._fallback = messages is not self.messages
         self._iter = _counting(iter(self._generation), self)
 
-    def _copies_history(self, clause: str) -> bool:
-        """The first clause repeats the start of an answer in the prompt's history: a small
-        model leaning on the last exchange instead of answering (the new turn then goes
-        without history)."""
+    def _copies_history(self, text: str) -> bool:
+        """The answer starts like an answer in the prompt's history: a small model leaning on
+        the last exchange instead of answering (the new turn then goes without history)."""
         if self._fallback:
             return False
-        words = normalize(clause).split()
-        if len(words) < COPY_MIN_WORDS:
-            return False
+        words = normalize(text).split()[:COPY_WORDS]
         for m in self.messages[:-1]:
             if m["role"] == "assistant" and normalize(m["content"]).split()[: len(words)] == words:
                 return True

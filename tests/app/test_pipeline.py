@@ -190,3 +190,27 @@ def test_early_release_plays_before_speech_end():
     assert resp["status"] == "completed"
     (lat,) = [e for e in events if e["type"] == "latency"]
     assert 250 <= lat["stages"]["endpoint"] < 400  # vs ~500 ms to speech_end
+
+
+def test_answer_ends_after_max_spoken_sentences_and_lm_stops_there():
+    tail = "One. Two two. Three three three. Four four four four. Five."
+    cfg = replace(CFG, conversation=replace(CFG.conversation, max_spoken_sentences=2))
+    _, comps, trace, events = run(["Hi"], [Segment(buzz(700))], False, cfg=cfg,
+                                  lm={"tail": tail}, ms_per_word=20)  # fmt: skip
+    (resp,) = done(events)
+    assert resp["output_text"] == "You said: Hi. One." == resp["heard_text"]
+    (lm_done,) = [e for e in trace if e["event"] == "lm_done"]
+    assert lm_done["stop_reason"] == "sentences"
+    assert lm_done["new_tokens"] <= len("You said: Hi. One. Two".split())
+
+
+def test_first_clause_copying_an_earlier_answer_restarts_without_history():
+    # FakeLM answers "You said: <question>. ..." so a repeated question's first clause copies
+    # the previous answer: the second try runs on the system prompt and the question alone.
+    cfg = replace(CFG, conversation=replace(CFG.conversation, history="full"))
+    q = "What is the capital of France?"
+    segments = [Segment(buzz(700)), Segment(buzz(700))]
+    _, comps, _, events = run([q, q], segments, False, cfg=cfg)
+    assert [r["status"] for r in done(events)] == ["completed", "completed"]
+    second = [c["messages"] for c in comps.lm.calls if c["messages"][-1]["content"] == q][1:]
+    assert [len(m) for m in second][-2:] == [4, 2]  # with history, then without

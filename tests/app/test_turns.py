@@ -282,3 +282,41 @@ def test_speech_after_early_release_can_barge_in_with_the_new_words_only():
     assert isinstance(ans, StartAnswer)
     # Nothing of the first answer was heard: the user message is the whole request, once.
     assert ans.messages[-1]["content"] == "Tell me a fun fact. about the moon."
+
+
+def test_refers_back_follow_ups_and_not_new_subjects():
+    from app.turns import refers_back
+
+    for text in ("And what about Germany?", "How big is it?", "When was he born?", "Why?",
+                 "Multiply that by three.", "Tell me more."):  # fmt: skip
+        assert refers_back(text), text
+    for text in ("What should I cook for dinner tonight?", "Tell me a joke.",
+                 "Actually, never mind that. Tell me a long story about a dragon and a knight.",
+                 "What is the capital of France?"):  # fmt: skip
+        assert not refers_back(text), text
+
+
+def test_follow_up_history_carries_the_last_exchange_only_when_referred_to():
+    h = History(budget_tokens=1000, mode="follow_up")
+    for q, a in [("What is the capital of France?", "Paris."), ("Why is the sky blue?", "The")]:
+        h.add_user(q)
+        h.add_assistant(a, interrupted=a == "The")
+    h.add_user("Actually, never mind that. Tell me a story.")
+    assert [m["role"] for m in h.prompt("sys")] == ["system", "user"]  # the cut answer: gone
+    h.messages.pop()
+    h.add_user("And what about it?")
+    assert [m["content"] for m in h.prompt("sys")] == [
+        "sys", "Why is the sky blue?", "The...", "And what about it?",
+    ]  # fmt: skip
+    full = History(budget_tokens=1000, mode="full")
+    full.messages = list(h.messages)
+    assert len(full.prompt("sys")) == 6
+    none = History(budget_tokens=1000, mode="none")
+    none.messages = list(h.messages)
+    assert len(none.prompt("sys")) == 2
+
+
+def test_turn_manager_resolves_the_history_mode():
+    assert TurnManager(CFG).history.mode == "follow_up"  # "auto" unresolved: the bundled LM's
+    assert TurnManager(CFG, history_mode="full").history.mode == "full"
+    assert TurnManager(replace(CFG, history="none")).history.mode == "none"

@@ -178,3 +178,38 @@ def test_load_says_which_model_decoder_and_kernel(caplog: pytest.LogCaptureFixtu
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("lm: "))
     assert "bundled SmolLM2-135M" in line and "ar decoding" in line
     assert line.endswith(CPU_KERNELS[lm.model.cpu_kernel])
+
+
+SEA = [
+    {
+        "role": "system",
+        "content": "You are a helpful voice assistant. Reply briefly in plain English.",
+    },
+    {"role": "user", "content": "Write a poem about the sea."},
+]
+
+
+def test_loop_guard_stops_every_decoder_at_the_same_token(lm: LM) -> None:
+    # The bundled model loops on this prompt ("..., a mystic of the sea, ...") to the token cap.
+    runs = {}
+    for decoder in ("ar", "hybrid", "parallel"):
+        gen = lm.session().generate(SEA, decoder=decoder)
+        pieces = "".join(gen)
+        assert gen.stats.stop_reason == "loop"
+        assert gen.text.endswith((".", "!", "?", ",")) and pieces.startswith(gen.text)
+        runs[decoder] = gen
+    assert runs["hybrid"].token_ids == runs["ar"].token_ids  # verified decoding stays exact
+    assert runs["hybrid"].text == runs["ar"].text
+    off = small_lm(lm, loop_guard=False).session().generate(SEA, decoder="ar")
+    list(off)
+    assert off.stats.stop_reason == "length"
+    assert off.token_ids[: len(runs["ar"].token_ids)] == runs["ar"].token_ids
+
+
+def test_close_stops_decoding_with_a_reason(lm: LM) -> None:
+    gen = lm.session().generate(FRANCE, decoder="hybrid")
+    next(iter(gen))
+    forwards = gen.stats.forwards
+    gen.close("sentences")
+    assert list(gen) == [] and gen.stats.stop_reason == "sentences"
+    assert gen.stats.forwards == forwards

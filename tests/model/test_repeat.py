@@ -1,0 +1,47 @@
+"""RepeatGuard: loops are cut at the last sentence end before them, repeats are held back."""
+
+from __future__ import annotations
+
+from model.repeat import RepeatGuard
+
+
+def stream(text: str) -> tuple[RepeatGuard, str, int]:
+    """Feed ``text`` word by word; (guard, text so far, safe chars) where it stopped."""
+    guard, acc, safe = RepeatGuard(), "", 0
+    for word in text.split(" "):
+        acc = f"{acc} {word}" if acc else word
+        safe = guard.check(acc)
+        if guard.loop:
+            break
+    return guard, acc, safe
+
+
+def test_sentence_loop_keeps_the_first_copy() -> None:
+    text = "The capital of France is Paris.\n\nA dragon, no. A dragon, no. A dragon, no. A dragon"
+    guard, acc, safe = stream(text)
+    assert guard.loop
+    assert guard.kept(acc) == "The capital of France is Paris.\n\nA dragon, no."
+    assert safe == len("The capital of France is Paris.\n\nA dragon, no. ")
+
+
+def test_word_loop_ends_at_the_sentence_before_it() -> None:
+    guard, acc, _ = stream("Once there was a dragon. The dragon said no no no no no no no no no")
+    assert guard.loop and guard.kept(acc) == "Once there was a dragon."
+
+
+def test_repeated_sentence_without_a_sentence_end_before_keeps_what_came_first() -> None:
+    guard, acc, _ = stream(
+        "Monday, Tuesday, Wednesday, Monday, Tuesday, Wednesday, Monday, Tuesday,"
+    )
+    assert guard.loop and guard.kept(acc) == "Monday, Tuesday, Wednesday,"
+
+
+def test_ordinary_text_is_not_a_loop_and_short_repeats_are_released() -> None:
+    text = "It is very very blue. The sky is blue because the air scatters blue light the most."
+    guard, acc, safe = stream(text)
+    assert not guard.loop and acc == text and safe == len(text)
+    guard = RepeatGuard()
+    held = guard.check("I said it is it is")
+    assert held == len("I said it is ")  # a repeat is forming: held back
+    assert guard.check("I said it is it is fine") == len("I said it is it is fine")
+    assert guard.check("no no no", final=True) == len("no no no")
