@@ -1,7 +1,7 @@
 """Audio benchmarks: ASR latency/cadence/RTF, TTS first audio/RTF, VAD false triggers, echo.
 
 Prints one JSON object. Speech is synthesized at run time (Piper and espeak-ng voices).
-Usage: .venv/bin/python -m bench.audio [--reps N] [--quick] [--sections asr,tts,vad,echo]
+Usage: .venv/bin/python bench/speech.py [--reps N] [--quick] [--sections asr,tts,vad,echo]
 Timings on a shared CPU are noisy: medians are reported with the load average, and for the
 two latency targets also the process CPU time of a 1-thread model (~ wall time on an idle core).
 """
@@ -11,18 +11,22 @@ import asyncio
 import json
 import os
 import statistics
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
-from audio.asr import StreamingTranscriber, WhisperASR
-from audio.config import ASRConfig, EchoConfig, TTSConfig, VADConfig
-from audio.echo import EchoCanceller
-from audio.tts import ClauseChunker, PiperTTS
-from audio.vad import Endpointer
-from tests.speech import echo_path, loopback_run, speech_pcm
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from audio.asr import StreamingTranscriber, WhisperASR  # noqa: E402
+from audio.config import ASRConfig, EchoConfig, TTSConfig, VADConfig  # noqa: E402
+from audio.echo import EchoCanceller  # noqa: E402
+from audio.tts import ClauseChunker, PiperTTS  # noqa: E402
+from audio.vad import Endpointer  # noqa: E402
+from tests.speech import echo_path, loopback_run, speech_pcm  # noqa: E402
 
 UTTERANCES = [  # (text, voice): 2-6 s of speech
     ("What is the capital of France?", "piper"),

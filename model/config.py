@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class LMConfig:
+    """The language model: weights, decoder and sampling."""
+
     path: str = field(
         default="",
         metadata={
@@ -64,13 +66,12 @@ class LMConfig:
     threads: int = field(
         default=0,
         metadata={
-            "help": "torch CPU threads, 0 = torch default (decode forwards of up to 16 rows on "
-            "the integer kernel run on one while OMP_WAIT_POLICY=PASSIVE, the default)",
+            "help": "torch CPU threads, 0 = torch default",
             "min": 0,
             "max": 256,
         },
     )
-    # --- hybrid / parallel decoders (issue 4: model/hybrid.py) -------------------------------
+    # --- hybrid / parallel decoders (model/hybrid.py) ------------------------------------------
     draft_len: int = field(
         default=12,
         metadata={
@@ -131,12 +132,8 @@ class LMConfig:
     row_cost: float = field(
         default=-1.0,
         metadata={
-            "help": "cost of one more verify row as a fraction of a 1-row forward: drafts are "
-            "verified while they raise the expected tokens per unit of cost; -1 = auto "
-            "(on CPU with the cpu_rows kernel 0.3 on GGUF blocks with integer products (AVX-512 "
-            "VNNI), 0.15 without, 0.03 on fp32 weights, and no drafter pass in hybrid; 0.1 with "
-            "oneDNN's, there + 0.35 once per step and no drafter "
-            "pass at 1 thread; 0 on CUDA)",
+            "help": "cost of one more verify row as a fraction of a 1-row forward, which sizes "
+            "each draft tree; -1 = auto (measured per CPU kernel, 0 on CUDA: model/hybrid.py)",
             "min": -1.0,
             "max": 1.0,
         },
