@@ -24,16 +24,13 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from app.frames import ClauseFrame, EndOfAnswerFrame, TTSAudioFrame
 from app.trace import now_ms
 from app.turns import normalize
-
-if TYPE_CHECKING:
-    from app.pipeline import VoiceSession
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +66,29 @@ class _Segment:
     clause: int
 
 
+class Session(Protocol):
+    """What an answer needs of its conversation (app/pipeline.py's VoiceSession)."""
+
+    c: Any  # Components: the shared models and their executors
+    cfg: Any
+    lm_session: Any
+    sink: Any
+    sink_cursor: int  # sink position where the next written sample will play
+
+    def trace(self, name: str, turn: int, gen: int, **attrs: Any) -> None: ...
+    def emit(self, event: dict[str, Any]) -> None: ...
+    def emit_text(self, ans: Answer, piece: str) -> None: ...
+    def on_first_token(self, ans: Answer) -> None: ...
+    def on_audio_started(self, ans: Answer) -> None: ...
+    def on_answer_finished(self, ans: Answer) -> None: ...
+
+
 class Answer:
     """The agent's answer of generation ``gen`` to the prompt ``messages``."""
 
     def __init__(
         self,
-        session: VoiceSession,
+        session: Session,
         gen: int,
         turn: int,
         messages: list[dict[str, str]],
