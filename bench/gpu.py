@@ -21,8 +21,8 @@ with the shipped drafter and n-gram store, and hybrid with a 24-node tree of 4 b
 (lm.draft_len 24, lm.draft_branch 4: rows free on CPU 2.56 tokens/forward against 2.47 at the
 default 12 / 3; does a GPU verify 25 rows as cheaply as 13?) (lm_before.json; lm_torch.json: ar
 / hybrid / chain without the row-invariant kernels, cuBLAS and SDPA instead), runs the
-one-command GPU recipe (`model.train_drafter --recipe h200`: data, n-gram store, drafter) with
-its caps fitted to what is left of --budget-s, benchmarks again with what it trained
+one-command GPU recipe (`model.training.train_drafter --recipe h200`: data, n-gram store,
+drafter) with its caps fitted to what is left of --budget-s, benchmarks again with what it trained
 (lm_after.json) and packs the new adapter and store. Each stage's output is logged with
 timestamps under $OUT; a failed stage is logged and the next one still runs. Then, here, on the
 folder the call's files came back to:
@@ -225,7 +225,7 @@ def part2(smoke: bool, budget_s: float) -> None:
     # generation, 30% to training, the rest to loading the model and features twice (n-gram
     # store, training) and building the store.
     spend = max(run.left(budget_s) - bench_s - 30, 60)
-    recipe = [sys.executable, "-m", "model.train_drafter", "--recipe", "h200", "--model",
+    recipe = [sys.executable, "-m", "model.training.train_drafter", "--recipe", "h200", "--model",
               str(model), "--data", str(STASH / "data"), "--save", str(new / "drafter.safetensors"),
               "--out-dir", str(new / "run"), "--gen-minutes", f"{0.5 * spend / 60:.2f}",
               "--minutes", f"{0.3 * spend / 60:.2f}"]  # fmt: skip

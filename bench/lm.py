@@ -33,7 +33,7 @@ from model.config import LMConfig  # noqa: E402
 from model.decode import DECODERS  # noqa: E402
 from model.engine import LM  # noqa: E402
 from model.hybrid import CPU_ROW_COST, bundled_only, drafter_for  # noqa: E402
-from model.prompts import conversations  # noqa: E402
+from model.training.prompts import conversations  # noqa: E402
 
 PROMPTS = [
     "What is the capital of France?",
@@ -167,8 +167,8 @@ def main() -> int:
         choices=("fixed", "heldout", "unseen"),
         default="fixed",
         help="fixed: the 24 prompts above (several are also in the drafter's training list); "
-        "heldout: model/prompts.py conversations the drafter never saw; unseen: those of them "
-        "whose questions occur in no training conversation either",
+        "heldout: model/training/prompts.py conversations the drafter never saw; unseen: those "
+        "of them whose questions occur in no training conversation either",
     )
     # Hybrid / parallel settings (lm.* fields) and the parallel threshold sweep.
     ap.add_argument("--drafter", default="", help="lm.drafter ('' = bundled adapter, 'none')")

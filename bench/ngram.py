@@ -3,8 +3,8 @@ decoding simulated exactly along the `unseen` held-out greedy answers (64 tokens
 built from growing shares of the training answers (of --data; --base: folders always included
 whole, e.g. the first data when --data is more of it). JSON lines to stdout; no model needed.
 `handwritten`: the same on the unseen answers to hand-written prompts only (16 of 105); the
-others are topic x template prompts (model/prompts.py) whose topic the training data asks about
-in other words, which flatters a store of the base's own phrases.
+others are topic x template prompts (model/training/prompts.py) whose topic the training data
+asks about in other words, which flatters a store of the base's own phrases.
 
     .venv/bin/python bench/ngram.py --data data/drafter,data/drafter_more
     .venv/bin/python bench/ngram.py --base data/drafter,data/drafter_more --data data/bulk
@@ -22,8 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from model.lookup import PromptLookup  # noqa: E402
 from model.ngram import NgramStore  # noqa: E402
-from model.prompts import TEMPLATES, TOPICS, conversations  # noqa: E402
-from model.train_drafter import load_records  # noqa: E402
+from model.training import ngram  # noqa: E402
+from model.training.gen_data import load_records  # noqa: E402
+from model.training.prompts import TEMPLATES, TOPICS, conversations  # noqa: E402
 from model.tree import build  # noqa: E402
 
 STOP = frozenset({0, 2})  # SmolLM2's end-of-text / im_end
@@ -88,7 +89,10 @@ def main() -> int:
     base = [r for r in base_recs if not r["heldout"]]
     train = [r for r in recs if not r["heldout"]]
     if not train or not held:
-        raise SystemExit(f"{a.data}: no training or unseen held-out answers; run model.gen_data")
+        raise SystemExit(
+            f"{a.data}: no training or unseen held-out answers; "
+            "run python -m model.training.gen_data"
+        )
     random.Random(0).shuffle(train)
     sizes = {"unseen_answers": len(held), "handwritten": len(hand), "train_answers": len(train)}
     print(json.dumps({**sizes, "base_answers": len(base)}))
@@ -98,7 +102,7 @@ def main() -> int:
         print(json.dumps(row))
     for share in (0.0, 0.125, 0.25, 0.5, 1.0) if base else (0.125, 0.25, 0.5, 1.0):
         part = base + train[: int(len(train) * share)]
-        store = NgramStore.build(
+        store = ngram.build(
             (r["ids"].tolist(), int(r["prompt_len"]), r["greedy"].tolist()) for r in part
         )
         row = {"share": share, "store_tokens": store.info["tokens"], "contexts": len(store.table)}

@@ -9,7 +9,8 @@ the list of token ids that pass committed (possibly empty, e.g. a prefill chunk)
 - it may be abandoned at any yield (EOS, stop string, max tokens, cancel): the engine owns
   those decisions and never resumes it after.
 Decoders run inside torch.inference_mode (entered by the engine around every step).
-`ar` lives here; issue 4 registers `hybrid` and `parallel` with @register.
+`ar` lives here; model/hybrid.py registers `hybrid` and `parallel` with @register when it is
+imported (model/engine.py imports it), so this module imports no decoder.
 """
 
 from __future__ import annotations
@@ -152,6 +153,3 @@ def decode_ar(req: DecodeRequest) -> Iterator[list[int]]:
         yield [t]
         token.fill_(t)
         logits = req.model(token, cache=req.cache).logits[0, -1]
-
-
-from model import hybrid  # noqa: E402, F401  (registers the `hybrid` and `parallel` decoders)

@@ -18,7 +18,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from model import decode, loader
+from model import (
+    decode,
+    hybrid,  # noqa: F401  (importing it registers the hybrid and parallel decoders)
+    loader,
+)
 from model.config import LMConfig
 from model.errors import ContextOverflowError
 from model.repeat import RepeatGuard

@@ -1,5 +1,6 @@
 """Hybrid decoders: several tokens per forward pass. `hybrid` (verified, lossless) and
-`parallel` (commits confident drafts unverified; lossy), registered in model.decode.
+`parallel` (commits confident drafts unverified; lossy), registered in model.decode's registry
+when this module is imported.
 
 One step (= one base forward, the unit the engine counts):
 

@@ -18,10 +18,9 @@ from collections.abc import Iterable, Sequence
 
 # Acceptance of a lookup draft by greedy verification, by matched n-gram length (rows) and
 # offset in the draft (columns), each given that the draft's earlier tokens were right (what the
-# draft tree multiplies along a path): measured with `python -m model.lookup` on the 982 greedy
-# training answers of model/prompts.py (71K answer tokens; 75K proposals). Long matches are the
-# small model repeating itself and are nearly always right; once a copied phrase has started, it
-# tends to go on.
+# draft tree multiplies along a path), on the 982 greedy training answers
+# (`python -m model.training.lookup_conf`). Long matches are the small model repeating itself and
+# are nearly always right; once a copied phrase has started, it tends to go on.
 LOOKUP_CONF: dict[int, tuple[float, ...]] = {
     1: (0.17, 0.47, 0.60, 0.66, 0.70, 0.69, 0.77, 0.82),
     2: (0.50, 0.60, 0.67, 0.71, 0.72, 0.78, 0.82, 0.85),
@@ -72,58 +71,3 @@ class PromptLookup:
             confs = [conf_row[min(i, len(conf_row) - 1)] for i in range(len(out))]
             return out, confs
         return [], []
-
-
-def calibrate(
-    sequences: Iterable[tuple[list[int], int]], k: int = 8, max_ngram: int = 8
-) -> dict[int, list[tuple[float, int]]]:
-    """Measured acceptance of lookup drafts on greedy sequences (ids, prompt_len).
-
-    At every answer position the lookup proposes k tokens; returns, per matched n-gram length,
-    per offset, (fraction equal to the greedy continuation where the offsets before it were,
-    count)."""
-    hits: dict[int, list[list[int]]] = {
-        n: [[0, 0] for _ in range(k)] for n in range(1, max_ngram + 1)
-    }
-    for ids, plen in sequences:
-        lk = PromptLookup(ids[:plen], max_ngram=max_ngram)
-        for s in range(plen, len(ids) - 1):
-            lk.extend([ids[s]])
-            n = _matched_n(lk)
-            if n == 0:
-                continue
-            out, _ = lk.propose(k)
-            for i, t in enumerate(out):
-                if s + 1 + i >= len(ids):
-                    break
-                right = t == ids[s + 1 + i]
-                hits[n][i][0] += right
-                hits[n][i][1] += 1
-                if not right:  # later offsets count only where everything before was right
-                    break
-    return {n: [(h / max(c, 1), c) for h, c in rows] for n, rows in hits.items()}
-
-
-def _matched_n(lk: PromptLookup) -> int:
-    toks = lk.tokens
-    for n in range(min(lk.max_ngram, len(toks)), lk.min_ngram - 1, -1):
-        if tuple(toks[len(toks) - n :]) in lk._next:
-            return n
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-    from pathlib import Path
-
-    import torch
-
-    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "data/drafter")
-    seqs = []
-    for f in sorted(folder.glob("b*.pt")):
-        for r in torch.load(f):
-            if r["sample"] == 0 and not r["heldout"]:  # greedy training answers
-                seqs.append((r["ids"].tolist(), int(r["prompt_len"])))
-    print(f"{len(seqs)} greedy answers")
-    for n, rows in calibrate(seqs).items():
-        print(n, " ".join(f"{p:.2f}" for p, _ in rows), f"(n={rows[0][1]})")

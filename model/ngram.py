@@ -1,38 +1,32 @@
 """N-gram store: free drafts from what the base model itself said before (REST-like retrieval).
 
-The self-distilled data of model/gen_data.py holds, at every answer position, the base's greedy
-next token given the tokens before it. Counted by the last 1..4 tokens, that is an n-gram model
-of the base's own habits ("Here are some", "I'm sorry, but"). At decode time the longest
-context n-gram seen at least twice proposes its most frequent next token, with confidence
-count / (total + 1); appending that token and looking again gives a chain of up to k drafts
-for the draft tree (model/tree.py), like prompt lookup but over everything the base answered
-in training. The context's runner-up next token (`alternative`), continued the same way, forks
-the chain at each of its first FORKS positions (`branches`); the tree keeps a fork where it pays
-for its row (BENCHMARKS.md, sessions 9 and 10). Cost: a few dictionary lookups per step, no
-model pass.
+The store maps the last 1..4 tokens of the base's own self-distilled training answers to the
+base's greedy next token there, an n-gram model of its habits ("Here are some", "I'm sorry,
+but"). At decode time the longest context n-gram seen at least twice proposes its most frequent
+next token, with confidence count / (total + 1); appending that token and looking again gives a
+chain of up to k drafts for the draft tree (model/tree.py), like prompt lookup but over
+everything the base answered in training. The context's runner-up next token (`alternative`),
+continued the same way, forks the chain at each of its first FORKS positions (`branches`); the
+tree keeps a fork where it pays for its row. Cost: a few dictionary lookups per step, no model
+pass; on held-out answers its next token is right about as often as the drafter's (39 % vs
+38 %, BENCHMARKS.md).
 
-Measured on 40 held-out answers (64 tokens, 227K training tokens in the store): the next token
-is right 39 % of the time (the 2-layer drafter: 38 %), the first two 18 % (drafter 13 %), the
-first four 5 % (drafter 1 %) - it is autoregressive, the drafter's block is not (BENCHMARKS.md).
-
-Built by `python -m model.ngram --data data/drafter[,more] --out model/adapters/ngram.safetensors`
-from the training answers only (held-out ones never enter it). File: per order n, the context
-n-grams ((N_n, n)), their most frequent next token and its confidence (fp16), the runner-up and
-its confidence (NO_ALT where the context was always followed by the same token); token ids in
-uint16 (stores written before session 9 hold int32 and no runner-ups; both load).
+This module reads the store; model/training/ngram.py builds and writes it. File: per order n,
+the context n-grams ((N_n, n)), their most frequent next token and its confidence (fp16), the
+runner-up and its confidence (NO_ALT where the context was always followed by the same token);
+token ids in uint16 (older stores hold int32 and no runner-ups; both load).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from model.drafter import resolve_file
 from model.errors import ModelLoadError
@@ -40,7 +34,6 @@ from model.errors import ModelLoadError
 DEFAULT_STORE = Path(__file__).parent / "adapters" / "ngram.safetensors"
 MAX_ORDER = 4
 ID_BITS = 16  # token ids packed into one 64-bit key per context (vocab 49152 < 2^16)
-MIN_TOTAL = 2  # a context seen once is a coincidence more often than a habit
 NO_ALT = (1 << ID_BITS) - 1  # in the file: this context has no runner-up (no token id: vocab < it)
 FORKS = 4  # `branches`: runner-ups at the first FORKS positions of the chain (more add ~nothing)
 ID_MASK = (1 << ID_BITS) - 1
@@ -48,12 +41,7 @@ MASKS = [(1 << ID_BITS * n) - 1 for n in range(MAX_ORDER + 1)]  # the last n ids
 CONF_ONE = (1 << 16) - 1  # a confidence in the table: round(conf * CONF_ONE), above the token id
 
 
-def _ids(values: list) -> torch.Tensor:
-    """Token ids for the file: uint16, half of int32 (build checked they fit in ID_BITS)."""
-    return torch.tensor(values, dtype=torch.int32).to(torch.uint16)
-
-
-def _pack(ids: np.ndarray) -> np.ndarray:
+def pack_keys(ids: np.ndarray) -> np.ndarray:
     """(N, n) token ids -> N context keys: the ids in ID_BITS each, the first one highest."""
     key = np.zeros(len(ids), dtype=np.uint64)
     for j in range(ids.shape[1]):
@@ -61,7 +49,8 @@ def _pack(ids: np.ndarray) -> np.ndarray:
     return key
 
 
-def _values(tokens: np.ndarray, confs: np.ndarray) -> list[int]:
+def pack_entries(tokens: np.ndarray, confs: np.ndarray) -> list[int]:
+    """Next tokens and their confidences -> one int each, as PackedTable holds them."""
     return (
         tokens.astype(np.int64) | np.rint(confs * CONF_ONE).astype(np.int64) << ID_BITS
     ).tolist()
@@ -109,52 +98,6 @@ class NgramStore:
         self.alts = alts or PackedTable()  # -> its second most frequent, where it has one
         self.info = info
         self.max_order = max((n for n, t in enumerate(table.orders) if t), default=0)
-
-    @classmethod
-    def build(cls, sequences: Iterable[tuple[Sequence[int], int, Sequence[int]]]) -> NgramStore:
-        """From (ids, prompt_len, greedy) records: greedy[i] is the base's next token after
-        ids[:prompt_len + i]. Counted in numpy (1.1M tokens: 5 s; 22 s with Counters): per
-        order n, every (context, next) pair, its context packed into one integer, sorted and
-        run-length counted; each context keeps its most frequent next token and the runner-up,
-        a tie going to the one seen first (as Counter.most_common would)."""
-        ids, ends, nxt, firsts = [], [], [], []
-        offset = 0
-        for seq, plen, greedy in sequences:
-            ids.append(np.asarray(seq, dtype=np.int64))
-            ends.append(offset + plen + np.arange(len(greedy)))
-            nxt.append(np.asarray(greedy, dtype=np.int64))
-            firsts.append(np.full(len(greedy), offset))  # the record's first position
-            offset += len(seq)
-        table, alts = PackedTable(), PackedTable()
-        if not ids:
-            return cls(table, {"tokens": 0, "contexts": 0, "max_order": MAX_ORDER}, alts)
-        flat, end, nxt_all = np.concatenate(ids), np.concatenate(ends), np.concatenate(nxt)
-        starts = np.concatenate(firsts)
-        if flat.size and flat.max() >= 1 << ID_BITS:
-            raise ValueError(f"n-gram contexts pack token ids in {ID_BITS} bits")
-        for n in range(1, MAX_ORDER + 1):
-            ok = end - n >= starts  # the context lies within its own record
-            e, x, first = end[ok], nxt_all[ok], np.flatnonzero(ok)
-            key = _pack(flat[e[:, None] - n + np.arange(n)])
-            o = np.lexsort((first, x, key))  # by context, next token, first sighting
-            key, x, first = key[o], x[o], first[o]
-            new = np.r_[True, (key[1:] != key[:-1]) | (x[1:] != x[:-1])]
-            pair = np.flatnonzero(new)
-            count = np.diff(np.r_[pair, len(key)])
-            key, x, first = key[pair], x[pair], first[pair]
-            ctx = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-            size = np.diff(np.r_[ctx, len(key)])  # distinct next tokens per context
-            total = np.add.reduceat(count, ctx)
-            ranked = np.lexsort((first, -count, key))  # per context: most often, then first
-            keep = total >= MIN_TOTAL
-            ctx, size, total = ctx[keep], size[keep], total[keep]
-            for rank, into in ((0, table), (1, alts)):
-                has = size > rank
-                pick = ranked[ctx[has] + rank]
-                conf = count[pick] / (total[has] + 1)
-                into.orders[n] = dict(zip(key[pick].tolist(), _values(x[pick], conf), strict=True))
-        info = {"tokens": len(nxt_all), "contexts": len(table), "max_order": MAX_ORDER}
-        return cls(table, info, alts)
 
     def _tail(self, context: Sequence[int]) -> tuple[int, int]:
         """The last max_order ids of `context` as one key, and how many they are."""
@@ -208,29 +151,6 @@ class NgramStore:
                 out.append(([*toks[:d], alt[0], *more], [*confs[:d], alt[1], *more_confs]))
         return out
 
-    # --- file -------------------------------------------------------------------------------
-
-    def save(self, path: str | Path) -> None:
-        tensors = {}
-        for n in range(1, self.max_order + 1):
-            table, alts = self.table.orders[n], self.alts.orders[n]
-            if not table:
-                continue
-            keys = np.array(list(table), dtype=np.uint64)
-            shifts = np.uint64(ID_BITS) * np.arange(n - 1, -1, -1, dtype=np.uint64)
-            ctx = (keys[:, None] >> shifts) & np.uint64(ID_MASK)
-            for name, values in (
-                ("", list(table.values())),
-                ("alt", [alts.get(k, -1) for k in table]),
-            ):
-                v = np.array(values, dtype=np.int64)
-                tokens = np.where(v < 0, NO_ALT, v & ID_MASK)
-                confs = np.where(v < 0, 0, v >> ID_BITS) / CONF_ONE
-                tensors[f"{name or 'next'}{n}"] = _ids(tokens.tolist())
-                tensors[f"{name}conf{n}"] = torch.tensor(confs, dtype=torch.float16)
-            tensors[f"ctx{n}"] = _ids(ctx.astype(np.int64).tolist())
-        save_file(tensors, str(path), metadata={"info": json.dumps(self.info)})
-
     @classmethod
     def load(cls, path: str | Path, vocab_size: int) -> NgramStore:
         try:
@@ -240,7 +160,7 @@ class NgramStore:
         except (OSError, KeyError, ValueError, SafetensorError) as e:
             raise ModelLoadError(
                 f"{path}: not an n-gram store ({type(e).__name__}: {e}); rebuild it with "
-                "python -m model.ngram or set lm.ngram: none"
+                "python -m model.training.ngram or set lm.ngram: none"
             ) from e
         table, alts = PackedTable(), PackedTable()
         for n in range(1, MAX_ORDER + 1):
@@ -256,12 +176,14 @@ class NgramStore:
                     f"{path}: token ids beyond this model's vocabulary ({vocab_size}); it was "
                     "built for another tokenizer - rebuild it or set lm.ngram: none"
                 )
-            keys = _pack(ctx.numpy())
+            keys = pack_keys(ctx.numpy())
             confs = tensors[f"conf{n}"].float().numpy()
-            table.orders[n] = dict(zip(keys.tolist(), _values(nxt.numpy(), confs), strict=True))
+            table.orders[n] = dict(
+                zip(keys.tolist(), pack_entries(nxt.numpy(), confs), strict=True)
+            )
             h = has_alt.numpy()
             alt_confs = tensors.get(f"altconf{n}", torch.zeros(len(alt))).float().numpy()[h]
-            alt_values = _values(alt.numpy()[h], alt_confs)
+            alt_values = pack_entries(alt.numpy()[h], alt_confs)
             alts.orders[n] = dict(zip(keys[h].tolist(), alt_values, strict=True))
         return cls(table, info, alts)
 
@@ -270,26 +192,3 @@ def load_default(spec: str, vocab_size: int) -> NgramStore | None:
     """lm.ngram: '' = the bundled store if present, 'none' = no store, else a path."""
     path = resolve_file(spec, DEFAULT_STORE, "lm.ngram")
     return None if path is None else NgramStore.load(path, vocab_size)
-
-
-def main(argv: list[str] | None = None) -> None:
-    from model.train_drafter import load_records
-
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--data", default="data/drafter", help="gen_data folder(s), comma-separated")
-    ap.add_argument("--out", default=str(DEFAULT_STORE))
-    a = ap.parse_args(argv)
-    recs = [r for r in load_records(a.data, set()) if not r["heldout"]]
-    if not recs:
-        raise SystemExit(f"{a.data}: no generated training answers; run model.gen_data first")
-    store = NgramStore.build(
-        (r["ids"].numpy(), int(r["prompt_len"]), r["greedy"].numpy()) for r in recs
-    )
-    store.info["answers"] = len(recs)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    store.save(a.out)
-    print(json.dumps({**store.info, "bytes": Path(a.out).stat().st_size}))
-
-
-if __name__ == "__main__":
-    main()

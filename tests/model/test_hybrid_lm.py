@@ -15,7 +15,7 @@ from model.drafter import DEFAULT_ADAPTER, BlockDrafter
 from model.engine import LM
 from model.errors import ModelLoadError
 from model.ngram import DEFAULT_STORE
-from model.prompts import conversations
+from model.training.prompts import conversations
 
 PROMPTS = conversations("heldout")
 

@@ -1,11 +1,9 @@
-"""N-gram store: counting the base's greedy next tokens, chained proposals with back-off, the
-file round trip and its errors, and the hybrid decoder drafting from it (exact, fewer
-forwards, the drafter pass skipped where the store is sure)."""
+"""N-gram store at run time: chained proposals with back-off, runner-up forks, the file round
+trip and its errors, and the hybrid decoder drafting from it (exact, fewer forwards, the
+drafter pass skipped where the store is sure). Stores are built with model.training.ngram."""
 
 from __future__ import annotations
 
-import random
-from collections import Counter, defaultdict
 from dataclasses import replace
 
 import pytest
@@ -17,7 +15,8 @@ from model.config import LMConfig
 from model.decode import DecodeRequest, Sampler, get_decoder
 from model.drafter import BlockDrafter
 from model.errors import ModelLoadError
-from model.ngram import MIN_TOTAL, NgramStore, load_default
+from model.ngram import NgramStore, load_default
+from model.training.ngram import MIN_TOTAL, build, save
 from model.transformer import ModelArgs, Transformer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -36,49 +35,8 @@ def records():
     ]
 
 
-def test_counts_the_most_frequent_next_token_per_context() -> None:
-    store = NgramStore.build(records())
-    assert store.info["tokens"] == 12
-    assert store.table[(2, 3, 4)] == (5, near(2 / 4))  # 5 twice, 6 once
-    assert store.table[(2,)] == (3, near(3 / 4))
-    assert (1, 2) not in store.table  # seen once: below MIN_TOTAL
-    assert MIN_TOTAL == 2
-
-
-def test_build_equals_a_plain_count_ties_to_the_first_seen() -> None:
-    """The numpy build against Counter counting on random records over a 6-token vocabulary,
-    where equal counts are common."""
-    rng = random.Random(0)
-    recs = []
-    for _ in range(300):
-        n = rng.randint(3, 30)
-        p = rng.randint(1, n - 1)
-        recs.append(
-            ([rng.randrange(6) for _ in range(n)], p, [rng.randrange(6) for _ in range(n - p)])
-        )
-    counts: dict[tuple[int, ...], Counter[int]] = defaultdict(Counter)
-    for ids, p, greedy in recs:
-        for i, nxt in enumerate(greedy):
-            for n in range(1, 5):
-                if p + i - n >= 0:
-                    counts[tuple(ids[p + i - n : p + i])][nxt] += 1
-    want, want_alts = {}, {}
-    for ctx, c in counts.items():
-        if c.total() >= MIN_TOTAL:
-            ranked = c.most_common(2)
-            want[ctx] = (ranked[0][0], ranked[0][1] / (c.total() + 1))
-            if len(ranked) > 1:
-                want_alts[ctx] = (ranked[1][0], ranked[1][1] / (c.total() + 1))
-    store = NgramStore.build(recs)
-    for got, expected in ((store.table, want), (store.alts, want_alts)):
-        assert {c: t for c, (t, _) in got.items()} == {c: t for c, (t, _) in expected.items()}
-        assert {c: q for c, (_, q) in got.items()} == near({c: q for c, (_, q) in expected.items()})
-    with pytest.raises(ValueError, match="bits"):
-        NgramStore.build([([1, 70000, 2], 1, [70000, 2])])
-
-
 def test_the_runner_up_starts_a_second_branch() -> None:
-    store = NgramStore.build(records())
+    store = build(records())
     assert store.alts[(2, 3, 4)] == (6, near(1 / 4))  # 5 twice, then 6 once
     assert store.alternative([1, 2, 3, 4]) == store.alts[(2, 3, 4)]  # (1, 2, 3, 4): unseen
     assert store.alternative([2, 3]) is None  # (2, 3) is always followed by 4
@@ -86,7 +44,7 @@ def test_the_runner_up_starts_a_second_branch() -> None:
 
 
 def test_branches_fork_the_chain_at_its_runner_ups() -> None:
-    store = NgramStore.build(records())
+    store = build(records())
     main, fork = store.branches([99, 2], 4)  # (2, 3, 4) -> 5, runner-up 6, third in the chain
     assert main == store.propose([99, 2], 4)
     assert fork == ([3, 4, 6], near([3 / 4, 3 / 4, 1 / 4]))  # 6 then: seen once
@@ -95,7 +53,7 @@ def test_branches_fork_the_chain_at_its_runner_ups() -> None:
 
 
 def test_proposes_a_chain_backing_off_to_shorter_contexts() -> None:
-    store = NgramStore.build(records())
+    store = build(records())
     toks, confs = store.propose([99, 2], 4)
     # (99, 2) unseen -> (2,) gives 3; then (99, 2, 3) -> (2, 3) gives 4; then 5 and 9.
     assert toks == [3, 4, 5, 9]
@@ -105,9 +63,9 @@ def test_proposes_a_chain_backing_off_to_shorter_contexts() -> None:
 
 
 def test_file_round_trip_and_errors(tmp_path) -> None:
-    store = NgramStore.build(records())
+    store = build(records())
     f = tmp_path / "ngram.safetensors"
-    store.save(f)
+    save(store, f)
     back = NgramStore.load(f, vocab_size=100)
     assert back.table.keys() == store.table.keys()
     assert all(back.table[k][0] == v[0] for k, v in store.table.items())
@@ -152,7 +110,7 @@ def test_hybrid_drafts_from_the_store_exactly(tiny, monkeypatch) -> None:
     ids = torch.randint(0, 512, (12,), generator=torch.Generator().manual_seed(3)).tolist()
     ref, ref_fw = decode(tiny, ids, "ar", cfg)
     # A store of what this model said on the same prompt: its drafts are right.
-    store = NgramStore.build([(ids + ref, len(ids), ref)])
+    store = build([(ids + ref, len(ids), ref)])
     hybrid.set_ngram(tiny, "store", store)
     drafter = BlockDrafter.random(tiny, seed=2)
     hybrid.set_drafter(tiny, "random", drafter)
@@ -164,7 +122,7 @@ def test_hybrid_drafts_from_the_store_exactly(tiny, monkeypatch) -> None:
     assert len(calls) < fw / 2  # the store was sure most of the time: no drafter pass then
     # A store of unrelated text changes nothing but speed.
     junk = [(list(range(100, 140)), 5, list(range(105, 140)))] * 2
-    hybrid.set_ngram(tiny, "store", NgramStore.build(junk))
+    hybrid.set_ngram(tiny, "store", build(junk))
     assert decode(tiny, ids, "hybrid", cfg)[0] == ref
     assert decode(tiny, ids, "hybrid", replace(cfg, ngram="none"))[0] == ref
 
@@ -173,7 +131,7 @@ def test_the_store_continues_each_drafter_candidate(tiny, monkeypatch) -> None:
     """The drafter's block guesses each offset on its own; the store chains after each of its
     candidates for the next token, so a right second choice can carry a right continuation."""
     ids = [5, 6, 7, 8]
-    store = NgramStore.build([([3, 60, 61, 62, 63], 2, [61, 62, 63])] * MIN_TOTAL)  # not after 8
+    store = build([([3, 60, 61, 62, 63], 2, [61, 62, 63])] * MIN_TOTAL)  # not after 8
     drafter = BlockDrafter.random(tiny, seed=2)
     block = ([[50, 60], [51, 52], [53, 54], [55, 56]], [[0.5, 0.3]] + [[0.4, 0.2]] * 3)
     monkeypatch.setattr(drafter, "draft", lambda *a, **k: block)

@@ -1,4 +1,4 @@
-"""Train the block drafter (model/drafter.py) on self-distilled data from model/gen_data.py.
+"""Train the block drafter (model/drafter.py) on self-distilled data from gen_data.py.
 
 Loss: cross-entropy of each draft row (offsets 1..K after a block start s) against the base's
 greedy token at that position, over the draft vocabulary. Block starts are answer positions;
@@ -17,13 +17,13 @@ the drafter alone and with prompt-lookup slots mixed in by confidence. That log 
 tokens/step vs training tokens. Checkpoints make the run resumable (--resume).
 
 CPU (2 shared cores, 1 thread, niced):
-    nice -n 10 .venv/bin/python -m model.train_drafter --data data/drafter --threads 1
+    nice -n 10 .venv/bin/python -m model.training.train_drafter --data data/drafter --threads 1
 Fine-tuning the bundled adapter on more (here token-only) data, a fresh optimiser:
-    nice -n 10 .venv/bin/python -m model.train_drafter --data data/drafter,data/bulk \
+    nice -n 10 .venv/bin/python -m model.training.train_drafter --data data/drafter,data/bulk \
         --init model/adapters/drafter.safetensors --threads 2 --batch 4 --blocks 64 --lr 3e-4
 One H200, data generation (aiming at >= 1e7 tokens) + the n-gram store + training, within one
 10-minute device call, ONE command (bench/gpu.py runs it between two benchmarks):
-    .venv/bin/python -m model.train_drafter --recipe h200
+    .venv/bin/python -m model.training.train_drafter --recipe h200
 """
 
 from __future__ import annotations
@@ -42,27 +42,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.drafter import DEFAULT_ADAPTER, BlockDrafter
-from model.gen_data import FEATURE_DEPTH
 from model.kv_cache import KVCache
 from model.loader import load
 from model.lookup import PromptLookup
+from model.training import gen_data, ngram
+from model.training.gen_data import FEATURE_DEPTH, Record, load_records
 from model.transformer import Transformer, run_layers
-
-Record = dict[str, torch.Tensor | int]
-
-
-def load_records(folders: str | Path, seen: set[str]) -> list[Record]:
-    """Records of the batch files (in one folder, or several comma-separated) not in `seen`
-    (which is updated): gen_data may still be adding files while training runs; each eval picks
-    up the new ones. Token-only data (gen_data --no-hidden) is fine: `features` computes what
-    a record does not carry."""
-    recs: list[Record] = []
-    for folder in str(folders).split(","):
-        for f in sorted(Path(folder).glob("b*.pt")):
-            if str(f) not in seen:
-                seen.add(str(f))
-                recs += torch.load(f)
-    return recs
 
 
 def usable(r: Record) -> bool:
@@ -241,7 +226,7 @@ def train(a: argparse.Namespace) -> None:
     recs = load_records(a.data, files)
     train_recs = [r for r in recs if usable(r)]
     if not train_recs:
-        raise SystemExit(f"{a.data}: no generated training data; run model.gen_data first")
+        raise SystemExit(f"{a.data}: no generated training data; run model.training.gen_data first")
     # The held-out set is fixed at start so the curve compares like with like.
     held = [r for r in recs if r["heldout"] and r["sample"] == 0][: a.eval_answers]
     for r in held:  # every eval reads them: computed once (token-only data)
@@ -347,9 +332,9 @@ def train(a: argparse.Namespace) -> None:
 
 
 RECIPES = {
-    # One H200 (an estimate: not yet run on a GPU). Data: model/prompts.py's conversations in 4
+    # One H200 (an estimate: not yet run on a GPU). Data: prompts.py's conversations in 4
     # rounds (the greedy one gives the held-out answers training evaluates on), then
-    # model/prompt_bulk.py's 10.4K in up to 8 (greedy + 7 sampled; many conversations teach more
+    # prompt_bulk.py's 10.4K in up to 8 (greedy + 7 sampled; many conversations teach more
     # than many samples of few), into --data and --data + "_bulk": up to ~1.2e7 tokens at the
     # CPU data's 137 tokens an answer if generation keeps up with its cap (batch 1024, bf16; a
     # fifth of the minutes to the first set, the rest to the bulk). Then the n-gram store, then
@@ -363,7 +348,7 @@ RECIPES = {
                   "out_dir": "runs/drafter_h200", "lr": 1e-3},
     },
 }  # fmt: skip
-GEN_FIRST_SHARE = 0.2  # of --gen-minutes, to the first (model/prompts.py) set
+GEN_FIRST_SHARE = 0.2  # of --gen-minutes, to the first (prompts.py) set
 
 
 def parser() -> argparse.ArgumentParser:
@@ -410,8 +395,6 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     a = parser().parse_args(argv)
     if a.recipe:
-        from model import gen_data, ngram
-
         recipe = RECIPES[a.recipe]
         ap = parser()
         ap.set_defaults(**recipe["train"], **{f"gen_{k}": v for k, v in recipe["gen"].items()})

@@ -7,8 +7,8 @@ import json
 import torch
 
 from app.pipeline_config import DEFAULT_SYSTEM_PROMPT
-from model import prompt_bulk, prompts
-from model.gen_data import sample
+from model.training import prompt_bulk, prompts
+from model.training.gen_data import sample
 
 
 def test_bulk_is_deterministic_varied_and_never_a_held_out_question() -> None:
@@ -47,7 +47,7 @@ def test_sample_draws_from_the_softmax() -> None:
 
 
 def test_gen_data_answers_bulk_prompts(lm, tok, tmp_path) -> None:
-    from model import gen_data
+    from model.training import gen_data
 
     out = tmp_path / "bulk"
     gen_data.main(["--out", str(out), "--prompt-set", "bulk", "--rounds", "1", "--batch", "3",

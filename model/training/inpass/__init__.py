@@ -21,13 +21,13 @@ plain forward of the verify rows wherever the GEMM gives a row the same bits at 
 measured with the loader's oneDNN-prepacked weights from 2 verify rows on (a 1-row GEMM takes
 another kernel: logits ~5e-5 apart, as ar's 1-row steps already are from hybrid's 5-row ones).
 
-Training (`python -m model.inpass train`): self-distilled records of model/gen_data.py, one
-base forward per batch under no_grad for the context K/V of all layers, then many blocks per
+Training (`python -m model.training.inpass train`): self-distilled records of gen_data.py,
+one base forward per batch under no_grad for the context K/V of all layers, then many blocks per
 record in one forward (block-diagonal + prefix mask), CE against the base's greedy tokens where
 the greedy chain holds (train_drafter.targets_for). Evaluation (`eval`): the greedy hybrid decode
 simulated along held-out greedy answers, as train_drafter.evaluate does for design (b).
-`rowcost`: forward times of the step shapes, to turn tokens/step into speed vs ar. Those
-commands are model/inpass_cli.py (`python -m model.inpass ...` runs them).
+`rowcost`: forward times of the step shapes, to turn tokens/step into speed vs ar. The command
+line is __main__.py, beside this file.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from torch import nn
 from model.drafter import read_adapter, write_adapter
 from model.errors import ModelLoadError
 from model.kv_cache import KVCache
-from model.train_drafter import Record, targets_for
+from model.training.gen_data import Record
+from model.training.train_drafter import targets_for
 from model.transformer import Block, Transformer, apply_rope, attend, linear, prepack, rms_norm
 
 PROJECTIONS = ("wqkv", "wo", "w_gate_up", "w_down")
@@ -101,7 +102,7 @@ class InPassAdapter(nn.Module):
             raise ModelLoadError(
                 f"in-pass adapter was trained for a base with dim={self.args.base_dim}, "
                 f"layers={self.args.base_layers}; the loaded model has {base.args.dim}, "
-                f"{base.args.n_layers}: retrain it with python -m model.inpass train"
+                f"{base.args.n_layers}: retrain it with python -m model.training.inpass train"
             )
         self.head = base.lm_head_weight.detach()[self.vocab_ids]
         self.head_packed = prepack(self.head)  # CPU inference: see model/transformer.py
@@ -118,7 +119,10 @@ class InPassAdapter(nn.Module):
     @classmethod
     def load(cls, path: str | Path, base: Transformer) -> InPassAdapter:
         args, tensors, _ = read_adapter(
-            path, InPassArgs, "an in-pass adapter", "train one with python -m model.inpass train"
+            path,
+            InPassArgs,
+            "an in-pass adapter",
+            "train one with python -m model.training.inpass train",
         )
         ad = cls(base, args, tensors["vocab_ids"].long())
         ad.load_state_dict(tensors, strict=True)
@@ -352,9 +356,3 @@ def evaluate(
     for i in range(k + 1):
         out[f"acc{i}"] = float(hits[i]) / max(n_q, 1)
     return out
-
-
-if __name__ == "__main__":  # the command line lives in model/inpass_cli.py
-    from model.inpass_cli import main
-
-    main()

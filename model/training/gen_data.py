@@ -1,5 +1,5 @@
-"""Self-distillation data for the drafter: the base model answers model/prompts.py (or the bulk
-set of model/prompt_bulk.py), batched.
+"""Self-distillation data for the drafter: the base model answers prompts.py (or the bulk
+set of prompt_bulk.py), batched.
 
 Round 0 answers every conversation greedily (held-out ones included, for evaluation); rounds
 1..R-1 sample the training conversations again at `--temperature` for volume. Each record keeps
@@ -14,20 +14,20 @@ Batches are cached under --out as one file per batch (written atomically), so an
 resumes where it stopped; meta.json pins the settings a resume must match.
 
 CPU (2 shared cores here; ~320 answers in 5 min on 2 idle cores):
-    nice -n 10 .venv/bin/python -m model.gen_data --out data/drafter --rounds 2 --threads 1
+    nice -n 10 .venv/bin/python -m model.training.gen_data --out data/drafter --rounds 2 --threads 1
 More sampled rounds later, in bigger batches (64 rows per step give ~2x the tokens/s of 16 with
 prepacked weights), without repeating round 0: a second folder, trained on with the first
 (`train_drafter --data data/drafter,data/drafter_more`):
-    nice -n 10 .venv/bin/python -m model.gen_data --out data/drafter_more --first-round 4 \
+    nice -n 10 .venv/bin/python -m model.training.gen_data --out data/drafter_more --first-round 4 \
         --rounds 12 --batch 64 --threads 1
 Many different conversations teach the drafter and the n-gram store more than many samples of
-the same few: model/prompt_bulk.py's 10.4K, greedily, into a third folder (with --no-hidden,
+the same few: prompt_bulk.py's 10.4K, greedily, into a third folder (with --no-hidden,
 ~600-680 answer tokens/s on the 2-core Zen 5 box: the integer products, each decode step's 64
 rows one C call; ~330 with the features hook):
-    nice -n 10 .venv/bin/python -m model.gen_data --out data/bulk --prompt-set bulk \\
+    nice -n 10 .venv/bin/python -m model.training.gen_data --out data/bulk --prompt-set bulk \\
         --rounds 1 --batch 64 --threads 2
 One H200 (>= 1e7 tokens in a few minutes; see train_drafter.py for the one-command recipe):
-    .venv/bin/python -m model.gen_data --out data/drafter_gpu --rounds 72 --batch 1024 \\
+    .venv/bin/python -m model.training.gen_data --out data/drafter_gpu --rounds 72 --batch 1024 \\
         --device cuda --dtype bfloat16
 """
 
@@ -41,14 +41,31 @@ from pathlib import Path
 
 import torch
 
-from model import prompt_bulk, prompts
 from model.loader import load
 from model.tokenizer import Tokenizer
+from model.training import prompt_bulk, prompts
 from model.transformer import Transformer
 
 # Hidden states are stored at the input of layer n_layers - 3: drafters with up to 3 layers can
 # be trained from them (the trainer runs the frozen top layers to rebuild context keys/values).
 FEATURE_DEPTH = 3
+
+
+Record = dict[str, torch.Tensor | int]
+
+
+def load_records(folders: str | Path, seen: set[str]) -> list[Record]:
+    """Records of the batch files (in one folder, or several comma-separated) not in `seen`
+    (which is updated): gen_data may still be adding files while training runs; each eval picks
+    up the new ones. Token-only data (--no-hidden) is fine: train_drafter.features computes
+    what a record does not carry."""
+    recs: list[Record] = []
+    for folder in str(folders).split(","):
+        for f in sorted(Path(folder).glob("b*.pt")):
+            if str(f) not in seen:
+                seen.add(str(f))
+                recs += torch.load(f)
+    return recs
 
 
 @dataclass(frozen=True)
@@ -62,8 +79,8 @@ def plan_jobs(
     tok: Tokenizer, rounds: int, first_round: int = 0, prompt_set: str = "all", batch: int = 16
 ) -> tuple[list[Job], list[list[int]]]:
     """All jobs of rounds first_round..rounds-1 in generation order, and the prompt ids of each
-    conversation. "all" (model/prompts.py): within a round, jobs are sorted by prompt length so
-    a batch pads little. "bulk" (model/prompt_bulk.py, no held-out part): its shuffled order is
+    conversation. "all" (prompts.py): within a round, jobs are sorted by prompt length so
+    a batch pads little. "bulk" (prompt_bulk.py, no held-out part): its shuffled order is
     kept, sorted by length only within runs of 16 batches, so a run stopped early has answered a
     spread of every category."""
     if prompt_set not in ("all", "bulk"):
@@ -106,7 +123,7 @@ def generate_batch(
     seed: int,
     max_new_tokens: int,
     store_hidden: bool,
-) -> list[dict[str, torch.Tensor | int]]:
+) -> list[Record]:
     """Answer B prompts at once (left padding, explicit masks); one record per prompt."""
     dev = model.embed.weight.device
     bsz, plen = len(prompt_ids), max(len(p) for p in prompt_ids)
@@ -167,7 +184,7 @@ def generate_batch(
     out = []
     for b, p in enumerate(prompt_ids):
         n = len(p) + len(answers[b])
-        rec: dict[str, torch.Tensor | int] = {
+        rec: Record = {
             "ids": torch.tensor(p + answers[b], dtype=torch.int32),
             "greedy": torch.tensor(greedy[b], dtype=torch.int32),  # argmax at answer positions
             "prompt_len": len(p),
@@ -196,7 +213,7 @@ def parser() -> argparse.ArgumentParser:
         "--prompt-set",
         choices=("all", "bulk"),
         default="all",
-        help="all: model/prompts.py (with its held-out part); bulk: model/prompt_bulk.py",
+        help="all: prompts.py (with its held-out part); bulk: prompt_bulk.py",
     )
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=160)

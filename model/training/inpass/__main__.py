@@ -1,6 +1,6 @@
-"""Command line of the design (a) pilot (model/inpass.py): train, eval, rowcost.
+"""Command line of the design (a) pilot (__init__.py): train, eval, rowcost.
 
-python -m model.inpass {train,eval,rowcost} --help
+python -m model.training.inpass {train,eval,rowcost} --help
 """
 
 from __future__ import annotations
@@ -15,10 +15,17 @@ from pathlib import Path
 
 import torch
 
-from model import inpass
-from model.inpass import InPassAdapter, evaluate, inpass_forward, sample_anchors, train_step
 from model.loader import load
-from model.train_drafter import Record, draft_vocab, load_records, usable
+from model.training import inpass
+from model.training.gen_data import Record, load_records
+from model.training.inpass import (
+    InPassAdapter,
+    evaluate,
+    inpass_forward,
+    sample_anchors,
+    train_step,
+)
+from model.training.train_drafter import draft_vocab, usable
 
 
 def _held(recs: list[Record], n: int) -> list[Record]:
@@ -38,7 +45,9 @@ def train(a: argparse.Namespace) -> None:
     train_recs = [r for r in recs if usable(r)]
     held = _held(recs, a.eval_answers)
     if not train_recs or not held:
-        raise SystemExit(f"{a.data}: no training/held-out data; run python -m model.gen_data")
+        raise SystemExit(
+            f"{a.data}: no training/held-out data; run python -m model.training.gen_data"
+        )
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     vocab_ids, coverage = draft_vocab(train_recs, a.vocab, set(tok.stop_ids))
@@ -103,8 +112,8 @@ def evaluate_cli(a: argparse.Namespace) -> None:
     print(json.dumps({"design": "a", "answers": len(held), "rows": a.rows or adapter.args.block
                       + 1, "s": round(time.time() - t), **ev}), flush=True)  # fmt: skip
     if a.drafter:  # design (b) on the same answers, for a like-for-like line
-        from model import train_drafter
         from model.drafter import BlockDrafter
+        from model.training import train_drafter
 
         drafter = BlockDrafter.load(a.drafter, base)
         to_vocab = torch.full((base.args.vocab_size,), -100, dtype=torch.long)
@@ -157,7 +166,9 @@ def rowcost(a: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
-        description=inpass.__doc__, formatter_class=argparse.RawTextHelpFormatter
+        prog="python -m model.training.inpass",
+        description=inpass.__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
     tr, ev, rc = sub.add_parser("train"), sub.add_parser("eval"), sub.add_parser("rowcost")
@@ -167,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--dtype", default="auto")
         p.add_argument("--threads", type=int, default=1)
     for p in (tr, ev):
-        p.add_argument("--data", default="data/drafter", help="model.gen_data output")
+        p.add_argument("--data", default="data/drafter", help="model.training.gen_data output")
         p.add_argument("--eval-answers", type=int, default=13, help="held-out answers; 0 = all")
     tr.add_argument("--rank", type=int, default=32)
     tr.add_argument("--block", type=int, default=4, help="K drafts per step (K + 1 block rows)")

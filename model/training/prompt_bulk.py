@@ -5,7 +5,7 @@ they learn carries to new questions in proportion to how many DIFFERENT conversa
 answers came from, not how many times each was answered: stores of equal size (BENCHMARKS.md,
 free drafts simulated on the `unseen` held-out answers) made from all 982 training
 conversations with half their sampled answers beat ones made from half the conversations with
-all of theirs (1.71 vs 1.66 tokens/step, 568K vs 549K tokens). model/prompts.py holds ~1100
+all of theirs (1.71 vs 1.66 tokens/step, 568K vs 549K tokens). prompts.py holds ~1100
 hand-made conversations; this module multiplies them: per category, topics x templates that
 suit them ("What do {t} eat?" for animals, "How do I {t}?" for chores), each once with no
 system message and once with the voice agent's own (the app's default `system_prompt`: what
@@ -13,7 +13,7 @@ the product actually sends). The base model writing questions itself was tried a
 at 135M parameters its "questions" were mostly not questions.
 
 `conversations()` is deterministic and shuffled (seeded), so the first N of it are spread over
-every category; it leaves out every topic a held-out conversation of model/prompts.py mentions,
+every category; it leaves out every topic a held-out conversation of prompts.py mentions,
 so benchmarks on held-out prompts stay unseen.
 """
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 import random
 import re
 
-from model.prompts import Message
-from model.prompts import conversations as base_conversations
+from model.training.prompts import Message
+from model.training.prompts import conversations as base_conversations
 
 # The app's default lm system prompt (app/pipeline_config.py; a test keeps the two equal).
 SYSTEM_APP = "You are a helpful voice assistant. Reply briefly in plain English."
@@ -259,7 +259,7 @@ def _subject(topic: str) -> str:
 def conversations() -> list[list[Message]]:
     """Every category's topics x templates, with and without the app's system message,
     shuffled with a fixed seed; each text once. A topic that a held-out user turn of
-    model/prompts.py mentions is left out altogether ("a crocodile and an alligator", asked
+    prompts.py mentions is left out altogether ("a crocodile and an alligator", asked
     there as "What is the difference between a crocodile and an alligator?"), so a held-out
     question never has its near twin in the training data."""
     held = " | ".join(

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from model.gen_data import generate_batch
-from model.inpass import (
+from model.training.gen_data import generate_batch
+from model.training.inpass import (
     InPassAdapter,
     _block_mask,
     inpass_forward,

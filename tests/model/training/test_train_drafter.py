@@ -1,5 +1,6 @@
-"""Block drafter: the run-time pass equals the training pass, save/load, training learns;
-gen_data's batched, left-padded generation equals one-at-a-time greedy decoding."""
+"""Training the block drafter: the run-time pass equals the training pass, training learns,
+the recipe and the commands run end to end; gen_data's batched, left-padded generation equals
+one-at-a-time greedy decoding."""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from model.drafter import BlockDrafter, load_default, q4_decode, q4_encode
-from model.errors import ModelLoadError
-from model.gen_data import generate_batch
-from model.train_drafter import block_forward, draft_vocab, features, targets_for
+from model.drafter import BlockDrafter
+from model.training.gen_data import generate_batch
+from model.training.train_drafter import block_forward, draft_vocab, features, targets_for
 from model.transformer import ModelArgs, Transformer
 
 STOP = 3
@@ -106,63 +106,6 @@ def test_runtime_draft_equals_training_pass(tiny, records) -> None:
     assert drafter.draft(tiny, cache, int(rec["ids"][s]), h)[0] == [[d[0]] for d in drafts]
 
 
-def test_q4_code_roundtrip() -> None:
-    x = torch.randn(6, 64) * torch.logspace(-3, 0, 6)[:, None]  # rows of different magnitudes
-    codes, scales = q4_encode(x)
-    assert codes.dtype == torch.uint8 and codes.shape == (6, 32) and scales.shape == (6, 2)
-    err = (q4_decode(codes, scales) - x).abs().view(6, 2, 32)
-    assert (err <= scales.float()[..., None] / 2 + 1e-6).all()
-    assert torch.equal(q4_decode(*q4_encode(torch.zeros(2, 32))), torch.zeros(2, 32))
-
-
-def test_save_load_roundtrip(tiny, tmp_path) -> None:
-    d = BlockDrafter.from_base(tiny, torch.arange(100, 300), n_layers=2, block=3)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # as after training: every tensor moved off its starting point
-        for p in d.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.02)
-    f = tmp_path / "d.safetensors"
-    d.save(f, tiny, {"note": "test"})
-    e = BlockDrafter.load(f, tiny)
-    assert e.args == d.args and torch.equal(e.vocab_ids, d.vocab_ids)
-    for (name, a), (_, b) in zip(d.state_dict().items(), e.state_dict().items(), strict=True):
-        assert torch.allclose(a.float(), b.float(), atol=0.02 * 4 / 14 + 1e-3), name
-    n_params = sum(p.numel() for p in d.parameters())
-    assert f.stat().st_size < n_params  # 4-bit matrices: under a byte per parameter
-    assert load_default("none", tiny) is None
-    (tmp_path / "bad.safetensors").write_bytes(b"not a safetensors file")
-    with pytest.raises(ModelLoadError, match="not a drafter adapter"):
-        BlockDrafter.load(tmp_path / "bad.safetensors", tiny)
-    with pytest.raises(ModelLoadError, match="not found"):
-        load_default(str(tmp_path / "missing.safetensors"), tiny)
-    other = Transformer(ModelArgs.preset("tiny", n_layers=3))
-    with pytest.raises(ModelLoadError, match="lm.drafter: none"):
-        BlockDrafter.load(f, other)
-    torch.manual_seed(5)  # same shapes, other weights: the stored changes would not fit them
-    retrained = Transformer(ModelArgs.preset("tiny", n_layers=4))
-    with pytest.raises(ModelLoadError, match="other base weights.*lm.drafter: none"):
-        BlockDrafter.load(f, retrained)
-
-
-def test_loads_in_its_bases_dtype_and_drafts(tiny, tmp_path) -> None:
-    """A bf16 base (the CUDA default) gets a bf16 drafter: its matrices meet the base's hidden
-    states and head in one dtype (and the base's rope tables follow its `.to()`)."""
-    import copy
-
-    d = BlockDrafter.from_base(tiny, torch.arange(100, 300), n_layers=2, block=3)
-    f = tmp_path / "d.safetensors"
-    d.save(f, tiny)
-    tiny.new_cache(64)  # rope tables built in fp32: the bf16 copy must not keep them
-    base = copy.deepcopy(tiny).to(torch.bfloat16)
-    e = BlockDrafter.load(f, base)
-    assert {p.dtype for p in e.parameters()} == {torch.bfloat16}
-    cache = base.new_cache(32)
-    assert base.rope_cos.dtype == torch.bfloat16
-    base(torch.tensor([[5, 6, 7]]), cache=cache, logits="none")
-    toks, probs = e.draft(base, cache, 8, torch.randn(base.args.dim, dtype=torch.bfloat16))
-    assert len(toks) == len(probs) == 3 and all(100 <= t[0] < 300 for t in toks)
-
-
 def test_targets_only_on_the_greedy_chain() -> None:
     # A sampled answer: the base's greedy choice differs at answer positions 2 and 6.
     answer = [10, 11, 12, 13, 14, 15, 16, 17, 18]
@@ -208,7 +151,7 @@ def test_training_reduces_loss(tiny, records) -> None:
 
 def test_recipes_name_real_options() -> None:
     """A recipe's options become the parser's defaults: a misspelt one would be ignored."""
-    from model import train_drafter
+    from model.training import train_drafter
 
     known = vars(train_drafter.parser().parse_args([]))
     for name, recipe in train_drafter.RECIPES.items():
@@ -220,8 +163,8 @@ def test_recipes_name_real_options() -> None:
 def test_the_gpu_recipe_runs_at_toy_scale_with_its_options_overridden(tmp_path) -> None:
     """`--recipe h200` with CPU-sized options given on the command line: data generated into
     --data, the n-gram store written beside --save, an adapter trained from that data."""
-    from model import train_drafter
     from model.ngram import NgramStore
+    from model.training import train_drafter
 
     data, adapter = tmp_path / "data", tmp_path / "drafter.safetensors"
     train_drafter.main(["--recipe", "h200", "--device", "cpu", "--dtype", "float32",
@@ -242,8 +185,8 @@ def test_the_gpu_recipe_runs_at_toy_scale_with_its_options_overridden(tmp_path) 
 def test_generate_then_train_from_the_command_line(lm, tmp_path) -> None:
     """The two documented commands, end to end on the bundled model at toy scale: data on
     disk, a resumable checkpoint, an eval row, and an adapter the decoder loads."""
-    from model import gen_data, ngram, train_drafter
     from model.ngram import NgramStore
+    from model.training import gen_data, ngram, train_drafter
 
     data, run, adapter = tmp_path / "data", tmp_path / "run", tmp_path / "drafter.safetensors"
     gen_data.main(["--out", str(data), "--rounds", "1", "--batch", "4", "--max-new-tokens", "6",
@@ -257,7 +200,7 @@ def test_generate_then_train_from_the_command_line(lm, tmp_path) -> None:
     gen_data.main(["--out", str(more), "--first-round", "1", "--rounds", "2", "--batch", "4",
                    "--max-new-tokens", "6", "--max-batches", "1"])  # fmt: skip
     assert {(r["sample"], r["heldout"]) for r in torch.load(more / "b00000.pt")} == {(1, 0)}
-    assert len(train_drafter.load_records(f"{data},{more}", set())) == 8
+    assert len(gen_data.load_records(f"{data},{more}", set())) == 8
     train_drafter.main(["--data", f"{data},{more}", "--steps", "3", *train[4:], "--resume"])
     rows = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
