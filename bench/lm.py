@@ -21,9 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-# Before torch loads libgomp (model/__init__ does the same): with other processes on the 2
-# cores, spinning OpenMP workers collapse throughput (measured 2.4 -> 7.3 tokens/s at 2 threads
-# under load ~6).
+# Before torch loads libgomp (model/__init__ does the same): spinning OpenMP workers starve
+# the other processes on shared cores (~3x fewer tokens/s under load).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402

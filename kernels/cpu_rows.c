@@ -2,9 +2,9 @@
  *
  * Decoding reads every weight once per forward and multiplies it with 1..~16 rows, so the
  * product is bound by memory bandwidth, not arithmetic, as long as each weight is loaded once
- * for all rows. oneDNN's and MKL's general kernels do not manage that for so few rows (on the
- * 2-core dev box, 5 rows cost 1.3-1.4x one row); this one does: w is stored as panels of 16
- * output columns, wp[p][k][0..15] = w[16 p + j][k], streamed once; for each group of up to 6 rows
+ * for all rows. oneDNN's and MKL's general kernels do not manage that for so few rows (5 rows
+ * cost 1.3-1.4x one row); this one does: w is stored as panels of 16 output columns,
+ * wp[p][k][0..15] = w[16 p + j][k], streamed once; for each group of up to 6 rows
  * the 16 x 6 outputs of a panel stay in 12 AVX2 registers while k runs over a slice of the
  * panel (the 6 x 16 register block of BLIS's Haswell kernel); more rows reuse the slice from L1.
  * Panels are split across OpenMP threads.
@@ -18,8 +18,8 @@
  * expanded in registers, 16 weights of one input at a time (one fma per 8 weights: d q is exact
  * in fp32, so fma(q, d, m) rounds once, as d q + m does), and each row's sum runs in the same
  * order as above: the outputs are bit-identical to rows_matmul's on the dequantized weight, at a
- * fifth of the memory traffic. Expanding costs arithmetic, so here rows are not free (whole
- * forwards on the dev box: 4 rows ~1.5x one row, 9 rows ~2.5x).
+ * fifth of the memory traffic. Expanding costs arithmetic, so here rows are not free (a whole
+ * forward of 9 rows ~2.5x one row).
  *
  * layers_rows, at the end, runs whole decoder layers around these products in one call.
  */
@@ -208,7 +208,7 @@ static inline __attribute__((always_inline)) void expand_blocks(const uint8_t *w
  * memory once, by the first group, and from cache by the others. From 3 groups on (13+ rows:
  * prefills) that repeated expansion costs more than a store: each K_BLOCK slice of a panel is
  * expanded once into an L1 buffer that every group multiplies like an fp32 panel (panel_rows;
- * whole forwards on the dev box: 20 rows ~5 %, 64 rows ~10 % faster). */
+ * whole forwards of 64 rows ~10 % faster). */
 static void quant_matmul_ws(const float *x, const uint8_t *wq, float *y, int m, int n, int k,
                             int q4) {
     const int panels = n / PANEL, blocks = k / QK;
@@ -719,8 +719,8 @@ static inline __m256 silu_mul(__m256 x, __m256 u) {
  * gate, down product, residual) for t rows of x (t, dim), in place, in one call and one OpenMP
  * region instead of ~25 torch ops and 7 kernel calls a layer from Python. The region's threads
  * share each product's panels and the attention's (row, head) items (the _ws kernels) and meet at
- * a barrier after each step, which on the dev VM costs a few us where starting a region costs
- * 15-40 (a sleeping worker to wake: OMP_WAIT_POLICY=PASSIVE).
+ * a barrier after each step, which costs a few us where starting a region costs 15-40 (a
+ * sleeping worker to wake: OMP_WAIT_POLICY=PASSIVE).
  * Layer l: panels w[4 l + 0..3] = qkv, o, gate_up, down in formats fmt[4 l + 0..3]
  * (matmul_fmt_ws), output widths n[0..3] rounded up to 16 (alike in every layer); norm gains
  * norms[2 l], norms[2 l + 1]; cache kc, vc + l kv_layer (head stride kv_head, position stride

@@ -3,8 +3,8 @@ attention around it, each computing a row on its own.
 
 A decode forward reads every weight once and multiplies it with the pending token's row plus
 the draft rows. That is bound by memory bandwidth only if each weight is read once for all rows;
-oneDNN's prepacked kernel and MKL's gemm are not built for 2-16 rows (on the 2-core dev box 5
-rows cost 1.3-1.4x one row through oneDNN). `kernels/cpu_rows.c` streams each weight panel
+oneDNN's prepacked kernel and MKL's gemm are not built for 2-16 rows (5 rows cost 1.3-1.4x one
+row through oneDNN). `kernels/cpu_rows.c` streams each weight panel
 once for up to 6 rows held in registers (BENCHMARKS.md, "Row cost"); every row is summed in the
 same order however many rows share the call, so verify rows compute bit for bit what `ar`
 computes for the same row.
@@ -16,16 +16,16 @@ instead of 4 - from fp32 decoding is bound by those reads. On CPUs with AVX-512 
 the blocks are multiplied as integers instead: each row of x rounded to int16 per 32 inputs
 (each block's largest input kept in fp32), exact int32 sums of code products (vpdpbusd on
 Q4_1's byte codes, vpdpwssd on Q8_0's), finished per block in fp32 (`vnni_reference` states
-the arithmetic). The expansion's arithmetic is gone: on a Zen 5 dev box a whole SmolLM2-135M
-forward of 1 row takes ~3.5-3.9 instead of 7.1 ms (Zen 4: ~4.8), and the logits stay within
-0.01 of the fp32 products' (BENCHMARKS.md, "Integer products").
+the arithmetic). The expansion's arithmetic is gone: a whole SmolLM2-135M forward of 1 row takes
+about half the time, and the logits stay within 0.01 of the fp32 products' (BENCHMARKS.md,
+"Integer products").
 
 `rms_norm` and `attention` replace torch's composite ops for decode's rows (one C call each
 instead of several small ones), and like the product they give a row the same bits whatever
 rows share the call: together they make a verify row exactly the row `ar` computes. `layers`
 runs a stack of decoder layers in one call and one OpenMP region (model/transformer.py
 `run_layers`): at one row the ~25 torch ops and 7 calls per layer it replaces took as long as the
-products themselves (a SmolLM2-135M forward 28.5 -> 14.9 ms on the dev box, one call per layer).
+products themselves (a SmolLM2-135M forward 28.5 -> 14.9 ms with one call per layer).
 
 The C file is compiled on first use with the system C compiler (`CC`, else `cc`; the VNNI
 functions carry their own target attribute and run only where the CPU reports the feature) into
@@ -60,13 +60,12 @@ PANEL = 16  # output columns per panel (cpu_rows.c)
 QK = 32  # inputs per quantization block
 # Block formats: (bytes of a block of 32 inputs in a GGUF row, bytes of a 32 x 16 panel block).
 QUANT_FORMATS = {"q4_1": (20, 4 * PANEL + QK * PANEL // 2), "q8_0": (34, 2 * PANEL + QK * PANEL)}
-# Up to this many rows the kernel beats oneDNN and MKL on whole forwards (dev box, 2 threads:
-# 24 rows 104 vs 147 / 220 ms, 64 rows 216 vs 252 / 312, 128 rows 372 vs 375 / 486); above it the
-# product is compute-bound and MKL's blocked gemm on the plain weight takes over (long prefills).
+# Up to this many rows the kernel beats oneDNN and MKL on whole forwards (they tie at 128 rows:
+# 372 vs 375 ms at 2 threads); above it the product is compute-bound and MKL's blocked gemm on
+# the plain weight takes over (long prefills).
 MAX_ROWS = 128
-# With the integer products (VNNI layouts) the kernel stays ahead as far as measured (whole
-# prefill forwards of SmolLM2-135M, dev box, 2 threads: 136 rows 72 vs 195 ms through MKL, 256
-# rows 143 vs 340, 512 rows 336 vs 684).
+# With the integer products (VNNI layouts) the kernel stays ahead as far as measured (a whole
+# 512-row prefill forward of SmolLM2-135M: 336 vs 684 ms through MKL at 2 threads).
 MAX_INT_ROWS = 512
 
 
@@ -338,9 +337,9 @@ FORMAT_CODES = {"f32": 0, "q4_1": 1, "q8_0": 2, "q4_1_vnni": 3, "q8_0_vnni": 4} 
 # Forwards of up to this many rows run a stack of integer-product layers (`layers`) on one
 # thread while OpenMP's idle threads sleep (OMP_WAIT_POLICY=PASSIVE, which model/__init__ sets):
 # such a forward is a few ms of memory-bound products with ~13 barriers a layer, and waking a
-# sleeping thread at each costs more than the second core gives (the dev box, SmolLM2-135M from
-# GGUF blocks, whole forwards: 1 row 3.9 ms on one thread vs 11.4 on two, 13 rows 13.3 vs 17.1,
-# 17 rows 20.3 vs 18.5). One thread also leaves the other core to speech recognition and TTS.
+# sleeping thread at each costs more than the second core gives (a whole 1-row forward of
+# SmolLM2-135M: 3.9 ms on one thread vs 11.4 on two; they cross at ~16 rows). One thread also
+# leaves the other core to speech recognition and TTS.
 SOLO_ROWS = 16
 
 

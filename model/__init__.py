@@ -1,9 +1,11 @@
-"""LM core: Llama-family transformer, GGUF/HF loading, tokenizer, decoders, chat engine.
+"""LM core, what runs at inference: Llama-family transformer, GGUF/HF loading, tokenizer,
+decoders, chat engine. The lab that builds the drafter and the n-gram store is model.training,
+which nothing here imports.
 
 Importing the package sets OMP_WAIT_POLICY=PASSIVE unless already set, which only takes effect
 if torch is not imported yet: torch's OpenMP workers otherwise spin while waiting, and with
-other busy processes on the 2 cores that collapsed prefill from ~0.35 s to ~3 s (measured,
-load average ~6). Set the variable yourself to choose otherwise.
+other busy processes on the cores that made a prefill ~8x slower (~0.35 s -> ~3 s). Set the
+variable yourself to choose otherwise.
 """
 
 import os

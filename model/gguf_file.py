@@ -1,9 +1,9 @@
 """Minimal GGUF (v2/v3) parser: metadata dict + memory-mapped tensor data.
 
 Why not gguf.GGUFReader: it wraps every one of the ~100K vocab/merge strings in numpy memmap
-views; measured 11.7 s just to open the bundled SmolLM2 file on this 2-core box, versus
-~0.2 s here. Dequantization still goes through `gguf.quants.dequantize`, and the type tables
-(block sizes, type names) come from the `gguf` package.
+views: 11.7 s just to open the bundled SmolLM2 file, against ~0.2 s here. Dequantization still
+goes through `gguf.quants.dequantize`, and the type tables (block sizes, type names) come from
+the `gguf` package.
 """
 
 from __future__ import annotations

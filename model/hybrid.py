@@ -48,41 +48,27 @@ from model.transformer import Transformer, causal_mask
 from model.tree import DraftTree, build
 
 # lm.row_cost = -1 on CPU: the extra cost of a verify row relative to a 1-row forward, by the
-# matrix kernel the model is packed for (Transformer.cpu_kernel), measured on the 2-core dev box
-# (bench/rows.py, BENCHMARKS.md). From the GGUF file's blocks ("quant") a forward reads a fifth of
-# the bytes, the layers are one C call, and rows cost arithmetic: 4 rows ~1.4x one row, 6 ~1.8x,
-# 9 ~2.5x; simulating 60 held-out answers with such costs, 0.12 to 0.25 are within 2 % of each
-# other. From fp32 weights: 5 rows ~1.1x, 9 rows ~1.2x; oneDNN 5 rows ~1.3-1.55x, 9 rows
-# ~1.5-1.8x. With the integer products of AVX-512 VNNI ("vnni") one row is bound by memory and a
-# few more are nearly free, then each costs its products: 2 rows ~1.1x, 3 ~1.25x, 5 ~1.75x one
-# row; 24 unseen prompts, hybrid 0.97x ar at 0.1, 1.13x at 0.2, 1.18-1.20x at 0.3, 1.13-1.17x
-# at 0.4 (two runs each). On CUDA it is 0: a few rows are free next to reading the weights.
+# matrix kernel the model is packed for (Transformer.cpu_kernel; bench/rows.py, BENCHMARKS.md).
+# From fp32 weights a forward is bound by reading them and rows are nearly free (9 rows ~1.2x one
+# row); from the GGUF blocks ("quant") a forward reads a fifth of the bytes and rows cost
+# arithmetic (9 rows ~2.5x); with the integer products ("vnni") a few rows are nearly free, then
+# each costs its products (5 rows ~1.75x), and 0.3 was the fastest setting for hybrid. On CUDA
+# it is 0: a few rows are free next to reading the weights.
 CPU_ROW_COST = {"vnni": 0.3, "quant": 0.15, "rows": 0.03, "onednn": 0.1, "plain": 0.1}
 # ... and with oneDNN or plain weights at 1 thread, a single row runs MKL's gemv while 2+ rows
 # take oneDNN's packed gemm (transformer.gemv_wins; MKL's sgemm when unpacked): 1 -> 2 rows costs
 # 1.46x, each row after that ~0.05 (bench/rows.py --threads 1). The jump is charged once to any
-# step that verifies a draft, and the drafter pass is skipped altogether: free drafts alone were
-# faster there (bench/lm.py, 12 unseen prompts: 1.20x and 1.17x ar vs 1.12x and 1.05x with it).
+# step that verifies a draft, and the drafter pass is skipped there: free drafts alone are faster.
 GEMV_1THREAD_FIRST_ROW_COST = 0.35
 # Whether the drafter's pass pays for itself with each kernel (auto only; `parallel` always
-# drafts: committing drafts unverified is what it is for). With the layers in one C call it
-# costs ~0.2 of a forward from GGUF blocks and does not: 12 unseen prompts, hybrid 1.04-1.19x ar
-# with it, 1.18-1.28x with free drafts alone (bench/lm.py --with-drafter, three runs); the
-# simulation agrees (1.22x vs 1.34x est.) and has it only tie at 0.12 of a forward. From fp32
-# weights it ties or loses too (45.9 vs 48.2 and 37.4 vs 38.1 tokens/s); oneDNN's and plain
-# weights keep the torch layers, where it paid (session 5). With the integer products a forward
-# is ~3.5 ms and the pass (0.58 ms, its layers one C call) still does not pay: 1.04x ar with it,
-# 1.17x without (24 unseen prompts, session 11); with session 12's better drafter, skipping it
-# above a free draft's confidence 0.2 / 0.4 / 0.6 / 0.8: 1.16x / 1.11x / 1.05x / 1.01x, free
-# drafts alone 1.20x.
+# drafts: committing drafts unverified is what it is for). Where the layers are one C call the
+# pass costs ~0.2 of a forward and adds less than that: hybrid is 1.22x ar with free drafts alone
+# against 1.09x with the pass (integer products, BENCHMARKS.md); oneDNN's and plain weights keep
+# the torch layers, where it pays.
 CPU_DRAFTER_PAYS = {"vnni": False, "quant": False, "rows": False, "onednn": True, "plain": True}
 # The drafter pass is skipped when a free draft (prompt lookup, n-gram store) already gives the
-# next token this confidence: simulated on 60 unseen held-out answers with the cpu_rows kernel's
-# row costs and a pass cost of 0.11 forward, skipping below 0.8 gives 2.27 tokens/step but 1.67x
-# est.; below 0.6: 2.22, 1.69x; below 0.4: 2.14, 1.68x; never running it: 1.85, 1.63x
-# (BENCHMARKS.md). With oneDNN's costs 0.4 was ~1 % better than 0.6; with the quant kernel's
-# (row cost 0.15, a pass 0.2 forward) 0.3 / 0.6 / 0.8 give est. 1.58x / 1.53x / 1.48x, closer
-# than this simulation's error (it overestimates measured ratios by ~10 %).
+# next token this confidence: a sure free draft leaves the pass little to add (simulated on 60
+# held-out answers, 0.6 was the fastest of 0.4-0.8: 1.69x ar against 1.63x with no pass).
 DRAFTER_SKIP_CONF = 0.6
 
 # Loaded drafters and n-gram stores per base model, by (setting, value): shared by every session.

@@ -13,7 +13,7 @@ batched C layer stack, ~2x the tokens/s, and nothing is stored: features are 1.1
 Batches are cached under --out as one file per batch (written atomically), so an interrupted run
 resumes where it stopped; meta.json pins the settings a resume must match.
 
-CPU (2 shared cores here; ~320 answers in 5 min on 2 idle cores):
+CPU (~320 answers in 5 min on 2 idle cores):
     nice -n 10 .venv/bin/python -m model.training.gen_data --out data/drafter --rounds 2 --threads 1
 More sampled rounds later, in bigger batches (64 rows per step give ~2x the tokens/s of 16 with
 prepacked weights), without repeating round 0: a second folder, trained on with the first
@@ -21,9 +21,9 @@ prepacked weights), without repeating round 0: a second folder, trained on with 
     nice -n 10 .venv/bin/python -m model.training.gen_data --out data/drafter_more --first-round 4 \
         --rounds 12 --batch 64 --threads 1
 Many different conversations teach the drafter and the n-gram store more than many samples of
-the same few: prompt_bulk.py's 10.4K, greedily, into a third folder (with --no-hidden,
-~600-680 answer tokens/s on the 2-core Zen 5 box: the integer products, each decode step's 64
-rows one C call; ~330 with the features hook):
+the same few: prompt_bulk.py's 10.4K, greedily, into a third folder (with --no-hidden each
+decode step's 64 rows stay one C call: ~620 answer tokens/s on 2 cores with the integer
+products, about twice the rate with the features hook):
     nice -n 10 .venv/bin/python -m model.training.gen_data --out data/bulk --prompt-set bulk \\
         --rounds 1 --batch 64 --threads 2
 One H200 (>= 1e7 tokens in a few minutes; see train_drafter.py for the one-command recipe):

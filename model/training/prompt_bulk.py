@@ -9,8 +9,8 @@ all of theirs (1.71 vs 1.66 tokens/step, 568K vs 549K tokens). prompts.py holds 
 hand-made conversations; this module multiplies them: per category, topics x templates that
 suit them ("What do {t} eat?" for animals, "How do I {t}?" for chores), each once with no
 system message and once with the voice agent's own (the app's default `system_prompt`: what
-the product actually sends). The base model writing questions itself was tried and dropped:
-at 135M parameters its "questions" were mostly not questions.
+the product actually sends). The questions are written here, not by the base model: at 135M
+parameters its "questions" were mostly not questions.
 
 `conversations()` is deterministic and shuffled (seeded), so the first N of it are spread over
 every category; it leaves out every topic a held-out conversation of prompts.py mentions,

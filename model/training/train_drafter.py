@@ -16,7 +16,7 @@ match, commit them + 1 bonus token, draft again from there), giving tokens per v
 the drafter alone and with prompt-lookup slots mixed in by confidence. That log is the curve
 tokens/step vs training tokens. Checkpoints make the run resumable (--resume).
 
-CPU (2 shared cores, 1 thread, niced):
+CPU (1 thread, niced, on shared cores):
     nice -n 10 .venv/bin/python -m model.training.train_drafter --data data/drafter --threads 1
 Fine-tuning the bundled adapter on more (here token-only) data, a fresh optimiser:
     nice -n 10 .venv/bin/python -m model.training.train_drafter --data data/drafter,data/bulk \
@@ -79,8 +79,7 @@ def _lower_layers(base: Transformer) -> nn.ModuleList:
 def features(base: Transformer, rec: Record) -> torch.Tensor:
     """The base's hidden states (fp16) at the input of layer L-3 for all of rec's tokens but the
     last: gen_data's stored ones, or (token-only data) one prefill of the lower layers now,
-    through the C layer stack on CPU (SmolLM2-135M on the 2-core Zen 5 box: ~1.3K tokens/s at
-    1 thread, ~1.9K at 2)."""
+    through the C layer stack on CPU (SmolLM2-135M: ~1.9K tokens/s on 2 cores)."""
     if "hidden" in rec:
         return rec["hidden"]
     lower, a, w = _lower_layers(base), base.args, base.embed.weight
@@ -332,7 +331,7 @@ def train(a: argparse.Namespace) -> None:
 
 
 RECIPES = {
-    # One H200 (an estimate: not yet run on a GPU). Data: prompts.py's conversations in 4
+    # One H200 (caps, not measurements). Data: prompts.py's conversations in 4
     # rounds (the greedy one gives the held-out answers training evaluates on), then
     # prompt_bulk.py's 10.4K in up to 8 (greedy + 7 sampled; many conversations teach more
     # than many samples of few), into --data and --data + "_bulk": up to ~1.2e7 tokens at the
