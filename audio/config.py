@@ -104,7 +104,14 @@ class ASRConfig:
         default=0, metadata={"min": 0, "max": 256, "help": "CTranslate2 threads; 0 = its default"}
     )
     language: str = field(default="en", metadata={"help": "spoken language (tiny.en: en only)"})
-    beam_size: int = field(default=1, metadata={"min": 1, "max": 10, "help": "1 = greedy, fastest"})
+    beam_size: int = field(
+        default=5,
+        metadata={
+            "min": 1,
+            "max": 10,
+            "help": "beam width; 1 = greedy: ~25 ms less a pass, WER 10.3% vs 6.4% (audio/asr.py)",
+        },
+    )
     partial_interval_ms: int = field(
         default=400,
         metadata={"min": 100, "max": 5000, "help": "new audio between partial transcripts"},
