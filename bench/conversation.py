@@ -9,14 +9,17 @@ played into a sink that paces playback by the clock and discards the audio: ``ma
 --realtime``. The session's events give, per conversation and in total (definitions in
 bench/conversation_metrics.py):
 
-* answers repeating an earlier answer of the conversation (the new answer's text against what
-  the user heard of each earlier one), answers with a loop, answers after an interruption that
-  continue the interrupted answer (targets: 0), and how often those mention the new topic;
+* answers repeating an earlier answer of the conversation (both answers' whole text; earlier
+  answers the user heard nothing of are skipped), answers with a loop, answers after an
+  interruption that continue the interrupted answer (targets: 0), and how often those mention
+  the new topic;
 * spoken words per answer (what the user heard: the ``heard`` text of ``turn_done``);
 * final-transcript WER against the script, next to one whole-utterance faster-whisper pass over
-  the same audio (the app's Whisper model, its ``transcribe`` defaults);
-* counts: user turns, final transcripts (a turn without one is lost), answers completed or
-  cancelled, barge-ins, backchannels that interrupted or were answered.
+  the same audio (``audio.asr.whole_pass``: the app's Whisper model, ``transcribe`` defaults);
+* counts: user turns, final transcripts (a turn without one is lost), VAD utterances whose
+  final never came (dropped) or came empty, answers completed or cancelled, barge-ins (and the
+  scripted ones that did interrupt: an answer shorter than ``at_ms`` was already over),
+  backchannels that interrupted or were answered, interruptions followed by no answer.
 
     .venv/bin/python bench/conversation.py [--conversations N] [--only NAME,...]
         [--decoder ar|hybrid] [--out results.json] [--trace t.jsonl] [--set section.key=value]
@@ -42,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.config import load_config  # noqa: E402
 from app.runner import Segment, TimelineSource, run_session  # noqa: E402
 from app.trace import Tracer, now_ms  # noqa: E402
+from audio.asr import whole_pass  # noqa: E402
 from bench import conversation_metrics as m  # noqa: E402
 from bench.conversation_scripts import SCRIPTS, VOICES, Script  # noqa: E402
 from bench.user_voices import RATE_HZ, UserVoices  # noqa: E402
@@ -148,8 +152,8 @@ def _answers(script: Script, events: list[dict[str, Any]]) -> tuple[list[dict], 
         elif kind == "barge_in":
             barges.append({"gen": ev["gen"], "heard": ev.get("heard", ""), "by_turn": speaking})
     for i, a in enumerate(answers):
-        earlier = answers[:i]
-        a["repeat_of"] = next((e["gen"] for e in earlier if m.repeats(a["text"], e["heard"])), None)
+        earlier = [e for e in answers[:i] if e["heard_words"]]
+        a["repeat_of"] = next((e["gen"] for e in earlier if m.repeats(a["text"], e["text"])), None)
         a["loop"] = m.loop(a["text"])
         a["loop_heard"] = m.loop(a["heard"])
     by_gen = {a["gen"]: a for a in answers}
@@ -182,6 +186,10 @@ def analyze(
     for e in events:
         if e["event"] == "asr_final" and e.get("text", "").strip():
             finals.setdefault(turn_of.get(e["turn"], e["playing"]), []).append(e["text"].strip())
+    utterances = [e["turn"] for e in events if e["event"] == "speech_start"]
+    final_turns = {e["turn"] for e in events if e["event"] == "asr_final"}
+    dropped = [{"turn": turn_of[u], "utterance": u} for u in utterances if u not in final_turns]
+    empty = sum(1 for e in events if e["event"] == "asr_final" and not e.get("text", "").strip())
     holds = [e["playing"] for e in events if e["event"] == "barge_in_hold"]
     resumes = [e["playing"] for e in events if e["event"] == "barge_in_resume"]
     turns = []
@@ -202,6 +210,7 @@ def analyze(
                 "wer": m.wer(t.text, transcript),
                 "answers": [a["gen"] for a in mine],
                 "keyword_hit": hit,
+                "interrupted": any(b["by_turn"] == i for b in barges),
                 "forced_start": i in forced,
             }
         )
@@ -219,11 +228,18 @@ def analyze(
             "lost_questions": sum(
                 1 for i, t in enumerate(turns) if not finals.get(i) and t["kind"] != "backchannel"
             ),
+            "utterances": len(utterances),
+            "utterances_dropped": len(dropped),
+            "empty_finals": empty,
             "answers": len(answers),
             "completed": sum(a["status"] == "completed" for a in answers),
             "cancelled": sum(a["status"] == "cancelled" for a in answers),
             "barge_ins_scripted": kinds.count("barge_in"),
             "barge_ins": len(barges),
+            "barge_ins_scripted_effective": sum(
+                t["interrupted"] for t in turns if t["kind"] == "barge_in"
+            ),
+            "interruptions_without_answer": sum(b["answer_gen"] is None for b in barges),
             "backchannels": kinds.count("backchannel"),
             "backchannel_interruptions": sum(b["by_kind"] == "backchannel" for b in barges),
             "backchannel_answers": sum(
@@ -234,17 +250,10 @@ def analyze(
             "forced_starts": len(forced),
         },
         "turns": turns,
+        "dropped_utterances": dropped,
         "answers": answers,
         "interruptions": barges,
     }
-
-
-def whole_pass(comps: Any, pcm: np.ndarray) -> str:
-    """One faster-whisper pass over the whole utterance with the app's model."""
-    from audio.resample import to_float32
-
-    segments, _ = comps.asr.model.transcribe(to_float32(pcm))
-    return " ".join(s.text.strip() for s in segments).strip()
 
 
 def _rate(hits: list[bool]) -> dict[str, Any]:
@@ -272,6 +281,10 @@ def defects(convs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 add("continues", gen=b["answer_gen"], what=b["continues"], heard=b["heard"][-80:])
             if b["by_kind"] == "backchannel":
                 add("backchannel interrupted", gen=b["gen"], by_turn=b["by_turn"])
+            if b["answer_gen"] is None:
+                add("interrupted, then no answer", gen=b["gen"], by_turn=b["by_turn"])
+        for d in c["dropped_utterances"]:
+            add("utterance without a final", **d)
         for i, t in enumerate(c["turns"]):
             if not t["transcript"] and t["kind"] != "backchannel":
                 add("lost turn", turn=i, said=t["said"][:80])
@@ -298,7 +311,6 @@ def summarize(convs: list[dict[str, Any]]) -> dict[str, Any]:
         "looping_answers_heard": sum(bool(a["loop_heard"]) for _, a in answers),
         "continued_after_interruption": sum(bool(b["continues"]) for _, b in barges),
         "answers_after_interruption": sum(b["answer_gen"] is not None for _, b in barges),
-        "interruptions_without_answer": sum(b["answer_gen"] is None for _, b in barges),
         "topic_after_interruption": _rate(
             [b["keyword_hit"] for b in after if b["keyword_hit"] is not None]
         ),
@@ -310,12 +322,16 @@ def summarize(convs: list[dict[str, Any]]) -> dict[str, Any]:
         "wer": {
             "pipeline": m.corpus_wer([(t["said"], t["transcript"]) for t in turns]),
             "whole_pass": m.corpus_wer([(t["said"], t.get("whole_pass", "")) for t in turns]),
-            "pipeline_questions": m.corpus_wer(
-                [(t["said"], t["transcript"]) for t in turns if t["kind"] != "backchannel"]
-            ),
-            "whole_pass_questions": m.corpus_wer(
-                [(t["said"], t.get("whole_pass", "")) for t in turns if t["kind"] != "backchannel"]
-            ),
+            "by_kind": {
+                kind: {
+                    "pipeline": m.corpus_wer([(t["said"], t["transcript"]) for t in of_kind]),
+                    "whole_pass": m.corpus_wer(
+                        [(t["said"], t.get("whole_pass", "")) for t in of_kind]
+                    ),
+                }
+                for kind in sorted({t["kind"] for t in turns})
+                if (of_kind := [t for t in turns if t["kind"] == kind])
+            },
         },
         "defects": defects(convs),
     }
@@ -379,7 +395,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         for conv, pcms in zip(convs, audio, strict=True):
             for turn, pcm in zip(conv["turns"], pcms, strict=True):
-                turn["whole_pass"] = whole_pass(comps, pcm)
+                turn["whole_pass"] = whole_pass(comps.asr, pcm)
                 turn["whole_pass_wer"] = m.wer(turn["said"], turn["whole_pass"])
         whole_s = time.perf_counter() - t0
     finally:

@@ -116,6 +116,7 @@ def test_analyze_ties_answers_to_turns():
         _ev("speech_start", 3, 2, gen=3),
         _ev("barge_in_hold", 2, 2, gen=3),
         _ev("barge_in_resume", 2, 2, gen=3, reason="short"),
+        _ev("asr_final", 3, 2, gen=3, text=""),
     ]
     conv = analyze(script, events, [1.0, 2.0, 0.5], forced=[])
     c = conv["counts"]
@@ -140,6 +141,10 @@ def test_analyze_ties_answers_to_turns():
     assert s["heard_words_per_answer"] == {"median": 4.5, "max": 5}
     assert [d["defect"] for d in s["defects"]] == ["continues"]
     assert s["wer"]["pipeline"] == s["wer"]["whole_pass"]
+    assert s["wer"]["by_kind"]["barge_in"]["pipeline"] == 0.0
+    events = [e for e in events if e["event"] != "asr_final" or e["turn"] != 3]
+    conv = analyze(script, events, [1.0, 2.0, 0.5], forced=[])
+    assert conv["dropped_utterances"] == [{"turn": 2, "utterance": 3}]
 
 
 @pytest.mark.slow
