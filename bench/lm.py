@@ -6,7 +6,9 @@ Every prompt runs in a fresh session (no KV reuse between prompts); decoders alt
 prompt so CPU noise (a shared 2-core box) hits them alike. Decoders other than `ar` are also
 compared with `ar`'s tokens (exact-match rate, token agreement). `--reference transformers`
 times transformers' LlamaForCausalLM.generate on the same prompts, interleaved, as an outside
-yardstick for this noisy box. Progress goes to stderr.
+yardstick; `--reference llama.cpp` times llama-cpp-python (`pip install -e '.[reference]'`,
+which compiles llama.cpp) on the same GGUF, prompt tokens and greedy decoding: decode tokens/s
+and time to first token beside ours. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -115,24 +117,74 @@ def run_transformers(hf, lm: LM, prompt: str | list, max_new: int) -> dict[str, 
             "e2e_tokens_per_s": n / total}  # fmt: skip
 
 
+def load_llama_cpp(path: str, threads: int):
+    """llama.cpp on the same GGUF file (CPU, greedy): the yardstick for a fast decoder."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        sys.exit(
+            "--reference llama.cpp needs llama-cpp-python: .venv/bin/pip install -e '.[reference]'"
+        )
+    from model.loader import default_model_path
+
+    p = Path(path) if path else default_model_path()
+    n = threads or torch.get_num_threads()
+    return Llama(model_path=str(p), n_ctx=2048, n_threads=n, n_threads_batch=n, verbose=False)
+
+
+def run_llama_cpp(llm, lm: LM, prompt: str | list, max_new: int) -> dict[str, object]:
+    """One greedy answer from the same prompt tokens, the cache emptied first (as our fresh
+    sessions): time to first token includes the prefill, tokens/s is the decode after it."""
+    messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    ids = lm.tokenizer.apply_chat(messages)
+    llm.reset()
+    out: list[int] = []
+    t0 = time.perf_counter()
+    t_first = t_end = t0
+    for tok in llm.generate(ids, temp=0.0, top_k=1, repeat_penalty=1.0, reset=True):
+        t_end = time.perf_counter()
+        if not out:
+            t_first = t_end
+        if tok in lm.tokenizer.stop_ids:
+            break
+        out.append(tok)
+        if len(out) >= max_new:
+            break
+    decode_s = t_end - t_first
+    return {
+        "prompt": messages[-1]["content"],
+        "new_tokens": len(out),
+        "ttft_ms": (t_first - t0) * 1e3,
+        "tokens_per_s": (len(out) - 1) / decode_s if len(out) > 1 and decode_s > 0 else None,
+        "e2e_tokens_per_s": len(out) / (t_end - t0) if t_end > t0 else None,
+        "token_ids": out,
+    }
+
+
 def median(rows: list[dict[str, object]], key: str) -> float | None:
     vals = [float(r[key]) for r in rows if r.get(key) is not None]
     return round(statistics.median(vals), 2) if vals else None
+
+
+def summarize_vs_ar(rows: list[dict[str, object]], ar_rows: list[dict[str, object]]) -> dict:
+    """Exact-match rate and token agreement of ``rows`` with ar's answers to the same prompts."""
+    same = agree = total = 0
+    for r, a in zip(rows, ar_rows, strict=True):
+        x, y = r["token_ids"], a["token_ids"]
+        same += x == y
+        agree += sum(p == q for p, q in zip(x, y, strict=False))
+        total += max(len(x), len(y))
+    return {
+        "exact_match_vs_ar": round(same / len(rows), 3),
+        "token_agreement_vs_ar": round(agree / max(total, 1), 3),
+    }
 
 
 def summarize(rows: list[dict[str, object]], ar_rows: list[dict[str, object]] | None) -> dict:
     keys = ("tokens_per_s", "e2e_tokens_per_s", "tokens_per_cpu_s", "ttft_ms", "first_clause_ms")
     out = {k: median(rows, k) for k in (*keys, "tokens_per_forward", "forwards", "new_tokens")}
     if ar_rows is not None:
-        same = agree = total = 0
-        for r, a in zip(rows, ar_rows, strict=True):
-            x, y = r["token_ids"], a["token_ids"]
-            same += x == y
-            n = max(len(x), len(y))
-            agree += sum(p == q for p, q in zip(x, y, strict=False))
-            total += n
-        out["exact_match_vs_ar"] = round(same / len(rows), 3)
-        out["token_agreement_vs_ar"] = round(agree / max(total, 1), 3)
+        out.update(summarize_vs_ar(rows, ar_rows))
         # Per prompt, this decoder's tokens/s over ar's on the same prompt, run next to it: less
         # sensitive to this box's drifting load than the ratio of the two medians.
         ratios = [r["tokens_per_s"] / a["tokens_per_s"] for r, a in zip(rows, ar_rows, strict=True)
@@ -157,9 +209,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument(
         "--reference",
-        choices=("", "transformers"),
+        choices=("", "transformers", "llama.cpp"),
         default="",
-        help="also time transformers' generate on the same GGUF, prompt by prompt",
+        help="also time transformers' generate or llama.cpp on the same GGUF, prompt by prompt",
     )
     ap.add_argument(
         "--prompt-set",
@@ -294,14 +346,21 @@ def main() -> int:
     decoders = list(runs)
     for d in decoders:  # warm-up: first-call allocations, lazy tables, the drafter file
         run_one(*runs[d], "Hi", 4)
-    hf = load_transformers(lm, a.model) if a.reference else None
+    hf = load_transformers(lm, a.model) if a.reference == "transformers" else None
     if hf is not None:
         run_transformers(hf, lm, "Hi", 4)
+    cpp = load_llama_cpp(a.model, a.threads) if a.reference == "llama.cpp" else None
+    if cpp is not None:
+        run_llama_cpp(cpp, lm, "Hi", 4)
     rows: dict[str, list[dict[str, object]]] = {d: [] for d in decoders}
     ref_rows: list[dict[str, object]] = []
     for i, prompt in enumerate(prompts[: a.prompts]):
         if hf is not None:
             ref_rows.append(run_transformers(hf, lm, prompt, a.max_new_tokens))
+        if cpp is not None:
+            ref_rows.append(run_llama_cpp(cpp, lm, prompt, a.max_new_tokens))
+            print(f"[{i + 1}/{a.prompts}] llama.cpp: {ref_rows[-1]['tokens_per_s']} tok/s",
+                  file=sys.stderr)  # fmt: skip
         for d in decoders:
             r = run_one(*runs[d], prompt, a.max_new_tokens)
             rows[d].append(r)
@@ -351,6 +410,20 @@ def main() -> int:
             "median_e2e_tokens_per_s": ref,
             "speed_vs_transformers": {d: round(v / ref, 2) for d, v in ours.items() if v and ref},
             "per_prompt": ref_rows,
+        }
+    if cpp is not None:
+        ref = {k: median(ref_rows, k) for k in ("tokens_per_s", "ttft_ms", "e2e_tokens_per_s")}
+        result["llama.cpp"] = {
+            "median": {
+                **ref,
+                **(summarize_vs_ar(ref_rows, ar_rows) if ar_rows else {}),
+            },
+            "speed_vs_llama_cpp": {
+                d: round(median(rows[d], "tokens_per_s") / ref["tokens_per_s"], 2)
+                for d in decoders
+                if median(rows[d], "tokens_per_s") and ref["tokens_per_s"]
+            },
+            "per_prompt": [{k: v for k, v in r.items() if k != "token_ids"} for r in ref_rows],
         }
     json.dump(result, sys.stdout, indent=1)
     print()
