@@ -39,7 +39,7 @@ class AudioConfig:
 
 @dataclass(frozen=True)
 class VADConfig:
-    """webrtcvad endpointing: speech_start / pause / resume / speech_end."""
+    """webrtcvad endpointing: speech_start / pause / resume / speech_end, and segment cuts."""
 
     aggressiveness: int = field(
         default=2, metadata={"min": 0, "max": 3, "help": "webrtcvad mode; 3 rejects most noise"}
@@ -66,8 +66,13 @@ class VADConfig:
         },
     )
     max_turn_s: float = field(
-        default=30.0,
-        metadata={"min": 1.0, "max": 600.0, "help": "hard cap: a longer turn is ended here"},
+        default=8.0,
+        metadata={
+            "min": 1.0,
+            "max": 600.0,
+            "help": "longest ASR segment of a turn (the turn goes on); <= 8 keeps every pass "
+            "in Whisper's short window",
+        },
     )
     energy_floor_dbfs: float = field(
         default=-55.0,
@@ -109,7 +114,7 @@ class ASRConfig:
         metadata={
             "min": 1,
             "max": 10,
-            "help": "beam width; 1 = greedy: ~25 ms less a pass, WER 10.3% vs 6.4% (audio/asr.py)",
+            "help": "beam width; 1 = greedy: ~30 ms less a pass, WER 10.3% vs 6.4% (audio/asr.py)",
         },
     )
     partial_interval_ms: int = field(

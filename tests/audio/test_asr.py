@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from audio.asr import StreamingTranscriber, agreed_prefix, cut_trailing_repeat
+from audio.asr import StreamingTranscriber, Transcript, agreed_prefix, cut_trailing_repeat
 from audio.config import ASRConfig, VADConfig
 from audio.errors import AudioFormatError
 from audio.vad import Endpointer
-from tests.speech import frames
+from tests.speech import frames, speech_pcm
 
 
 def words(text: str) -> list[str]:
@@ -115,3 +115,94 @@ def test_long_utterance_goes_through_chunked_transcribe(asr) -> None:
     assert len(pcm) > 9.5 * 16000  # beyond the 10 s window: the 30 s path
     got = set(words(asr.transcribe(pcm, final=True).text))
     assert {"fox", "dog", "peter", "wood"} <= got
+
+
+class WordsASR:
+    """Fake Whisper: a run of equal nonzero samples is the word "w<value>", zeros are silence."""
+
+    def transcribe(self, pcm16k: np.ndarray, *, final: bool, prev=None) -> Transcript:
+        values = pcm16k[np.flatnonzero(np.diff(pcm16k, prepend=0))]
+        text = " ".join(f"w{v}" for v in values if v)
+        return Transcript(text, text if final else "", final, len(pcm16k) / 16, 1.0)
+
+    def has_speech(self, pcm16k: np.ndarray) -> bool:
+        return bool(np.any(pcm16k))
+
+
+def test_segments_keep_every_word_and_bound_the_audio() -> None:
+    # 300 s of words (0.3 s each, 60 ms gaps) fed at once, a segment closed every 10 s as the
+    # VAD would: the final has every word once, in order; a pass never sees more than a segment.
+    st = StreamingTranscriber(WordsASR(), ASRConfig())
+    word = np.concatenate([np.ones(4800, np.int16), np.zeros(960, np.int16)])
+    n_words = 300 * 16000 // len(word)
+    pcm = np.concatenate([word * (1 + k % 30000) for k in range(n_words)])
+    longest = 0
+    for i, f in enumerate(frames(pcm)):
+        st.feed(f)
+        longest = max(longest, len(st.audio()))
+        if (i + 1) % 333 == 0:  # a segment every ~10 s
+            closed = st.close_segment()
+            assert closed.stable == closed.text and not closed.final
+            assert not st.audio()[:1].any()  # the cut landed in a gap between words
+        elif st.partial_due():
+            p = st.partial()
+            assert p.text.startswith(p.stable)
+    final = st.final()
+    assert final.text.split() == [f"w{1 + k}" for k in range(n_words)]
+    assert longest <= 10.6 * 16000  # one segment and the 0.6 s carried over
+    assert 299_000 <= final.audio_ms <= 300_000
+
+
+def test_partials_of_a_long_turn_see_only_the_current_segment() -> None:
+    st = StreamingTranscriber(WordsASR(), ASRConfig())
+    st.feed(np.concatenate([np.full(8000, 7, np.int16), np.zeros(4000, np.int16)]))
+    assert st.close_segment().text == "w7"  # quietest 30 ms: inside the gap, none carried
+    assert len(st.audio()) < 4000
+    st.feed(np.full(8000, 9, np.int16))
+    p = st.partial()
+    assert p.text == "w7 w9" and p.stable == "w7" and p.audio_ms == 1250.0
+    st.feed(np.zeros(4800, np.int16))
+    final = st.final()  # only silence after the last pass: reused
+    assert final.text == "w7 w9" and final.final
+    assert st.close_segment().text == "w7 w9"  # nothing new to close: the same text
+    st.reset()
+    assert st.final().text == ""
+
+
+def test_long_turn_through_vad_segments_loses_no_speech(asr) -> None:
+    sentences = (
+        "The quick brown fox jumps over the lazy dog.",
+        "She sells sea shells by the sea shore.",
+        "Peter Piper picked a peck of pickled peppers.",
+        "How much wood would a woodchuck chuck.",
+    )
+    gap = np.zeros(1600, np.int16)  # 100 ms: shorter than a pause, one continuous turn
+    pcm = np.concatenate(
+        [np.zeros(4800, np.int16)]
+        + [np.concatenate([speech_pcm(s, "piper"), gap]) for s in sentences]
+        + [np.zeros(16000, np.int16)]
+    )
+    ep = Endpointer(VADConfig(max_turn_s=4.0))
+    st = StreamingTranscriber(asr, ASRConfig())
+    kinds, longest, final = [], 0, None
+    for f in frames(pcm):
+        was_speaking = ep.in_speech
+        events = ep.process(f)
+        if was_speaking and ep.in_speech:
+            st.feed(f)
+        for e in events:
+            kinds.append(e.kind)
+            if e.kind == "speech_start":
+                st.feed(ep.speech_audio())
+            elif e.kind == "segment":
+                st.close_segment()
+            elif e.kind == "pause":
+                st.partial()
+            elif e.kind == "speech_end":
+                final = st.final()
+        longest = max(longest, len(st.audio()))
+    assert kinds.count("speech_start") == kinds.count("speech_end") == 1
+    assert kinds.count("segment") >= 2 and final is not None
+    assert longest <= 4.9 * 16000  # 4 s, the pre-roll and what a cut carries over
+    got = set(words(final.text))
+    assert {"fox", "dog", "sells", "peter", "peppers", "wood"} <= got, final.text

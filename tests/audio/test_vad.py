@@ -97,19 +97,48 @@ def test_silero_rejects_white_noise_that_webrtcvad_takes() -> None:
     assert plain_ep.last_voiced is True
 
 
-def test_ten_minute_monologue_is_capped() -> None:
+def test_ten_minute_monologue_is_cut_into_segments_and_stays_one_turn() -> None:
     ep = Endpointer(VADConfig(max_turn_s=60.0, silero=False))
     voice = vowel(3000)
-    ends = []
+    kinds, cuts = [], []
     longest = 0
     for _ in range(200):  # 10 minutes of continuous voice
         for f in frames(voice):
             for e in ep.process(f):
-                if e.kind == "speech_end":
-                    ends.append(e.audio_ms)
-                    longest = max(longest, len(ep.speech_audio()))
-    assert ends == [60000.0 * k for k in range(1, 11)]  # a turn ends every 60 s
-    assert longest <= RATE * 61
+                kinds.append(e.kind)
+                if e.kind == "segment":
+                    cuts.append(e.audio_ms)
+            longest = max(longest, len(ep.speech_audio()))
+    assert kinds == ["speech_start"] + ["segment"] * 10 and ep.in_speech
+    assert cuts == [60000.0 * k for k in range(1, 11)]  # a segment every 60 s of the turn
+    assert longest <= RATE * 60.3  # the Endpointer's own audio is bounded by a segment
+
+
+def test_segment_cuts_with_scripted_frames() -> None:
+    # max_turn_s = 1 s = 33 frames: a pause cuts after 16 frames of a segment, voice after 33.
+    script = iter([0] * 5 + [1] * 8 + [0] * 8 + [1] * 60 + [0] * 8 + [1] * 10 + [0] * 20)
+    ep = Endpointer(VADConfig(max_turn_s=1.0, silero=False), classify=lambda f: bool(next(script)))
+    sizes = []
+    ev = []
+    for f in frames(np.full(480 * 119, 3000, np.int16)):
+        for e in ep.process(f):
+            ev.append((e.kind, e.audio_ms, e.detected_ms))
+            sizes.append(len(ep.speech_audio()))
+    assert ev == [
+        ("speech_start", 150.0, 240.0),  # onset at frame 5, three voiced frames later
+        ("pause", 390.0, 600.0),  # 15 frames into the segment: no cut
+        ("resume", 630.0, 720.0),
+        ("segment", 1140.0, 1140.0),  # 33 frames of voice after the onset
+        ("segment", 2130.0, 2130.0),
+        ("pause", 2430.0, 2640.0),
+        ("segment", 2640.0, 2640.0),  # 17 frames into the segment: cut in the silence
+        ("resume", 2670.0, 2760.0),  # the turn goes on
+        ("pause", 2970.0, 3180.0),
+        ("segment", 3180.0, 3180.0),
+        ("speech_end", 2970.0, 3480.0),
+    ]
+    # Right after each cut the Endpointer holds nothing: the next segment starts there.
+    assert [n for (k, _, _), n in zip(ev, sizes, strict=True) if k == "segment"] == [0] * 4
 
 
 def test_bad_input_is_handled() -> None:
