@@ -16,13 +16,19 @@ from tests.speech import write_speech_wav
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
-@pytest.fixture
-def browser_page(tmp_path: Path) -> Iterator[Any]:
+# (voice, WAV rate): Piper at 16 kHz, and espeak-ng at 48 kHz, whose energy above 8 kHz the
+# page's resampler must filter out ("the capital and friends" otherwise).
+MICS = [("piper", 16000), ("espeak:en-us", 48000)]
+
+
+@pytest.fixture(params=MICS, ids=[f"{v}@{r}" for v, r in MICS])
+def browser_page(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed (make test installs it)")
     playwright = pytest.importorskip("playwright.sync_api")
+    voice, rate = request.param
     mic = write_speech_wav(
-        tmp_path / "mic.wav", "What is the capital of France?", lead_ms=800, tail_ms=4000
+        tmp_path / "mic.wav", "What is the capital of France?", voice, rate, 800, 4000
     )
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(
@@ -70,3 +76,35 @@ def test_browser_talks_and_hears_paris(
         run.close()
     assert "capital of france" in user.lower()
     assert not errors, errors
+
+
+def test_page_resampler_filters_what_16_khz_cannot_carry(tmp_path: Path) -> None:
+    """The page's 48 -> 16 kHz resampler: 1 kHz passes, 12 kHz (which averaging each 3 samples
+    folded to 4 kHz at a third of its level) is removed, across 20 ms chunks."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (make test installs it)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    page_file = Path(__file__).resolve().parents[2] / "app" / "static" / "index.html"
+    script = """(f) => {
+      const res = makeResampler(48000), out = [];
+      for (let k = 0; k < 50; k++) {                      // 1 s in 20 ms chunks
+        const x = new Float32Array(960);
+        const w = 2 * Math.PI * f / 48000;
+        for (let i = 0; i < 960; i++) x[i] = 0.5 * Math.sin(w * (k * 960 + i));
+        out.push(...res(x));
+      }
+      const tail = out.slice(1600);                         // past the filter's start-up
+      return [out.length, Math.sqrt(tail.reduce((s, v) => s + v * v, 0) / tail.length) / 32768];
+    }"""
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(page_file.as_uri())
+            n, rms_1k = page.evaluate(script, 1000)
+            _, rms_12k = page.evaluate(script, 12000)
+        finally:
+            browser.close()
+    assert abs(n - 16000) <= 20
+    assert abs(rms_1k - 0.5 / 2**0.5) < 0.02  # the speech band passes at its level
+    assert rms_12k < 0.005  # >= 40 dB down; box averaging left 0.118 (-9.5 dB)
