@@ -205,6 +205,9 @@ class VoiceSession:
             self._pause_end = None
             self.trace("resume", turn, self.tm.gen)
             self._do(self.tm.on_resume(audio_ms))
+        elif kind == "segment":  # a long turn goes on; the ASR keeps this segment's text only
+            self.trace("segment", turn, self.tm.gen, audio_ms=audio_ms)
+            self._submit_asr(self.transcriber.close_segment, lambda tr: None)
         elif kind == "speech_end":
             self._pause_end = None
             if self.tm.early is None:  # else v2v counts from the early release's end of speech

@@ -22,6 +22,7 @@ when only silence came after it (call partial() at the VAD `pause` event and fin
 the current segment however long the user talks.
 """
 
+import difflib
 import logging
 import threading
 import time
@@ -47,6 +48,8 @@ _FRAME = 480  # 30 ms, for energy checks
 # over to the next segment: a cut right at the VAD event splits words (27 s of espeak-ng speech
 # in 8 s segments: 18.2% WER instead of 14.3%).
 _CUT_SEARCH = 6 * RATE_HZ // 10
+_OVERLAP = RATE_HZ  # audio before a segment's cut that the next segment transcribes again
+_MERGE_WORDS = 12  # longest repeat merge_overlap() looks for (1 s of speech is ~3 words)
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,22 @@ def agreed_prefix(a: str, b: str) -> str:
     while n < min(len(wa), len(wb)) and _norm(wa[n]) == _norm(wb[n]):
         n += 1
     return " ".join(wb[:n])
+
+
+def merge_overlap(head: str, text: str) -> str:
+    """``head`` then ``text``, where ``text`` starts by transcribing again the end of ``head``'s
+    audio (segments overlap by 1-1.6 s): the longest run of 2+ words that ``head``'s last words
+    and ``text``'s first words share is where they join (the two passes may word the rest of the
+    overlap differently: "honey in big glass" / "honey and big glass jars")."""
+    hw, tw = head.split(), text.split()
+    tail = max(len(hw) - _MERGE_WORDS, 0)
+    a = [_norm(w) for w in hw[tail:]]
+    b = [_norm(w) for w in tw[:_MERGE_WORDS]]
+    m = difflib.SequenceMatcher(None, a, b, autojunk=False).find_longest_match()
+    # One word only where head ends with it and text starts with it: "the" alone matches anywhere.
+    if m.size >= 2 or (m.size == 1 and m.b == 0 and m.a == len(a) - 1):
+        return " ".join(hw[: tail + m.a] + tw[m.b :])
+    return " ".join(hw + tw)
 
 
 def cut_trailing_repeat(ids: list[int]) -> list[int]:
@@ -299,7 +318,7 @@ class StreamingTranscriber:
         self.reset()
 
     def reset(self) -> None:
-        self._closed: list[str] = []  # texts of the closed segments
+        self._head = ""  # the closed segments' text, overlaps merged
         self._closed_ms = 0.0  # their audio
         self._chunks: list[np.ndarray] = []  # the current segment's audio
         self._n = 0  # samples fed to the current segment
@@ -338,19 +357,21 @@ class StreamingTranscriber:
         t0 = time.perf_counter()
         pcm = self.audio()
         if self._reusable():  # what followed the last pass goes on to the next segment
-            seg, rest = self._seg, pcm[self._n_at_pass :]
+            seg, rest, closed = self._seg, pcm[self._n_at_pass :], self._n_at_pass
         else:
-            cut = self._quiet_cut(pcm)
-            seg = self.asr.transcribe(pcm[:cut], final=True, prev=self._seg)
-            rest = pcm[cut:]
-        if seg.text:
-            self._closed.append(seg.text)
+            # The segment ends at a quiet point, and the next one starts _OVERLAP earlier: tiny.en
+            # often drops a segment's last word ("... in big glass [jars]"), which the next
+            # segment then hears with what follows; merge_overlap() drops the repeat.
+            closed = self._quiet_cut(pcm)
+            seg = self.asr.transcribe(pcm[:closed], final=True, prev=self._seg)
+            start = self._quiet_cut(pcm[: max(closed - _OVERLAP, 0)])
+            rest = pcm[min(start, closed) :]
+        self._head = merge_overlap(self._head, seg.text)
         self._closed_ms += 1000.0 * (len(pcm) - len(rest)) / RATE_HZ
         self._chunks = [rest.copy()] if len(rest) else []
         self._n, self._n_at_pass, self._seg = len(rest), 0, EMPTY
-        text = " ".join(self._closed)
         ms = 1000.0 * (time.perf_counter() - t0)
-        return Transcript(text, text, False, self._closed_ms, ms)
+        return Transcript(self._head, self._head, False, self._closed_ms, ms)
 
     def final(self) -> Transcript:
         """The final transcript; reuses the last pass when only silence was fed after it."""
@@ -364,11 +385,10 @@ class StreamingTranscriber:
 
     def _joined(self, seg: Transcript) -> Transcript:
         """A pass over the current segment preceded by the closed segments' text."""
-        if not self._closed:
+        if not self._head:
             return seg
-        head = " ".join(self._closed)
-        text = " ".join(t for t in (head, seg.text) if t)
-        stable = " ".join(t for t in (head, seg.stable) if t)
+        text = merge_overlap(self._head, seg.text)
+        stable = merge_overlap(self._head, seg.stable)
         return Transcript(text, stable, seg.final, self._closed_ms + seg.audio_ms, seg.compute_ms)
 
     def _reusable(self) -> bool:
@@ -383,10 +403,15 @@ class StreamingTranscriber:
 
     @staticmethod
     def _quiet_cut(pcm: np.ndarray) -> int:
-        """Sample index at the middle of the quietest 30 ms in the last _CUT_SEARCH samples."""
+        """Sample index in the middle of the longest run of the quietest 30 ms windows in the
+        last _CUT_SEARCH samples: a cut at the first of them ends the segment right on the last
+        word, which Whisper then drops ("... in big glass [jars]")."""
         lo = max(0, len(pcm) - _CUT_SEARCH)
         if len(pcm) - lo <= _FRAME:
             return len(pcm)
         power = np.cumsum(np.square(pcm[lo:].astype(np.float64)))  # (m,)
         energy = power[_FRAME:] - power[:-_FRAME]  # (m - 480,): 30 ms windows
-        return lo + int(np.argmin(energy)) + _FRAME // 2
+        quiet = np.flatnonzero(energy <= 2.0 * energy.min() + _FRAME)  # within 3 dB (or ~0)
+        runs = np.split(quiet, np.flatnonzero(np.diff(quiet) > 1) + 1)
+        run = max(runs, key=len)
+        return lo + int(run[(len(run) - 1) // 2]) + _FRAME // 2

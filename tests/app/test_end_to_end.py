@@ -144,3 +144,35 @@ def test_speculation_real_time_resume_is_a_miss(tmp_path, components):
     assert results[-1][0] in ("hit", "refined")
     (done,) = [e for e in events if e["event"] == "turn_done"]
     assert done["status"] == "completed" and done["text"]
+
+
+def test_long_turn_is_transcribed_whole_across_segments(tmp_path, components):
+    """A monologue three times vad.max_turn_s, sent faster than real time: every segment's
+    words reach the one final transcript, which gets one answer."""
+    sentences = [
+        "My grandmother kept bees in a garden behind her house.",
+        "Every summer we collected the honey in big glass jars.",
+        "What do bees do with their honey in the winter?",
+    ]
+    gap = np.zeros(16000 * 150 // 1000, np.int16)  # < vad.pause_ms: one continuous turn
+    pcm = np.concatenate([np.concatenate([trim(speech_pcm(s)), gap]) for s in sentences])
+    cfg = replace(CFG, vad=replace(CFG.vad, max_turn_s=len(pcm) / 16000 / 3))
+    tracer = Tracer(None)
+
+    async def main():
+        sink = WavSink(tmp_path / "r.wav", components.tts.sample_rate_hz, realtime=False)
+        source = TimelineSource([Segment(pcm)], realtime=False, tail_ms=cfg.vad.speech_end_ms + 400)
+        try:
+            return await run_session(components, cfg, source, sink, tracer)
+        finally:
+            await sink.aclose()
+
+    asyncio.run(main())
+    events = tracer.events
+    assert len([e for e in events if e["event"] == "segment"]) >= 2
+    (final,) = [e for e in events if e["event"] == "asr_final"]
+    heard = normalize(final["text"])
+    for word in ("grandmother", "honey", "jars", "winter"):
+        assert word in heard, heard
+    (done,) = [e for e in events if e["event"] == "turn_done"]
+    assert done["status"] == "completed" and done["text"]
