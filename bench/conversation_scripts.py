@@ -184,9 +184,9 @@ _SCRIPTS = [
         ),
     ),
     (
-        "monologue-iceland-max-turn-10s",
+        "monologue-iceland-max-turn-5s",
         (mono(ICELAND, "pack", "jacket", "layer", "warm", "coat", "boot", "cloth"),),
-        ("vad.max_turn_s=10",),
+        ("vad.max_turn_s=5",),
     ),
     (
         "qa-science",

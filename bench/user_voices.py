@@ -4,7 +4,7 @@ Voices: ``piper`` (the bundled en_US-joe-medium, no generator noise, so a text a
 same samples), ``piper-slow`` (the same at length_scale 1.25) and ``espeak:<voice>`` (espeak-ng,
 e.g. en-us, en, en+f3, en+m3). A ``/48k`` suffix sends the speech the way the web page sends a
 microphone: the voice's rate -> 48 kHz (sox's resampler, a capture at 48 kHz), then the page's
-own 3:1 box-average downsampler to 16 kHz (app/static/index.html ``downsample``).
+own resampler to 16 kHz (``browser_downsample``).
 """
 
 from __future__ import annotations
@@ -31,12 +31,18 @@ def trim(pcm: np.ndarray, floor: int = TRIM_FLOOR) -> np.ndarray:
     return pcm[loud[0] : loud[-1] + 1] if len(loud) else pcm
 
 
-def browser_downsample(pcm48k: np.ndarray) -> np.ndarray:
-    """The web page's 48 kHz -> 16 kHz: the mean of each 3 samples, scaled as the page does."""
-    n = len(pcm48k) // 3
-    f = pcm48k[: n * 3].astype(np.float64).reshape(n, 3).mean(axis=1) / 32768.0  # (n,)
-    f = np.clip(f, -1.0, 1.0)
-    return np.where(f < 0, f * 32768, f * 32767).astype(np.int16)
+def browser_downsample(pcm48k: np.ndarray, ratio: int = 3) -> np.ndarray:
+    """The web page's 48 kHz -> 16 kHz (``makeResampler`` in app/static/index.html): a
+    Hann-windowed sinc, cutoff 0.45 of the output rate, 8 output samples of half-width; its
+    first output sits W input samples in, and the last W input samples stay in its buffer."""
+    x = pcm48k.astype(np.float64) / 32768.0  # WebAudio hands the page floats in [-1, 1]
+    fc = 0.45 / ratio  # cycles per input sample
+    w = int(np.ceil(8 * ratio))
+    d = np.arange(-w, w)  # output time minus input time, in input samples
+    taps = 2 * fc * np.sinc(2 * fc * d) * (0.5 + 0.5 * np.cos(np.pi * d / w))  # (2w,)
+    at = np.arange(w, len(x) - w, ratio)
+    y = np.clip(np.convolve(x, taps)[at + w], -1.0, 1.0)
+    return np.where(y < 0, y * 32768, y * 32767).astype(np.int16)
 
 
 def sox_resample(pcm: np.ndarray, src_hz: int, dst_hz: int) -> np.ndarray:
