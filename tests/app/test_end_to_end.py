@@ -45,6 +45,24 @@ def trim(pcm: np.ndarray, floor: int = 300) -> np.ndarray:
     return pcm[loud[0] : loud[-1] + 1]
 
 
+def run_timeline(components, cfg, segments, tmp_path, realtime: bool) -> list[dict]:
+    """The segments through a session (paced by the clock or not), answers to a WAV file
+    unpaced; the trace's events."""
+    tracer = Tracer(None)
+
+    async def main():
+        sink = WavSink(tmp_path / "r.wav", components.tts.sample_rate_hz, realtime=False)
+        tail = cfg.vad.speech_end_ms + 400
+        source = TimelineSource(segments, realtime=realtime, tail_ms=tail)
+        try:
+            return await run_session(components, cfg, source, sink, tracer)
+        finally:
+            await sink.aclose()
+
+    asyncio.run(main())
+    return tracer.events
+
+
 def assert_in_order(trace, turn, gen, names=TURN_ORDER):
     evs = [e for e in trace if e["turn"] == turn]
     pos = {}
@@ -127,18 +145,7 @@ def test_speculation_real_time_resume_is_a_miss(tmp_path, components):
     cfg = replace(CFG, conversation=conv)
     gap = np.zeros(16000 * 320 // 1000, np.int16)  # > pause_ms (200), < speech_end_ms (500)
     segments = [Segment(np.concatenate([part1, gap, part2]))]
-    tracer = Tracer(None)
-
-    async def main():
-        sink = WavSink(tmp_path / "r.wav", components.tts.sample_rate_hz, realtime=False)
-        source = TimelineSource(segments, realtime=True, tail_ms=CFG.vad.speech_end_ms + 400)
-        try:
-            return await run_session(components, cfg, source, sink, tracer)
-        finally:
-            await sink.aclose()
-
-    asyncio.run(main())
-    events = tracer.events
+    events = run_timeline(components, cfg, segments, tmp_path, realtime=True)
     results = [(e["result"], e.get("reason")) for e in events if e["event"] == "speculation"]
     assert ("miss", "resume") in results
     assert results[-1][0] in ("hit", "refined")
@@ -157,18 +164,7 @@ def test_long_turn_is_transcribed_whole_across_segments(tmp_path, components):
     gap = np.zeros(16000 * 150 // 1000, np.int16)  # < vad.pause_ms: one continuous turn
     pcm = np.concatenate([np.concatenate([trim(speech_pcm(s)), gap]) for s in sentences])
     cfg = replace(CFG, vad=replace(CFG.vad, max_turn_s=len(pcm) / 16000 / 3))
-    tracer = Tracer(None)
-
-    async def main():
-        sink = WavSink(tmp_path / "r.wav", components.tts.sample_rate_hz, realtime=False)
-        source = TimelineSource([Segment(pcm)], realtime=False, tail_ms=cfg.vad.speech_end_ms + 400)
-        try:
-            return await run_session(components, cfg, source, sink, tracer)
-        finally:
-            await sink.aclose()
-
-    asyncio.run(main())
-    events = tracer.events
+    events = run_timeline(components, cfg, [Segment(pcm)], tmp_path, realtime=False)
     assert len([e for e in events if e["event"] == "segment"]) >= 2
     (final,) = [e for e in events if e["event"] == "asr_final"]
     heard = normalize(final["text"])

@@ -21,6 +21,20 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 MICS = [("piper", 16000), ("espeak:en-us", 48000)]
 
 
+def chromium_args(mic: Path) -> list[str]:
+    """Headless Chromium with ``mic`` (a WAV, looped) as its granted microphone."""
+    return [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={mic}",
+        "--autoplay-policy=no-user-gesture-required",
+    ]
+
+
 @pytest.fixture(params=MICS, ids=[f"{v}@{r}" for v, r in MICS])
 def browser_page(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
@@ -31,19 +45,7 @@ def browser_page(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any
         tmp_path / "mic.wav", "What is the capital of France?", voice, rate, 800, 4000
     )
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--use-fake-ui-for-media-stream",
-                "--use-fake-device-for-media-stream",
-                f"--use-file-for-fake-audio-capture={mic}",
-                "--autoplay-policy=no-user-gesture-required",
-            ],
-        )
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=chromium_args(mic))
         try:
             yield browser.new_page()
         finally:

@@ -14,7 +14,7 @@ from app.server import Connection, VoiceServer
 from tests.app.fakes import FakeComponents, buzz, silence
 from tests.app.test_server import Running
 from tests.app.test_server_playback import ANSWER, QUESTION, fake_cfg
-from tests.app.test_web_client import CHROMIUM
+from tests.app.test_web_client import CHROMIUM, chromium_args
 from tests.speech import write_wav
 
 
@@ -42,17 +42,7 @@ def test_page_reports_what_it_played(
     monkeypatch.setattr(Connection, "emit", record)
     try:
         with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(
-                executable_path=CHROMIUM,
-                args=[
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--use-fake-ui-for-media-stream",
-                    "--use-fake-device-for-media-stream",
-                    f"--use-file-for-fake-audio-capture={mic}",
-                    "--autoplay-policy=no-user-gesture-required",
-                ],
-            )
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=chromium_args(mic))
             page = browser.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))

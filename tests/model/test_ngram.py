@@ -18,21 +18,9 @@ from model.errors import ModelLoadError
 from model.ngram import NgramStore, load_default
 from model.training.ngram import MIN_TOTAL, build, save
 from model.transformer import ModelArgs, Transformer
+from tests.model.training.test_ngram_build import near, records
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def near(x):  # the table keeps confidences in 16 bits
-    return pytest.approx(x, abs=1e-4)
-
-
-def records():
-    # (ids, prompt_len, greedy): greedy[i] follows ids[:prompt_len + i].
-    return [
-        ([1, 2, 3, 4, 5], 2, [3, 4, 5, 9]),
-        ([7, 2, 3, 4, 6], 2, [3, 4, 6, 9]),
-        ([8, 2, 3, 4, 5], 2, [3, 4, 5, 9]),
-    ]
 
 
 def test_the_runner_up_starts_a_second_branch() -> None:
