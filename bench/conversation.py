@@ -332,6 +332,24 @@ def summarize(convs: list[dict[str, Any]]) -> dict[str, Any]:
                 for kind in sorted({t["kind"] for t in turns})
                 if (of_kind := [t for t in turns if t["kind"] == kind])
             },
+            "by_voice_without_backchannels": {
+                voice: {
+                    "pipeline": m.corpus_wer([(t["said"], t["transcript"]) for t in of_voice]),
+                    "whole_pass": m.corpus_wer(
+                        [(t["said"], t.get("whole_pass", "")) for t in of_voice]
+                    ),
+                }
+                for voice in sorted({c["voice"] for c in convs})
+                if (
+                    of_voice := [
+                        t
+                        for c in convs
+                        if c["voice"] == voice
+                        for t in c["turns"]
+                        if t["kind"] != "backchannel"
+                    ]
+                )
+            },
         },
         "defects": defects(convs),
     }
