@@ -36,9 +36,9 @@ log = logging.getLogger(__name__)
 
 # Sink writes are cut to 20 ms slices so a hold or cancel lands between two slices at worst.
 SLICE_MS = 20
-# An answer whose first 4-8 words equal the start of an earlier answer is a copy, not an answer
-# ("The capital of France is Paris." to a request for a joke); 3 words ("The capital of")
-# legitimately start many answers.
+# An answer whose first 4-8 words were said in an earlier answer is a copy, not an answer ("The
+# capital of France is Paris." to a request for a joke); 3 words ("The capital of") legitimately
+# start many answers.
 COPY_MIN_WORDS = 4
 COPY_WORDS = 8
 # A chunk that ends a sentence (the chunker cuts at . ! ? only where a sentence ends).
@@ -188,6 +188,7 @@ class Answer:
                 if not self._held_chunks or len(self._held.split()) < COPY_MIN_WORDS:
                     continue
                 if self._copies_history(self._held):
+                    post(self._on_retry, self._held.strip())
                     self._start_generation(without_history(self.messages))
                     return self._lm_job(park_after_clause, post)
                 piece, chunks, self._held, self._held_chunks = (
@@ -229,13 +230,17 @@ class Answer:
         self._iter = _counting(iter(self._generation), self)
 
     def _copies_history(self, text: str) -> bool:
-        """The answer starts like an answer in the prompt's history: a small model leaning on
-        the last exchange instead of answering (the new turn then goes without history)."""
+        """The answer starts with 4-8 words said in an answer in the prompt's history: a small
+        model leaning on the last exchange instead of answering ("Mars is a terrestrial
+        planet" after the user cut off "My planet Mars is a terrestrial"); the new turn then
+        goes without history."""
         if self._fallback:
             return False
         words = normalize(text).split()[:COPY_WORDS]
+        n = len(words)
         for m in self.messages[:-1]:
-            if m["role"] == "assistant" and normalize(m["content"]).split()[: len(words)] == words:
+            said = normalize(m["content"]).split() if m["role"] == "assistant" else []
+            if any(said[i : i + n] == words for i in range(len(said) - n + 1)):
                 return True
         return False
 
@@ -266,6 +271,9 @@ class Answer:
             self.s.trace("error", self.turn, self.gen, stage="lm", message=str(exc))
             self.s.emit({"type": "error", "error": {"type": "lm_error", "message": str(exc)}})
             self._clauses.put_nowait(EndOfAnswerFrame(self.gen, "error"))
+
+    def _on_retry(self, copied: str) -> None:
+        self.s.trace("lm_retry", self.turn, self.gen, copied=copied)
 
     def _on_first_token(self) -> None:
         if self.cancelled or "lm_first_token" in self.times:

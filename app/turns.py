@@ -138,6 +138,14 @@ _NEW_SUBJECT = re.compile(
 _CONTINUATIONS = ("and", "but", "so", "or", "why", "how", "really")
 
 
+# Words that alone say nothing to act on; "no", "stop", "wait" are not among them.
+_EMPTY_WORDS = frozenset(
+    ("a", "an", "the", "and", "or", "but", "so", "then", "them", "they", "it", "its", "that")
+    + ("this", "there", "uh", "um", "umm", "uhm", "er", "erm", "eh", "ah", "oh", "ooh", "mm")
+    + ("mmm", "mhm", "hm", "hmm", "huh", "m")
+)
+
+
 def refers_back(text: str) -> bool:
     """Whether a user turn needs the conversation before it to be understood."""
     t = normalize(text)
@@ -270,8 +278,15 @@ class TurnManager:
         self._backchannels = {normalize(b) for b in self.cfg.backchannels}
 
     def is_backchannel(self, text: str) -> bool:
+        """A listener's sound, not a turn: one of ``backchannels``, or up to 3 words that carry
+        nothing (Whisper hears "mm-hmm" as "and then them", "MMM", "uh oh")."""
         words = normalize(text)
-        return not words or words in self._backchannels
+        if not words or words in self._backchannels:
+            return True
+        if text.rstrip().endswith("?"):  # "And then?" asks for more
+            return False
+        split = words.split()
+        return len(split) <= 3 and all(w in _EMPTY_WORDS or w in self._backchannels for w in split)
 
     def _not_for_us(self, text: str) -> bool:
         """A backchannel, or (echo guard on) mostly the words the agent itself just said."""

@@ -50,6 +50,7 @@ _FRAME = 480  # 30 ms, for energy checks
 _CUT_SEARCH = 6 * RATE_HZ // 10
 _OVERLAP = RATE_HZ  # audio before a segment's cut that the next segment transcribes again
 _MERGE_WORDS = 12  # longest repeat merge_overlap() looks for (1 s of speech is ~3 words)
+_MERGE_SLACK = 4  # words the two passes may add or drop at the overlap's ends
 
 
 @dataclass(frozen=True)
@@ -111,8 +112,11 @@ def merge_overlap(head: str, text: str) -> str:
     a = [_norm(w) for w in hw[tail:]]
     b = [_norm(w) for w in tw[:_MERGE_WORDS]]
     m = difflib.SequenceMatcher(None, a, b, autojunk=False).find_longest_match()
+    # The overlap is the end of head and the start of text: a phrase said twice ("I want to")
+    # must not join the start of text to an earlier part of head (11 words lost).
+    near = m.a + m.size >= len(a) - _MERGE_SLACK and m.b <= _MERGE_SLACK
     # One word only where head ends with it and text starts with it: "the" alone matches anywhere.
-    if m.size >= 2 or (m.size == 1 and m.b == 0 and m.a == len(a) - 1):
+    if near and (m.size >= 2 or (m.size == 1 and m.b == 0 and m.a == len(a) - 1)):
         return " ".join(hw[: tail + m.a] + tw[m.b :])
     return " ".join(hw + tw)
 

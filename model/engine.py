@@ -278,7 +278,10 @@ class Generation:
                     st.ttft_ms = (t_first - t0) * 1e3
                 st.new_tokens = len(self.token_ids)
                 if st.stop_reason == "loop":
-                    self.text = self._guard.kept(self.text + held)
+                    kept = self._guard.kept(self.text + held)
+                    emitted, self.text = self.text, kept
+                    if len(kept) > len(emitted) and kept.startswith(emitted):
+                        yield kept[len(emitted) :]  # held back but before the loop: its end
                     break
                 piece, held, hit = _split_stop(held, self._stop, final=bool(st.stop_reason))
                 if hit:

@@ -320,3 +320,11 @@ def test_turn_manager_resolves_the_history_mode():
     assert TurnManager(CFG).history.mode == "follow_up"  # "auto" unresolved: the bundled LM's
     assert TurnManager(CFG, history_mode="full").history.mode == "full"
     assert TurnManager(replace(CFG, history="none")).history.mode == "none"
+
+
+def test_short_empty_words_are_backchannels_but_commands_and_questions_are_not():
+    tm = TurnManager(CFG)
+    for text in ("and then them.", "MMM.", "Uh-oh.", "mm mm mm", "Okay."):
+        assert tm.is_backchannel(text), text
+    for text in ("Stop.", "Wait.", "No.", "And then?", "So what?", "Tell me about castles."):
+        assert not tm.is_backchannel(text), text

@@ -218,3 +218,12 @@ def test_long_turn_through_vad_segments_loses_no_speech(asr) -> None:
     assert longest <= 4.9 * 16000  # 4 s, the pre-roll and what a cut carries over
     got = set(words(final.text))
     assert {"fox", "dog", "sells", "peter", "peppers", "wood"} <= got, final.text
+
+
+def test_merge_overlap_never_joins_on_an_earlier_repeat_of_the_phrase() -> None:
+    from audio.asr import merge_overlap
+
+    head = "Guest houses. I want to see glaciers and maybe the northern lights. I only"
+    text = "I want to bring one backpack."
+    merged = merge_overlap(head, text)
+    assert "glaciers and maybe the northern lights" in merged and merged.endswith("backpack.")

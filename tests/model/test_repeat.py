@@ -45,3 +45,18 @@ def test_ordinary_text_is_not_a_loop_and_short_repeats_are_released() -> None:
     assert held == len("I said it is ")  # a repeat is forming: held back
     assert guard.check("I said it is it is fine") == len("I said it is it is fine")
     assert guard.check("no no no", final=True) == len("no no no")
+
+
+def test_a_word_still_growing_is_held_while_it_may_repeat() -> None:
+    guard = RepeatGuard()
+    assert guard.check("I'm sorry, I'm sorr") == len("I'm sorry, ")  # "sorr" may become "sorry,"
+    assert not guard.loop
+
+
+def test_a_phrase_said_a_third_time_ends_the_answer_before_it() -> None:
+    text = (
+        "What's a joke about computers? A joke about computers is that a computer is a "
+        "computer, and a joke about computers is funny."
+    )
+    guard, acc, _ = stream(text)
+    assert guard.loop and guard.kept(acc) == "What's a joke about computers?"
