@@ -82,7 +82,7 @@ def run_one(lm: LM, decoder: str, prompt: str | list, max_new: int) -> dict[str,
         # committed tokens (the EOS too) per forward pass, prefill included: ar = 1.0
         "tokens_per_forward": (st.new_tokens + (st.stop_reason == "eos")) / max(st.forwards, 1),
         "first_clause_ms": first_clause_ms,
-        # CPU time of all our threads: on a shared box, tokens per CPU-second at 1 thread is
+        # CPU time of all our threads: on a shared CPU, tokens per CPU-second at 1 thread is
         # what the code does when it actually runs (wall-clock figures include waiting).
         "cpu_ms": cpu_s * 1e3,
         "tokens_per_cpu_s": st.new_tokens / cpu_s if cpu_s > 0 else None,
@@ -186,7 +186,7 @@ def summarize(rows: list[dict[str, object]], ar_rows: list[dict[str, object]] | 
     if ar_rows is not None:
         out.update(summarize_vs_ar(rows, ar_rows))
         # Per prompt, this decoder's tokens/s over ar's on the same prompt, run next to it: less
-        # sensitive to this box's drifting load than the ratio of the two medians.
+        # sensitive to a shared machine's drifting load than the ratio of the two medians.
         ratios = [r["tokens_per_s"] / a["tokens_per_s"] for r, a in zip(rows, ar_rows, strict=True)
                   if r["tokens_per_s"] and a["tokens_per_s"]]  # fmt: skip
         out["paired_speed_vs_ar"] = round(statistics.median(ratios), 2) if ratios else None
