@@ -51,13 +51,6 @@ def without_history(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     return [*system, messages[-1]]
 
 
-def _counting(pieces: Iterator[str], answer: Answer) -> Iterator[str]:
-    """Counts the characters the generation hands out (to tell a loop guard's cut)."""
-    for piece in pieces:
-        answer._pushed_chars += len(piece)
-        yield piece
-
-
 @dataclass
 class _Segment:
     start: int  # answer sample offset
@@ -165,6 +158,7 @@ class Answer:
             self._start_generation(self.messages)
         conv = self.s.cfg.conversation
         for piece in self._iter:
+            self._pushed_chars += len(piece)
             if not self._first_posted:
                 self._first_posted = True
                 post(self._on_first_token)
@@ -227,7 +221,7 @@ class Answer:
             messages, cancel=self.cancel_event, drafts=self.drafts
         )
         self._fallback = messages is not self.messages
-        self._iter = _counting(iter(self._generation), self)
+        self._iter = iter(self._generation)
 
     def _copies_history(self, text: str) -> bool:
         """The answer starts with 4-8 words said in an answer in the prompt's history: a small

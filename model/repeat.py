@@ -34,12 +34,18 @@ class RepeatGuard:
 
     def __init__(self) -> None:
         self.loop = False
+        self._last: tuple[str, int] = ("", 0)  # the engine checks each new text twice
 
     def check(self, text: str, final: bool = False) -> int:
         """Chars of ``text`` that are safe to emit. Sets ``self.loop`` when a loop is confirmed;
         ``kept(text)`` then gives what the answer keeps."""
         if final:
             return len(text)
+        if text != self._last[0]:
+            self._last = (text, self._safe(text))
+        return self._last[1]
+
+    def _safe(self, text: str) -> int:
         words = list(_WORD.finditer(text))
         n = len(words)
         # The last word may still grow ("sorry" -> "sorry,"): it matches as a prefix for holding
