@@ -35,6 +35,11 @@ class RepeatGuard:
     def __init__(self) -> None:
         self.loop = False
         self._last: tuple[str, int] = ("", 0)  # the engine checks each new text twice
+        # The text grows a token at a time: its words, and the complete words' NGRAM-word
+        # phrases, are kept between calls (rescanning them cost ~5 % of ar's tokens/s).
+        self._words: list[re.Match[str]] = []
+        self._norm: list[str] = []  # complete words, lower case without punctuation
+        self._phrases: dict[tuple[str, ...], int] = {}  # phrase -> times said
 
     def check(self, text: str, final: bool = False) -> int:
         """Chars of ``text`` that are safe to emit. Sets ``self.loop`` when a loop is confirmed;
@@ -42,11 +47,16 @@ class RepeatGuard:
         if final:
             return len(text)
         if text != self._last[0]:
-            self._last = (text, self._safe(text))
+            prev = self._last[0]
+            self._last = (text, self._safe(text, grown=bool(prev) and text.startswith(prev)))
         return self._last[1]
 
-    def _safe(self, text: str) -> int:
-        words = list(_WORD.finditer(text))
+    def _safe(self, text: str, grown: bool) -> int:
+        if grown and self._words:  # rescan from the last word, which may have grown
+            self._words[-1:] = _WORD.finditer(text, self._words[-1].start())
+        else:
+            self._words, self._norm, self._phrases = list(_WORD.finditer(text)), [], {}
+        words = self._words
         n = len(words)
         # The last word may still grow ("sorry" -> "sorry,"): it matches as a prefix for holding
         # back, and counts towards a loop only once it equals its counterpart.
@@ -66,25 +76,26 @@ class RepeatGuard:
                 return words[n - c].start()
             if c >= HOLD_WORDS:
                 hold_from = min(hold_from, words[n - c].start())
-        third = self._phrase_again(words[: n - 1] if open_end else words)
+        third = self._phrase_again(n - open_end)
         if third is not None:
             self.loop = True
             self._loop_at = words[third].start()
             return self._loop_at
         return hold_from
 
-    @staticmethod
-    def _phrase_again(words: list[re.Match[str]]) -> int | None:
-        """Index of the first word of the newest NGRAM-word phrase when it is the phrase's
-        NGRAM_TIMES-th occurrence (case and punctuation aside), else None."""
-        if len(words) < NGRAM * NGRAM_TIMES:
-            return None
-        norm = [_PUNCT.sub("", w.group().lower()) for w in words]
-        last = norm[-NGRAM:]
-        if not all(last):
-            return None
-        starts = [i for i in range(len(norm) - NGRAM + 1) if norm[i : i + NGRAM] == last]
-        return starts[-1] if len(starts) >= NGRAM_TIMES else None
+    def _phrase_again(self, complete: int) -> int | None:
+        """Counts the NGRAM-word phrases the words up to ``complete`` end (case and punctuation
+        aside); the index of the first word of one said for the NGRAM_TIMES-th time, else None.
+        """
+        third = None
+        for i in range(len(self._norm), complete):
+            self._norm.append(_PUNCT.sub("", self._words[i].group().lower()))
+            phrase = tuple(self._norm[i - NGRAM + 1 :]) if i >= NGRAM - 1 else ()
+            if phrase and all(phrase):
+                self._phrases[phrase] = self._phrases.get(phrase, 0) + 1
+                if self._phrases[phrase] >= NGRAM_TIMES and third is None:
+                    third = i - NGRAM + 1
+        return third
 
     def kept(self, text: str) -> str:
         """The answer to keep after a loop: up to the last sentence end before the repetition
