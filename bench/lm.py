@@ -251,6 +251,11 @@ def main() -> int:
         "default (what the voice agent sends)",
     )
     ap.add_argument(
+        "--no-loop-guard",
+        action="store_true",
+        help="add every decoder again with lm.loop_guard off (the guard's cost, paired)",
+    )
+    ap.add_argument(
         "--chain", action="store_true", help="add a hybrid row with lm.draft_branch 1 (no tree)"
     )
     ap.add_argument(
@@ -315,6 +320,9 @@ def main() -> int:
         if a.lookup_only:
             free = replace(other, drafter="none")
             runs["hybrid/lookup/ngram2"] = (LM(lm.model, lm.tokenizer, free), "hybrid")
+    if a.no_loop_guard:
+        free = LM(lm.model, lm.tokenizer, replace(cfg, loop_guard=False))
+        runs.update({f"{d}/no-loop-guard": (free, d) for d in decoders})
     if a.chain:
         runs["hybrid/chain"] = (LM(lm.model, lm.tokenizer, replace(cfg, draft_branch=1)), "hybrid")
     if a.compare_tree:
