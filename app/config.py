@@ -34,12 +34,40 @@ class ConfigError(ValueError):
 class ServerConfig:
     """The websocket server behind `python main.py serve`."""
 
-    host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
+    host: str = field(
+        default="127.0.0.1",
+        metadata={"help": "address to listen on; any but loopback needs a token"},
+    )
     port: int = field(
         default=8765, metadata={"help": "TCP port, 0 = any free port", "min": 0, "max": 65535}
     )
+    token: str = field(
+        default="",
+        metadata={
+            "help": "secret a client passes as /ws?token=...; '' = none on loopback, a "
+            "generated one (printed in the URL) on any other address"
+        },
+    )
+    allowed_origins: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "browser origins allowed on /ws besides localhost and, with a token, "
+            "the page's own (e.g. https://voice.example.com)"
+        },
+    )
     max_sessions: int = field(
         default=4, metadata={"help": "concurrent voice sessions; more are refused", "min": 1}
+    )
+    max_sessions_per_client: int = field(
+        default=2,
+        metadata={"help": "concurrent sessions from one client address (0 = no cap)", "min": 0},
+    )
+    idle_timeout_s: float = field(
+        default=300.0,
+        metadata={
+            "help": "a session with no audio either way for this long is closed (0 = never)",
+            "min": 0.0,
+        },
     )
     max_message_bytes: int = field(
         default=1 << 20, metadata={"help": "largest websocket message accepted", "min": 1024}
@@ -229,6 +257,22 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             )
         built[section] = _build_section(section, sections[section], values)
     return Config(**built)
+
+
+def with_changes(cfg: Config, changes: dict[str, dict[str, Any]]) -> Config:
+    """``cfg`` with ``{section: {key: value}}`` applied, each value checked as load_config
+    checks a file's (a session's settings: the server's ``session.update``)."""
+    sections = _section_types()
+    built: dict[str, Any] = {}
+    for section, values in changes.items():
+        if section not in sections:
+            raise ConfigError(
+                f"config: unknown section '{section}' ({_did_you_mean(section, list(sections))}"
+                f"sections: {', '.join(sections)})"
+            )
+        current = dataclasses.asdict(getattr(cfg, section))
+        built[section] = _build_section(section, sections[section], {**current, **values})
+    return dataclasses.replace(cfg, **built)
 
 
 def _yaml_scalar(value: Any) -> str:

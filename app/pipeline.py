@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -194,7 +195,9 @@ class VoiceSession:
             self.transcriber = self.c.new_transcriber(self.cfg.asr)
             self._feed(self.vad.speech_audio())
             self._do(self.tm.on_speech_start(audio_ms))
-            self.trace("speech_start", self.tm.turn, self.tm.gen, onset_ms=self._onset_t)
+            self.trace(
+                "speech_start", self.tm.turn, self.tm.gen, onset_ms=self._onset_t, audio_ms=audio_ms
+            )
             self.emit({"type": "input_audio_buffer.speech_started", "audio_start_ms": audio_ms})
             self._set_state("listening" if self.tm.agent == "idle" else self.state)
         elif kind == "pause":
@@ -402,6 +405,34 @@ class VoiceSession:
     def cancel_response(self) -> None:
         """The client asked to stop the current answer (``response.cancel``)."""
         self._do(self.tm.cancel_answer())
+
+    def text_turn(self, text: str) -> str | None:
+        """A typed user turn, answered like a spoken turn's final transcript; an answer under
+        way is cancelled first, as a barge-in would. Returns why it was not taken, or None."""
+        if self.vad.in_speech or self._final_pending:
+            return "the user is speaking; the typed turn was not taken"
+        if self.tm.is_backchannel(text):
+            return f"{text!r} is a backchannel (conversation.backchannels): it starts no turn"
+        self._do(self.tm.cancel_answer())
+        self._end_t = now_ms()
+        self._do(self.tm.on_speech_start(self.audio_ms))
+        self.trace("text_input", self.tm.turn, self.tm.gen, end_ms=self._end_t, text=text)
+        self._do(self.tm.on_speech_end(self.audio_ms))
+        self._do(self.tm.on_final(text))
+        return None
+
+    def configure(self, cfg: Any) -> None:
+        """This session's settings (``session.update``): VAD waits from the next frame, the
+        decoder and the voice from the next answer."""
+        if cfg.vad != self.cfg.vad:
+            self.vad.set_waits(cfg.vad.pause_ms, cfg.vad.speech_end_ms)
+        if cfg.lm != self.cfg.lm or cfg.tts != self.cfg.tts:
+            self.c = copy.copy(self.c)  # the models stay shared; only this session's view
+            self.c.lm, self.c.tts = copy.copy(self.c.lm), copy.copy(self.c.tts)
+            self.c.lm.cfg, self.c.tts.cfg = cfg.lm, cfg.tts
+            if cfg.lm != self.cfg.lm:  # a new KV cache: the next answer prefills its prompt
+                self.lm_session = self.c.lm.session()
+        self.cfg = cfg
 
     # ---- callbacks from answers ------------------------------------------------------------------
 

