@@ -7,11 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from app.server import VoiceServer
 from tests.app.test_server import Running, make_cfg
-from tests.speech import write_speech_wav
+from tests.speech import speech_pcm, write_speech_wav, write_wav
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -60,7 +61,9 @@ def test_browser_talks_and_hears_paris(
     run = Running(VoiceServer(make_cfg(tmp_path), components))
     page = browser_page
     errors: list[str] = []
+    failed: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
     try:
         page.goto(run.url)
         page.click("#go")
@@ -68,16 +71,70 @@ def test_browser_talks_and_hears_paris(
             "document.querySelector('#state').textContent === 'listening'", timeout=20_000
         )
         page.wait_for_function(
-            "document.querySelector('.turn .a')?.textContent.toLowerCase().includes('paris')",
+            "document.querySelector('.msg.agent .text')?.textContent.toLowerCase()"
+            ".includes('paris')",
             timeout=90_000,
         )
-        user = page.text_content(".turn .u") or ""
-        page.screenshot(path=str(tmp_path / "page.png"))
+        user = page.text_content(".msg.user .text") or ""
+        page.wait_for_selector(".msg.agent .wf .row", timeout=30_000)
+        stages = page.eval_on_selector_all(
+            ".msg.agent .wf .lbl", "els => els.map(e => e.textContent)"
+        )
+        page.click("#go")  # Stop: the session ends, without errors, and its id goes
+        page.wait_for_timeout(300)
+        info = page.text_content("#info")
     finally:
         page.close()
         run.close()
     assert "capital of france" in user.lower()
+    assert stages[:4] == ["user speech", "endpoint", "asr final", "lm first clause"], stages
+    assert info == ""
     assert not errors, errors
+    assert not failed, failed  # the favicon too
+
+
+def test_two_spoken_turns_and_a_typed_one(components: Any, tmp_path: Path) -> None:
+    """A conversation as a person has it, with screenshots at desktop and phone width."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (make test installs it)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    first = speech_pcm("What is the capital of France?", "piper", 16000, 800, 8000)
+    second = speech_pcm("And what about Germany?", "piper", 16000, 0, 60000)
+    mic = write_wav(tmp_path / "mic.wav", np.concatenate([first, second]), 16000)
+    run = Running(VoiceServer(make_cfg(tmp_path), components))
+    errors: list[str] = []
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=chromium_args(mic))
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(run.url)
+            page.click("#go")
+            answers = "document.querySelectorAll('.msg.agent .wf').length"
+            page.wait_for_function(f"{answers} >= 2", timeout=120_000)
+            page.fill("#text", "What is the capital of Italy?")
+            page.press("#text", "Enter")
+            page.wait_for_function(f"{answers} >= 3", timeout=60_000)
+            users = page.eval_on_selector_all(
+                ".msg.user .text", "els => els.map(e => e.textContent)"
+            )
+            agents = page.eval_on_selector_all(
+                ".msg.agent .text", "els => els.map(e => e.textContent)"
+            )
+            summary = page.text_content("#summary") or ""
+            page.screenshot(path=str(tmp_path / "page-1280.png"), full_page=True)
+            page.set_viewport_size({"width": 420, "height": 900})
+            page.screenshot(path=str(tmp_path / "page-420.png"), full_page=True)
+            overflow = page.evaluate("document.documentElement.scrollWidth")
+            browser.close()
+    finally:
+        run.close()
+    assert not errors, errors
+    assert "capital of france" in users[0].lower() and "germany" in users[1].lower(), users
+    assert users[2] == "What is the capital of Italy?" and len(agents) == 3, agents
+    assert "paris" in agents[0].lower(), agents
+    assert "3 answers" in summary and "voice to voice" in summary and "typed to voice" in summary
+    assert overflow <= 420
 
 
 def test_page_resampler_filters_what_16_khz_cannot_carry(tmp_path: Path) -> None:
