@@ -106,7 +106,7 @@ def test_two_spoken_turns_and_a_typed_one(components: Any, tmp_path: Path) -> No
     try:
         with playwright.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=chromium_args(mic))
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page = browser.new_page(viewport={"width": 1280, "height": 1400})
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.goto(run.url)
             page.click("#go")
@@ -122,7 +122,7 @@ def test_two_spoken_turns_and_a_typed_one(components: Any, tmp_path: Path) -> No
                 ".msg.agent .text", "els => els.map(e => e.textContent)"
             )
             summary = page.text_content("#summary") or ""
-            page.screenshot(path=str(tmp_path / "page-1280.png"), full_page=True)
+            page.locator("main").screenshot(path=str(tmp_path / "page-1280.png"))
             page.set_viewport_size({"width": 420, "height": 900})
             page.screenshot(path=str(tmp_path / "page-420.png"), full_page=True)
             overflow = page.evaluate("document.documentElement.scrollWidth")
