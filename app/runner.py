@@ -135,7 +135,7 @@ class TurnPrinter:
     """Prints each turn's transcript, answer and latency as the events arrive."""
 
     def __init__(self, console: Console | None = None) -> None:
-        self.console = console or Console(highlight=False)
+        self.console = console or Console(highlight=False, soft_wrap=True)
         self.turns: list[dict[str, Any]] = []
         self._user = ""
 
@@ -213,7 +213,8 @@ def run_wavs(
     from app.components import Components
     from audio.sinks import CallbackSink, WavSink
 
-    console = Console(highlight=False)
+    # Lines are never cut to the console's width: a pipe's 80 columns broke the latency line.
+    console = Console(highlight=False, soft_wrap=True)
     segments = asyncio.run(load_segments(inputs, cfg))
     if any(s.barge_in_at_ms is not None for s in segments) and not realtime:
         console.print("[dim]barge-in input given: pacing in real time[/dim]")

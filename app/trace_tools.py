@@ -27,8 +27,9 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
 
 from app.trace import read_trace
 
@@ -178,6 +179,7 @@ def summarize(events: list[Event]) -> dict[str, Any]:
         "barge_ins_rejected": sum(e["event"] == "barge_in_resume" for e in events),
         "speculations": {r: results.count(r) for r in ("hit", "refined", "miss")},
         "speculation_turns": len(tried),
+        "not_realtime": sum(r["realtime"] is False for r in rows),
         "speculation_hit_rate": (
             sum(r["speculation"] == "hit" for r in tried) / len(tried) if tried else None
         ),
@@ -208,15 +210,24 @@ def _speculation_line(spec: dict[str, int], turns: int, rate: float | None) -> s
     )
 
 
-def summary(path: str) -> Table:
-    """The rich table ``python main.py trace summary FILE`` prints."""
+def summary(path: str) -> Group:
+    """What ``python main.py trace summary FILE`` prints: a head line, the stage table, the
+    speculation line (lines, not the table's title and caption, which wrap at its width)."""
     s = summarize(read_trace(path))
     rate = s["speculation_hit_rate"]
-    table = Table(
-        title=f"{path}: {s['turns']} answers ({s['completed']} completed, {s['cancelled']} "
-        f"cancelled), {s['barge_ins']} barge-ins ({s['barge_ins_rejected']} rejected)",
-        caption=_speculation_line(s["speculations"], s["speculation_turns"], rate),
+    head = (
+        f"{path}: {s['turns']} answer{'s' * (s['turns'] != 1)} ({s['completed']} completed, "
+        f"{s['cancelled']} cancelled), {s['barge_ins']} barge-ins "
+        f"({s['barge_ins_rejected']} rejected)"
     )
+    lines = [head]
+    if s["not_realtime"]:
+        lines.append(
+            f"not real time: {s['not_realtime']} of {s['turns']} answered turns had their speech "
+            "fed faster than it plays (run without --realtime); their endpoint and "
+            "voice-to-voice are compute times"
+        )
+    table = Table()
     table.add_column("stage (ms)")
     for col in ("n", "p50", "p95", "max"):
         table.add_column(col, justify="right")
@@ -225,7 +236,8 @@ def summary(path: str) -> Table:
         table.add_row(
             name, str(st["n"]), *(f"{st[k]:.0f}" for k in ("p50", "p95", "max")), style=style
         )
-    return table
+    spec = _speculation_line(s["speculations"], s["speculation_turns"], rate)
+    return Group(*(Text(line) for line in lines), table, Text(spec))
 
 
 # ---- exports ----------------------------------------------------------------------------------
@@ -442,7 +454,7 @@ def trace_summary(path: str) -> int:
     """``python main.py trace summary FILE``."""
     if _load(path) is None:
         return 1
-    Console().print(summary(path))
+    Console(soft_wrap=True).print(summary(path))  # a pipe's 80 columns cut lines mid-phrase
     return 0
 
 

@@ -144,6 +144,13 @@ def test_speech_fed_faster_than_real_time_is_marked(tmp_path):
     (row,) = turn_rows(tr.events)
     assert row["realtime"] is False and latency_event(tr.events, 2)["realtime"] is False
     assert "not real time: 1800 ms of speech were fed faster than they play" in to_html(tr.events)
+    path = tmp_path / "fast.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in tr.events))
+    console = Console(record=True, width=80, soft_wrap=True)
+    console.print(summary(str(path)))
+    out = console.export_text()
+    assert "not real time: 1 of 1 answered turns had their speech fed faster than it plays" in out
+    assert "1 answer (1 completed, 0 cancelled)" in out.splitlines()[0]  # one line, not wrapped
 
 
 def test_typed_turn_counts_text_to_voice():
