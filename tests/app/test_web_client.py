@@ -108,7 +108,9 @@ def test_two_spoken_turns_and_a_typed_one(components: Any, tmp_path: Path) -> No
             browser = p.chromium.launch(executable_path=CHROMIUM, args=chromium_args(mic))
             page = browser.new_page(viewport={"width": 1280, "height": 1400})
             page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.add_init_script(DRAFT_WATCH)
             page.goto(run.url)
+            page.evaluate(COUNT_DRAFTED)
             page.click("#go")
             answers = "document.querySelectorAll('.msg.agent .wf').length"
             page.wait_for_function(f"{answers} >= 2", timeout=120_000)
@@ -122,6 +124,8 @@ def test_two_spoken_turns_and_a_typed_one(components: Any, tmp_path: Path) -> No
                 ".msg.agent .text", "els => els.map(e => e.textContent)"
             )
             summary = page.text_content("#summary") or ""
+            drafted = page.evaluate("window.drafted.size")
+            drafts = page.evaluate("window.draftsSeen")
             page.locator("main").screenshot(path=str(tmp_path / "page-1280.png"))
             page.set_viewport_size({"width": 420, "height": 900})
             page.screenshot(path=str(tmp_path / "page-420.png"), full_page=True)
@@ -135,6 +139,24 @@ def test_two_spoken_turns_and_a_typed_one(components: Any, tmp_path: Path) -> No
     assert "paris" in agents[0].lower(), agents
     assert "3 answers" in summary and "voice to voice" in summary and "typed to voice" in summary
     assert overflow <= 420
+    assert drafts == drafted, (drafts, drafted)  # every drafted guess showed as a draft
+
+
+# Counts answers shown as tentative drafts (a speculation, before it is released or dropped),
+# and the generations the server drafted text for.
+COUNT_DRAFTED = """(() => {
+  window.drafted = new Set();
+  const handle = onEvent;
+  onEvent = (ev) => {
+    if (ev.type === "response.speculation.delta") window.drafted.add(ev.gen);
+    handle(ev);
+  };
+})()"""
+DRAFT_WATCH = """window.draftsSeen = 0;
+new MutationObserver((records) => {
+  for (const r of records) for (const n of r.addedNodes)
+    if (n.classList?.contains("tentative")) window.draftsSeen++;
+}).observe(document, {childList: true, subtree: true});"""
 
 
 def test_page_resampler_filters_what_16_khz_cannot_carry(tmp_path: Path) -> None:
