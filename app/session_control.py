@@ -22,13 +22,20 @@ MAX_TEXT_CHARS = 2000
 
 
 def describe(cfg: Config) -> list[dict[str, Any]]:
-    """Each setting: its key, current value, help and what is allowed (for the client's form)."""
+    """Each setting: its key, current value and its type (str, int, float: JSON writes 1.0 as 1),
+    help and what is allowed (for the client's form)."""
     out = []
     for key in SETTINGS:
         section, name = key.split(".")
         obj = getattr(cfg, section)
         meta = next(f for f in dataclasses.fields(obj) if f.name == name).metadata
-        item = {"key": key, "value": getattr(obj, name), "help": meta.get("help", "")}
+        value = getattr(obj, name)
+        item = {
+            "key": key,
+            "value": value,
+            "type": type(value).__name__,
+            "help": meta.get("help", ""),
+        }
         item |= {k: meta[k] for k in ("min", "max", "choices") if k in meta}
         out.append(item)
     return out

@@ -124,7 +124,7 @@ def test_settings_and_items_are_checked() -> None:
     cfg = apply_settings(Config(), {"tts.length_scale": 1.3, "vad.pause_ms": 250})
     assert cfg.tts.length_scale == 1.3 and cfg.vad.pause_ms == 250
     threshold = next(s for s in describe(cfg) if s["key"] == "lm.threshold")
-    assert (threshold["min"], threshold["max"]) == (0.0, 1.0)
+    assert (threshold["min"], threshold["max"], threshold["type"]) == (0.0, 1.0, "float")
     for bad, says in [
         ({"vad.pause_ms": "long"}, "vad.pause_ms = 'long' has the wrong type (expected int)"),
         ({"tts.length_scale": 9}, "tts.length_scale = 9.0 is out of range (allowed: 0.3 .. 3.0)"),
