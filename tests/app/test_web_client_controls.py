@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from app.server import VoiceServer
+from app.trace import read_trace
+from app.trace_tools import summarize
 from tests.app.fakes import FakeComponents, silence
 from tests.app.test_server import Running
 from tests.app.test_server_playback import fake_cfg
@@ -75,6 +77,14 @@ def test_typed_turn_interrupt_settings_and_reconnect(tmp_path: Path) -> None:
                 and unheard.strip()
                 and LONG.endswith(unheard.strip()[-20:])
             )
+
+            # The session's trace downloads as JSONL that `trace summary` reads.
+            with page.expect_download() as download:
+                page.click("#download")
+            trace = tmp_path / "downloaded.jsonl"
+            download.value.save_as(trace)
+            summary = summarize(read_trace(str(trace)))
+            assert summary["turns"] == 2 and summary["cancelled"] == 1
 
             # Settings: a refused value names the key and its range; a good one is applied.
             page.click("#settings summary")
