@@ -154,5 +154,8 @@ class TraceConfig:
     enabled: bool = field(default=True, metadata={"help": "write the latency trace"})
     path: str = field(
         default="",
-        metadata={"help": "JSONL file; '' = runs/trace-<UTC time>.jsonl"},
+        metadata={
+            "help": "JSONL file, or folder for serve's serve-<session id>.jsonl ('' = "
+            "trace-<UTC time>.jsonl in $XDG_STATE_HOME/dllm-voice/traces, ~/.local/state/...)"
+        },
     )

@@ -143,7 +143,7 @@ class Throttled:
             self.held += 1
             return
         if self.held:
-            message += " (%d more like it in the last %.0f s)"
+            message += " (%d more like it in the last %g s)"
             args = (*args, self.held, self.every_s)
         self.next_t, self.held = now + self.every_s, 0
         log.log(self.level, message, *args, exc_info=self.exc_info)
@@ -213,10 +213,12 @@ class Connection:
     Outgoing messages go through one bounded queue drained by one writer task, so a slow client
     delays only itself. Nothing in it is dropped: audio waits for room (the sink's pump waits for
     each message to reach the socket and stays lead_ms ahead of playback, and an answer the
-    client stops playing is cancelled after server.playback_stall_ms); an event that finds the
-    queue full closes the connection with 1008, as the client has read none of the last
-    OUT_QUEUE_MESSAGES. Incoming audio is taken whole: past half of the source's buffer the
-    reader waits for the session to catch up (TCP backpressure on the client).
+    client stops playing is cancelled after server.playback_stall_ms); past half full the reader
+    stops reading until the client has taken its answers (a flood of pings is answered at the
+    pace the client reads), and a client that takes nothing for CLIENT_STALL_S then, or an
+    event that finds the queue full, closes the connection with 1008. Incoming audio is taken
+    whole: past half of the source's buffer the reader waits for the session to catch up (TCP
+    backpressure on the client).
     """
 
     # A turn sends ~150 events, and an answer nobody plays is cancelled after 3 s: a client
@@ -224,6 +226,7 @@ class Connection:
     OUT_QUEUE_MESSAGES = 2048
     CATCH_UP_S = 2.0  # a session that reads nothing for this long is stalled: go on reading
     WATCH_S = 0.1  # how often the playback stall is checked
+    CLIENT_STALL_S = 10.0  # a client that takes none of a full queue for this long is gone
     TEARDOWN = (asyncio.CancelledError, ConnectionClosed)
 
     def __init__(self, ws: ServerConnection, server: VoiceServer) -> None:
@@ -252,9 +255,22 @@ class Connection:
         try:
             self.out.put_nowait(json.dumps(event, default=str))
         except asyncio.QueueFull:
-            self.server.log_slow("session %s: the client read none of the last %d messages; "
-                                 "closing (1008)", self.id, self.OUT_QUEUE_MESSAGES)  # fmt: skip
-            self.close(1008, "client too slow: it reads none of its messages")
+            self._too_slow(f"left the last {self.OUT_QUEUE_MESSAGES} messages unread")
+
+    def _too_slow(self, why: str) -> None:
+        self.server.log_slow("session %s: the client %s; closing (1008)", self.id, why)
+        self.close(1008, "client too slow: it reads none of its messages")
+
+    async def _out_drained(self) -> None:
+        """Wait until the client has taken most of what is queued for it; close it if it takes
+        nothing for CLIENT_STALL_S."""
+        size, since = self.out.qsize(), time.monotonic()
+        while size > self.OUT_QUEUE_MESSAGES // 4 and self.closing is None:
+            await asyncio.sleep(0.01)
+            if self.out.qsize() < size:
+                size, since = self.out.qsize(), time.monotonic()
+            elif time.monotonic() - since > self.CLIENT_STALL_S:
+                self._too_slow(f"took none of {size} messages for {self.CLIENT_STALL_S:g} s")
 
     def close(self, code: int, reason: str) -> None:
         """End the connection with `code`; the session ends with it (run's reader returns)."""
@@ -356,7 +372,7 @@ class Connection:
             self.sink.report(gen, _number(event, "audio_end_ms"))
         elif kind == "conversation.item.truncate":
             item = event.get("item_id")
-            match = re.fullmatch(r"resp_(\d+)", item) if isinstance(item, str) else None
+            match = re.fullmatch(r"resp_(\d{1,9})", item) if isinstance(item, str) else None
             if match is None:
                 raise ClientError(
                     f"{kind}: item_id must be a response id resp_<gen>, got {_show(item)}"
@@ -427,6 +443,8 @@ class Connection:
                     self.emit(_error("server_error", "the server failed on this message"))
                 if self.source.buffered_ms > self.buffer_ms // 2:
                     await self.source.drained(self.CATCH_UP_S)
+                if self.out.qsize() > self.OUT_QUEUE_MESSAGES // 2:
+                    await self._out_drained()
                 if pipeline.done():
                     break
         except ConnectionClosed:
@@ -490,15 +508,15 @@ class VoiceServer:
         if origin is None or origin in self.cfg.server.allowed_origins:
             return None
         try:
-            host = urlsplit(origin).hostname or ""
+            parts = urlsplit(origin)
+            host = parts.hostname or ""
         except ValueError:
             host = ""
-        if is_loopback(host):
+        if host and is_loopback(host):
             return None
         # The page's own origin only with a token: without one, the server listens on loopback
         # and a page under another name that reaches it is DNS rebinding.
-        own = urlsplit(origin).netloc == request.headers.get("Host") if host else False
-        if own and self.token:
+        if host and self.token and parts.netloc == request.headers.get("Host"):
             return None
         return f"origin {_show(origin)} not allowed (server.allowed_origins)"
 
