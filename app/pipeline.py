@@ -35,8 +35,10 @@ from app.turns import (
     DropSpeculation,
     HoldPlayback,
     ReleaseSpeculation,
+    ReopenTurn,
     RequestPartial,
     ResumePlayback,
+    ScoreEnd,
     StartAnswer,
     StartSpeculation,
     TurnManager,
@@ -81,6 +83,7 @@ class VoiceSession:
         self._arrivals: deque[tuple[float, float]] = deque(maxlen=2000)  # (audio ms, t_ms)
         self._utt = 0  # utterance counter: ASR results of an older utterance are dropped
         self._asr_jobs: set[asyncio.Future[Any]] = set()
+        self._lm_jobs: set[asyncio.Future[Any]] = set()  # end-of-turn scores
         self._partial_busy = False
         self._partial_again = False
         self._final_pending = False
@@ -147,8 +150,8 @@ class VoiceSession:
         try:
             async for frame in self.source:
                 self._on_frame(np.asarray(frame))
-            if self.vad.in_speech:  # the source ended mid-utterance: end the turn there
-                self._on_vad("speech_end", self.audio_ms, self.audio_ms)
+            for ev in self.vad.finish():  # the source ended mid-utterance: end the turn there
+                self._on_vad(ev.kind, ev.audio_ms, ev.detected_ms)
             while not self.idle():
                 await asyncio.sleep(0.02)
                 self._reap()
@@ -168,21 +171,9 @@ class VoiceSession:
             self._on_vad(ev.kind, ev.audio_ms, ev.detected_ms)
         if self.vad.in_speech:
             self._do(self.tm.on_speech_progress(self.audio_ms))
-            if self._pause_end is not None:
-                self._early_release(self.audio_ms - self._pause_end)
             if not self._partial_busy and self.transcriber.partial_due():
                 self._request_partial()
         self._reap()
-
-    def _early_release(self, silence_ms: float) -> None:
-        actions = self.tm.on_silence(silence_ms)
-        if actions:
-            end_t = self.t_of(self._pause_end or 0.0)
-            self._end_t = end_t
-            self.trace(
-                "early_release", self.tm.turn, self.tm.gen, end_ms=end_t, silence_ms=silence_ms
-            )
-            self._do(actions)
 
     def _on_vad(self, kind: str, audio_ms: float, detected_ms: float) -> None:
         turn = self.tm.turn
@@ -190,11 +181,15 @@ class VoiceSession:
             self._pause_end = None
             self._utt += 1
             self._onset_t = self.t_of(audio_ms)
-            # A fresh transcriber per utterance: the previous one's final may still be queued
-            # in the ASR worker.
-            self.transcriber = self.c.new_transcriber(self.cfg.asr)
+            actions = self.tm.on_speech_start(audio_ms)
+            if self.tm.reopened:  # the same turn goes on: its transcriber hears the rest too
+                self.trace("reopen", self.tm.turn, self.tm.gen)
+            else:
+                # A fresh transcriber per turn: the previous one's final may still be queued
+                # in the ASR worker.
+                self.transcriber = self.c.new_transcriber(self.cfg.asr)
             self._feed(self.vad.speech_audio())
-            self._do(self.tm.on_speech_start(audio_ms))
+            self._do(actions)
             self.trace(
                 "speech_start", self.tm.turn, self.tm.gen, onset_ms=self._onset_t, audio_ms=audio_ms
             )
@@ -213,8 +208,7 @@ class VoiceSession:
             self._submit_asr(self.transcriber.close_segment, lambda tr: None)
         elif kind == "speech_end":
             self._pause_end = None
-            if self.tm.early is None:  # else v2v counts from the early release's end of speech
-                self._end_t = self.t_of(audio_ms)
+            self._end_t = self.t_of(audio_ms)
             self.trace("speech_end", turn, self.tm.gen, end_ms=self._end_t, audio_ms=audio_ms)
             self.emit({"type": "input_audio_buffer.speech_stopped", "audio_end_ms": audio_ms})
             self._do(self.tm.on_speech_end(audio_ms))
@@ -256,14 +250,18 @@ class VoiceSession:
             self._partial_again = True
             return
         self._partial_busy = True
-        # Started after the pause was detected: the pass covers all the speech (feeds queue
-        # ahead of it in the same worker).
-        complete = self._pause_end is not None
-        self._submit_asr(self.transcriber.partial, lambda tr: self._on_partial(tr, complete))
+        # Feeds queue ahead of the pass in the same worker, so it hears all the audio up to now.
+        fed_ms = self.audio_ms
+        self._submit_asr(self.transcriber.partial, lambda tr: self._on_partial(tr, fed_ms))
 
-    def _on_partial(self, tr: Any, complete: bool = False) -> None:
+    def _on_partial(self, tr: Any, fed_ms: float) -> None:
         self._partial_busy = False
-        complete = complete and self._pause_end is not None
+        # The pass covers all the speech when it started in this pause's silence, even a
+        # regular pass the pause found running (at pause_ms 90 it often has): no second pass.
+        frame_ms = self.cfg.vad.frame_ms
+        complete = self._pause_end is not None and fed_ms >= self._pause_end + frame_ms
+        if complete:
+            self._partial_again = False
         if tr is not None and not self._final_pending:
             self.trace(
                 "asr_partial", self.tm.turn, self.tm.gen, text=tr.text, stable=tr.stable,
@@ -313,8 +311,50 @@ class VoiceSession:
             HoldPlayback: lambda a: self._hold(a.gen),
             ResumePlayback: self._resume,
             CancelAnswer: self._barge_in,
+            ScoreEnd: self._score_end,
+            ReopenTurn: self._reopen,
         }[type(a)]
         handler(a)
+
+    def _score_end(self, a: ScoreEnd) -> None:
+        """P(end of turn) in the LM worker, ahead of the speculation queued after it; the
+        decision sets the silence that ends this pause's turn."""
+        loop = asyncio.get_running_loop()
+        utt, pause, turn, t0 = self._utt, self._pause_end, self.tm.turn, now_ms()
+        fut = loop.run_in_executor(self.c.lm_executor, self.lm_session.end_of_turn, a.messages)
+
+        def done(f: asyncio.Future[float | None]) -> None:
+            self._lm_jobs.discard(f)
+            if f.cancelled() or utt != self._utt or pause != self._pause_end:
+                return  # the user spoke again: this pause is over
+            if f.exception() is not None:
+                log.error("end-of-turn score failed: %s", f.exception())
+                return
+            p = f.result()
+            decision = self.tm.on_end_score(a.text, p)
+            if decision is None:
+                return
+            conv = self.cfg.conversation
+            wait = {
+                "complete": conv.end_complete_ms,
+                "incomplete": conv.end_incomplete_ms,
+            }.get(decision, self.cfg.vad.speech_end_ms)
+            self.trace(
+                "end_of_turn", turn, a.gen, p_end=None if p is None else round(p, 4),
+                decision=decision, wait_ms=wait, compute_ms=round(now_ms() - t0, 1), text=a.text,
+            )  # fmt: skip
+            for ev in self.vad.end_after(wait):
+                self._on_vad(ev.kind, ev.audio_ms, ev.detected_ms)
+
+        self._lm_jobs.add(fut)
+        fut.add_done_callback(done)
+
+    def _reopen(self, a: ReopenTurn) -> None:
+        if (ans := self.answers.get(a.gen)) is not None:
+            self.trace("reopen_cancel", ans.turn, a.gen, heard=ans.heard_text())
+            if ans.base is not None and not ans.held:
+                self.emit({"type": "output_audio_buffer.cleared", "gen": a.gen})
+            ans.cancel()
 
     def _speculate(self, a: StartSpeculation) -> None:
         ans = Answer(self, a.gen, self.tm.turn, a.messages, speculative=True)
@@ -525,7 +565,7 @@ class VoiceSession:
         self.closing = []
         for ans in pending:
             await ans.wait_closed()
-        for fut in list(self._asr_jobs):
+        for fut in [*self._asr_jobs, *self._lm_jobs]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await fut
         if self._collect in self.tracer.listeners:

@@ -86,14 +86,55 @@ class ConversationConfig:
             "for a fresh ASR pass (right 2 of 12 times in bench/voice.py; costs CPU)"
         },
     )
-    early_release_ms: int = field(
-        default=0,
+    end_of_turn: str = field(
+        default="adaptive",
+        metadata={
+            "choices": ("adaptive", "fixed"),
+            "help": "adaptive: at each pause the LM scores P(the user's turn is complete) "
+            "from the transcript and the turn ends after end_complete_ms, end_incomplete_ms "
+            "or vad.speech_end_ms of silence; fixed: always vad.speech_end_ms",
+        },
+    )
+    end_likely: float = field(
+        default=0.1,
+        metadata={
+            "min": 0.0,
+            "max": 1.0,
+            "help": "P(end of turn) at or above which the turn ends after end_complete_ms",
+        },
+    )
+    end_unlikely: float = field(
+        default=0.01,
+        metadata={
+            "min": 0.0,
+            "max": 1.0,
+            "help": "P(end of turn) below which the endpointer waits end_incomplete_ms",
+        },
+    )
+    end_complete_ms: int = field(
+        default=200,
+        metadata={
+            "min": 30,
+            "max": 10000,
+            "help": "silence that ends a turn the LM scores likely complete",
+        },
+    )
+    end_incomplete_ms: int = field(
+        default=1500,
+        metadata={
+            "min": 30,
+            "max": 10000,
+            "help": "silence that ends a turn the LM scores likely incomplete ('What is "
+            "the capital of')",
+        },
+    )
+    reopen_ms: int = field(
+        default=800,
         metadata={
             "min": 0,
-            "max": 5000,
-            "help": "end the turn after this much silence (before vad.speech_end_ms) when a "
-            "fresh transcript of all the speech ends in . ? ! and its speculative answer is "
-            "running; 0 = off",
+            "max": 10000,
+            "help": "speech this soon after a turn ended early (adaptive) continues that turn: "
+            "its answer is cancelled and the two parts get one answer",
         },
     )
     speculation_min_words: int = field(

@@ -3,7 +3,7 @@
 Stage durations come from pairs of events of the same answer (same session, turn, gen):
 
   endpoint     speech_end (detected)  - end of the user's actual speech (``speech_end.end_ms``;
-               an ``early_release`` event, when there is one, stands in for speech_end)
+               in a reopened turn, the last speech_end before the answer's audio)
   asr_final    asr_final              - speech_end
   lm_ttft      lm_first_token         - lm_start
   lm_clause    lm_first_clause        - lm_start
@@ -71,12 +71,17 @@ def _first(evs: list[Event], name: str, gen: int | None = None) -> Event | None:
     return None
 
 
-def _turn_end(evs: list[Event]) -> Event | None:
-    """The event that ended the user's turn: early release, end of speech, or typed text."""
-    for name in ("early_release", "speech_end", "text_input"):
-        if (ev := _first(evs, name)) is not None and "end_ms" in ev:
-            return ev
-    return None
+def _turn_end(evs: list[Event], gen: int | None = None) -> Event | None:
+    """The event that ended the user's turn (end of speech, or typed text) for answer
+    ``gen``: a reopened turn ends twice, and each answer counts from the last end before its
+    audio (or its end)."""
+    ends = [e for e in evs if e["event"] in ("speech_end", "text_input") and "end_ms" in e]
+    if gen is not None and len(ends) > 1:
+        mark = _first(evs, "audio_out_first", gen) or _first(evs, "turn_done", gen)
+        if mark is not None:
+            before = [e for e in ends if e["t_ms"] <= mark["t_ms"]]
+            return before[-1] if before else ends[0]
+    return ends[0] if ends else None
 
 
 def turn_rows(events: list[Event]) -> list[dict[str, Any]]:
@@ -88,7 +93,7 @@ def turn_rows(events: list[Event]) -> list[dict[str, Any]]:
             t = {name: _first(evs, name, gen) for name in ("lm_start", "lm_first_token")}
             t |= {n: _first(evs, n, gen) for n in ("lm_first_clause", "tts_first_audio")}
             t |= {"audio_out_first": _first(evs, "audio_out_first", gen)}
-            end = _turn_end(evs)
+            end = _turn_end(evs, gen)
             typed = end is not None and end["event"] == "text_input"
             final = _first(evs, "asr_final")
             spec = [e for e in evs if e["event"] == "speculation"]
@@ -138,7 +143,7 @@ def latency_event(turn_events: list[Event], gen: int) -> dict[str, Any] | None:
         return None
     row = rows[-1]
     evs = [e for e in turn_events if int(e.get("turn", 0)) == row["turn"]]
-    end = _turn_end(evs)
+    end = _turn_end(evs, gen)
     origin = end["end_ms"] if end is not None else min(e["t_ms"] for e in evs)
     return {
         "type": "latency",
@@ -277,7 +282,7 @@ def answer_spans(evs: list[Event], gen: int | None) -> list[tuple[str, float, fl
     out = []
     for label, a, b, colour in _SPANS:
         if a is None:  # endpoint: from the actual end of speech to its detection
-            ev = _turn_end(evs)
+            ev = _turn_end(evs, gen)
             if ev is not None and ev["event"] != "text_input":
                 out.append((label, float(ev["end_ms"]), float(ev["t_ms"]), colour))
             continue

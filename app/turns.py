@@ -13,9 +13,12 @@ Speculation (the user pauses ~200 ms mid-turn):
   final == speculated text (normalized) -> ``ReleaseSpeculation`` (hit): play it at once
   final != speculated text             -> ``StartAnswer(refine_of=spec gen)``: the pipeline hands
                                           the speculative answer's tokens as first drafts
-  early release (``early_release_ms``): a fresh transcript of all the speech that ends in . ? !
-  and whose speculation is running ends the turn after that much silence, before speech_end;
-  speech that resumes then is treated as a possible barge-in on that answer
+End of turn (``end_of_turn: adaptive``): the pause's fresh transcript also gets ``ScoreEnd``: the
+LM's P(the turn is complete) (``end_decision``) sets how much silence ends this pause's turn:
+``end_complete_ms`` when likely complete, ``end_incomplete_ms`` when likely not ("What is the
+capital of"), vad.speech_end_ms when unsure. Speech within ``reopen_ms`` of a turn that ended on
+"complete" continues that turn (``ReopenTurn``): its answer is cancelled, its user message
+taken back, and the whole turn (one transcript) gets one answer.
 Barge-in (the user talks while the agent is thinking or speaking), in two steps so playback stops
 within ~100 ms yet a cough or "mm-hmm" does not throw the answer away:
   speech for ``barge_in_min_speech_ms`` (+ echo guard while audio plays) -> ``HoldPlayback``
@@ -46,6 +49,15 @@ def normalize(text: str) -> str:
 def approx_tokens(text: str) -> int:
     """Token estimate when no tokenizer is at hand: ~4 characters per BPE token in English."""
     return len(text) // 4 + 1
+
+
+def end_decision(p_end: float | None, cfg: ConversationConfig) -> str:
+    """"complete", "unsure" or "incomplete" from the LM's P(end of turn) (None: not scored)."""
+    if p_end is None:
+        return "unsure"
+    if p_end >= cfg.end_likely:
+        return "complete"
+    return "incomplete" if p_end < cfg.end_unlikely else "unsure"
 
 
 # ---- actions the pipeline carries out ----------------------------------------------------------
@@ -100,6 +112,21 @@ class ResumePlayback(Action):
     """The interruption was a backchannel or noise: play on from where the user stopped hearing."""
 
     reason: str
+
+
+@dataclass(frozen=True)
+class ScoreEnd(Action):
+    """Score P(end of turn) of ``text`` (the pause's transcript of all the speech) with the LM,
+    on ``messages``, the prompt a speculative answer to it starts from."""
+
+    text: str
+    messages: list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class ReopenTurn(Action):
+    """The user went on talking right after an early end: cancel the answer ``gen`` (if it
+    started) without counting anything of it as said; the turn's transcript goes on."""
 
 
 @dataclass(frozen=True)
@@ -263,8 +290,10 @@ class TurnManager:
     user_speaking: bool = False
     paused: bool = False
     last_partial: str = ""  # latest partial transcript of the current utterance
-    complete: str | None = None  # transcript of all the speech up to this pause, if it ends . ? !
-    early: str | None = None  # the text an early release answered, until the final arrives
+    decision: str | None = None  # end-of-turn decision of the current pause
+    scored: str | None = None  # the transcript it was made on
+    reopen_until: float | None = None  # audio ms until which speech continues the ended turn
+    reopened: bool = False  # the latest speech_start continued the previous turn
     spec: _Speculation | None = None
     barge: _Barge | None = None
     history: History = field(init=False)
@@ -311,8 +340,12 @@ class TurnManager:
     # -- user speech ---------------------------------------------------------------------------
 
     def on_speech_start(self, onset_ms: float) -> list[Action]:
+        reopen = self.reopen_until is not None and onset_ms <= self.reopen_until
+        self.reopen_until, self.reopened = None, reopen
         self.user_speaking, self.paused = True, False
-        self.last_partial, self.complete = "", None
+        self.last_partial, self.decision, self.scored = "", None, None
+        if reopen:
+            return self._reopen()
         self.turn += 1
         if self.agent != "idle" and self.cfg.barge_in:
             self.barge = _Barge(onset_ms, last_ms=onset_ms)
@@ -359,60 +392,59 @@ class TurnManager:
                 self.barge.last_ms = end_ms
             # Short so far: stay held until speech_end ("Wait, ..." pauses at its comma).
             return [RequestPartial(self.gen)] if self._barge_needs_transcript() else []
-        if not self._may_speculate():
+        if not (self.user_speaking and self.agent == "idle"):
             return []
+        if not self.cfg.speculation:  # the pass still feeds the end-of-turn score
+            return [RequestPartial(self.gen)] if self.cfg.end_of_turn == "adaptive" else []
         if not self.cfg.speculate_on_last_partial:
             return [RequestPartial(self.gen)]
         # Speculate at once on the latest partial (often the utterance minus its last word);
         # the fresh pass over all the speech then confirms or replaces it.
         return [*self._speculate(self.last_partial), RequestPartial(self.gen)]
 
+    def _reopen(self) -> list[Action]:
+        """Speech right after an early end: the same turn goes on (see ReopenTurn)."""
+        actions = self._drop_spec("reopen")
+        gen = self.answer_gen
+        if gen is not None and self.answer_turn == self.turn:
+            self.answer_gen, self.agent = None, "idle"
+            self._next_gen()
+            if self.history.messages and self.history.messages[-1].role == "user":
+                self.history.messages.pop()  # the whole turn comes back with the final
+            actions.append(ReopenTurn(gen))
+        return actions
+
     def on_resume(self, onset_ms: float | None = None) -> list[Action]:
         self.paused = False
-        self.complete = None
-        if self.early is not None and self.agent != "idle" and self.barge is None:
-            # Speech again after an early release: it may be an interruption of that answer.
-            if self.cfg.barge_in and onset_ms is not None:
-                self.barge = _Barge(onset_ms, last_ms=onset_ms)
-            return []
+        self.decision, self.scored = None, None
         return self._drop_spec("resume")
 
     def on_partial(self, text: str, complete: bool = False) -> list[Action]:
         """A partial transcript of the current utterance; ``complete``: the pass started after
         the pause was detected, so it covers all the speech so far."""
         if self.barge is not None:
-            rest = self._after_early(text)
-            if self._barge_needs_transcript() and not self._not_for_us(rest):
+            if self._barge_needs_transcript() and not self._not_for_us(text):
                 return self._confirm_barge()
             return []
         if self.user_speaking:
             self.last_partial = text
-        if not (self.paused and self._may_speculate()):
+        if not (self.paused and self.user_speaking and self.agent == "idle"):
             return []
-        self.complete = text if complete and text.rstrip().endswith((".", "?", "!")) else None
-        return self._speculate(text)
+        actions: list[Action] = []
+        new_text = self.scored is None or normalize(self.scored) != normalize(text)
+        if complete and self.cfg.end_of_turn == "adaptive" and normalize(text) and new_text:
+            self.scored, self.decision = text, None
+            prompt = self.history.prompt(self.cfg.system_prompt, text)
+            actions.append(ScoreEnd(self.gen, text, prompt))
+        return actions + (self._speculate(text) if self.cfg.speculation else [])
 
-    def on_silence(self, silence_ms: float) -> list[Action]:
-        """Called per frame during a pause: early release once a complete-sounding transcript
-        of all the speech has its speculative answer running and the silence is long enough."""
-        ms = self.cfg.early_release_ms
-        spec = self.spec
-        if not ms or silence_ms < ms or self.complete is None or spec is None:
-            return []
-        if not (self.paused and self.agent == "idle" and self.barge is None):
-            return []
-        if normalize(spec.text) != normalize(self.complete):
-            return []
-        self.early = self.complete
-        return self._commit(self.complete)
-
-    def _after_early(self, text: str) -> str:
-        """``text`` without the words already answered by an early release."""
-        if self.early is None:
-            return text
-        n = len(normalize(self.early).split())
-        words = text.split()
-        return " ".join(words[n:]) if len(words) >= n else ""
+    def on_end_score(self, text: str, p_end: float | None) -> str | None:
+        """The LM's P(end of turn) for ``text``; returns the decision ("complete", "unsure",
+        "incomplete"), or None when the user has spoken again since (nothing to decide)."""
+        if not self.paused or self.scored is None or normalize(self.scored) != normalize(text):
+            return None
+        self.decision = end_decision(p_end, self.cfg)
+        return self.decision
 
     def _speculate(self, text: str) -> list[Action]:
         if len(normalize(text).split()) < self.cfg.speculation_min_words:
@@ -424,10 +456,9 @@ class TurnManager:
         prompt = self.history.prompt(self.cfg.system_prompt, text)
         return [*actions, StartSpeculation(self.spec.gen, text, prompt)]
 
-    def _may_speculate(self) -> bool:
-        return self.cfg.speculation and self.user_speaking and self.agent == "idle"
-
     def on_speech_end(self, end_ms: float | None = None) -> list[Action]:
+        if self.decision == "complete" and end_ms is not None and self.barge is None:
+            self.reopen_until = end_ms + self.cfg.reopen_ms
         self.user_speaking, self.paused = False, False
         if self.barge is not None and end_ms is not None:
             self.barge.last_ms = end_ms
@@ -437,10 +468,6 @@ class TurnManager:
 
     def on_final(self, text: str) -> list[Action]:
         """The final transcript of the utterance that just ended."""
-        if self.early is not None:  # the turn was answered at the pause already
-            text, self.early = self._after_early(text), None
-            if self.barge is None and self.agent != "idle":
-                return []  # no interruption: the answer plays on
         if self.barge is not None:
             if self._not_for_us(text):
                 return [*self._drop_spec("backchannel"), *self._reject_barge("backchannel")]
@@ -475,13 +502,14 @@ class TurnManager:
         """The answer ``gen`` played to its end (cancelled answers were recorded on cancel)."""
         if gen != self.answer_gen:
             return []
+        self.reopen_until = None  # the answer was heard whole: new speech is a new turn
         self.history.add_assistant(text, interrupted=False)
         self.answer_gen, self.agent = None, "idle"
         return self._reject_barge("answer finished") if self.barge else []
 
     def cancel_answer(self) -> list[Action]:
         """An explicit cancel (client ``response.cancel``)."""
-        self.barge = None
+        self.barge, self.reopen_until = None, None
         if self.answer_gen is None:
             return self._drop_spec("cancelled")
         return self._confirm_barge()

@@ -133,6 +133,7 @@ class Endpointer:
         self.cfg = replace(self.cfg, pause_ms=pause_ms, speech_end_ms=speech_end_ms)
         self._pause = max(1, -(-pause_ms // self.cfg.frame_ms))
         self._end = max(self._pause, -(-speech_end_ms // self.cfg.frame_ms))
+        self._end_now = self._end
 
     @property
     def in_speech(self) -> bool:
@@ -157,6 +158,12 @@ class Endpointer:
         if self._frame_idx - self._last_voiced_end >= self._end_now:
             return [self._end_turn(self._last_voiced_end, self._frame_idx)]
         return []
+
+    def finish(self) -> list[VADEvent]:
+        """The stream ended: end a turn in progress at its last voiced frame."""
+        if self.state == "silence":
+            return []
+        return [self._end_turn(self._last_voiced_end, self._frame_idx)]
 
     def _ms(self, frame_idx: int) -> float:
         return frame_idx * self.cfg.frame_ms * 1.0

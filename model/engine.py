@@ -11,6 +11,7 @@ prefills only the rest, whatever changed (new turn, edited history, dropped old 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -42,6 +43,7 @@ CPU_KERNELS = {
 # Cache rows beyond the context budget: room for a hybrid decoder's verify rows at the very end
 # of an answer (they are written, then rolled back).
 CACHE_SLACK = 64
+_TRAILING_MARKS = re.compile(r"[\s.?!,;:\u2026]+$")  # a transcript's final marks, "..." too
 
 
 @dataclass
@@ -144,6 +146,44 @@ class ChatSession:
                 self.lm.model(torch.tensor([chunk], device=self.lm.device), cache=self.cache,
                               logits="none")  # fmt: skip
         return self.cache.length
+
+    def end_of_turn(
+        self, messages: Sequence[dict[str, str]], *, cancel: threading.Event | None = None
+    ) -> float | None:
+        """P(the last user message is complete): the probability the model gives, right after
+        that message's words, to its template's end-of-message token (<|im_end|>, <|eot_id|>)
+        or a sentence end (. ? !). The message's own final marks are not read: a speech
+        recognizer punctuates cut speech too ("What is the capital of?"), and without them the
+        two kinds of transcript separate better (ROC AUC 0.996 vs 0.965, bench/end_of_turn.py).
+        The prompt shares all but the last token or two with a speculative answer's to the same
+        messages, so a generate() on them feeds little more than the assistant header: the
+        score costs about one forward. None where the template ends a user message with no
+        stop token (Mistral's [/INST]) or when cancelled."""
+        self._active = None
+        *past, last = messages
+        words = _TRAILING_MARKS.sub("", last["content"])
+        ids = self.fit_budget([*past, {**last, "content": words}], self.lm.cfg.max_new_tokens)
+        stops = self.lm.tokenizer.stop_ids
+        end = next((i for i in range(len(ids) - 1, 0, -1) if ids[i] in stops), 0)
+        if end == 0 or not words:
+            return None
+        prefix = ids[:end]
+        self.reuse_prefix(prefix)
+        logits = None
+        with torch.inference_mode():
+            while self.cache.length < end:
+                if cancel is not None and cancel.is_set():
+                    return None
+                n = self.cache.length
+                chunk = prefix[n : min(end, n + decode.PREFILL_CHUNK)]
+                out = self.lm.model(
+                    torch.tensor([chunk], device=self.lm.device), cache=self.cache, logits="last"
+                )
+                logits = out.logits
+            assert logits is not None  # reuse_prefix leaves at least one token to feed
+            probs = torch.softmax(logits[0, -1].float(), dim=-1)
+            enders = [ids[end], *self.lm.tokenizer.sentence_end_ids]
+            return float(probs[enders].sum())
 
     def generate(
         self,

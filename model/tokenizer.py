@@ -162,6 +162,11 @@ class Tokenizer:
         return b"".join(self.token_bytes[i] for i in ids).decode("utf-8", errors="replace")
 
     @cached_property
+    def sentence_end_ids(self) -> tuple[int, ...]:
+        """Ids of ".", "?" and "!" where each is a token of its own."""
+        return tuple(ids[0] for m in ".?!" if len(ids := self.encode(m)) == 1)
+
+    @cached_property
     def token_bytes(self) -> list[bytes]:
         """Raw bytes of every token id (b"" for special tokens): ~50 ms once."""
         bmap = _byte_decoder()

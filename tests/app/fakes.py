@@ -41,7 +41,8 @@ class Transcript:
 
 
 class FakeASR:
-    """Scripted transcripts: utterance i reads ``script[i]`` = text or (partial, final)."""
+    """Scripted transcripts: turn i reads ``script[i]`` = text or (partial, final, ...): a
+    turn that goes on after its final (reopened) reads the next (partial, final) pair."""
 
     def __init__(self, script: list[str | tuple[str, str]], compute_s: float = 0.03):
         self.script = list(script)
@@ -62,6 +63,7 @@ class FakeTranscriber:
         self.item: tuple[str, str] | None = None
         self.fed_ms = 0.0
         self.last_partial_ms = 0.0
+        self.stage = 0  # finals given so far (a reopened turn has two)
 
     def _item(self) -> tuple[str, str]:
         if self.item is None:
@@ -77,12 +79,14 @@ class FakeTranscriber:
     def partial(self) -> Transcript:
         time.sleep(self.asr.compute_s)
         self.last_partial_ms = self.fed_ms
-        text = self._item()[0]
+        text = self._item()[2 * self.stage]
         return Transcript(text, text, False, self.fed_ms, self.asr.compute_s * 1000)
 
     def final(self) -> Transcript:
         time.sleep(self.asr.compute_s)
-        text = self._item()[1]
+        item = self._item()
+        text = item[2 * self.stage + 1]
+        self.stage = min(self.stage + 1, len(item) // 2 - 1)
         return Transcript(text, text, True, self.fed_ms, self.asr.compute_s * 1000)
 
 
@@ -147,6 +151,10 @@ class FakeLM:
 
     def session(self) -> FakeLM:
         return self
+
+    def end_of_turn(self, messages, *, cancel=None) -> float:
+        """Likely complete when the user's text ends in . ? ! (the real LM's score, roughly)."""
+        return 0.9 if messages[-1]["content"].rstrip().endswith((".", "?", "!")) else 0.001
 
     def generate(self, messages, *, cancel=None, max_new_tokens=None, decoder=None, drafts=None):
         self.calls.append({"messages": messages, "drafts": drafts})

@@ -45,13 +45,15 @@ def trim(pcm: np.ndarray, floor: int = 300) -> np.ndarray:
     return pcm[loud[0] : loud[-1] + 1]
 
 
-def run_timeline(components, cfg, segments, tmp_path, realtime: bool) -> list[dict]:
+def run_timeline(
+    components, cfg, segments, tmp_path, realtime: bool, sink_realtime: bool = False
+) -> list[dict]:
     """The segments through a session (paced by the clock or not), answers to a WAV file
-    unpaced; the trace's events."""
+    (unpaced unless ``sink_realtime``); the trace's events."""
     tracer = Tracer(None)
 
     async def main():
-        sink = WavSink(tmp_path / "r.wav", components.tts.sample_rate_hz, realtime=False)
+        sink = WavSink(tmp_path / "r.wav", components.tts.sample_rate_hz, realtime=sink_realtime)
         tail = cfg.vad.speech_end_ms + 400
         source = TimelineSource(segments, realtime=realtime, tail_ms=tail)
         try:
@@ -140,8 +142,14 @@ def test_speculation_real_time_resume_is_a_miss(tmp_path, components):
     """An utterance with a mid-turn pause (miss on resume), then a plain question."""
     part1 = trim(speech_pcm("Please tell me a fun fact"))
     part2 = trim(speech_pcm("about the moon."))
-    # Guess at once from any partial, so a guess is surely running when speech resumes.
-    conv = replace(CFG.conversation, speculation_min_words=1, speculate_on_last_partial=True)
+    # Guess at once from any partial, so a guess is surely running when speech resumes; the
+    # fixed end of turn, which waits through the gap ("a fun fact" is a complete sentence).
+    conv = replace(
+        CFG.conversation,
+        speculation_min_words=1,
+        speculate_on_last_partial=True,
+        end_of_turn="fixed",
+    )
     cfg = replace(CFG, conversation=conv)
     gap = np.zeros(16000 * 320 // 1000, np.int16)  # > pause_ms (200), < speech_end_ms (500)
     segments = [Segment(np.concatenate([part1, gap, part2]))]
@@ -151,6 +159,32 @@ def test_speculation_real_time_resume_is_a_miss(tmp_path, components):
     assert results[-1][0] in ("hit", "refined")
     (done,) = [e for e in events if e["event"] == "turn_done"]
     assert done["status"] == "completed" and done["text"]
+
+
+@pytest.mark.slow
+def test_adaptive_end_and_reopen_real_time(tmp_path, components):
+    """The bundled LM decides the end of turn: "Please tell me a fun fact" sounds complete and
+    ends early; the user goes on ("about the moon") 500 ms later: the same turn reopens and
+    gets one answer to the whole request. Then a question cut at "of" waits through 700 ms."""
+    part1 = trim(speech_pcm("Please tell me a fun fact"))
+    part2 = trim(speech_pcm("about the moon."))
+    gap = np.zeros(16000 * 500 // 1000, np.int16)
+    cut1 = trim(speech_pcm("What is the capital of"))
+    cut2 = trim(speech_pcm("Germany?"))
+    gap2 = np.zeros(16000 * 700 // 1000, np.int16)
+    segments = [Segment(np.concatenate([part1, gap, part2])),
+                Segment(np.concatenate([cut1, gap2, cut2]))]  # fmt: skip
+    events = run_timeline(components, CFG, segments, tmp_path, True, sink_realtime=True)
+    scores = [e for e in events if e["event"] == "end_of_turn"]
+    assert scores and scores[0]["decision"] == "complete", scores
+    assert [e["event"] for e in events].count("reopen") == 1
+    finals = [normalize(e["text"]) for e in events if e["event"] == "asr_final"]
+    assert "fun fact about the moon" in finals[-2], finals
+    assert "capital of germany" in finals[-1], finals
+    cut = [e["decision"] for e in scores if normalize(e["text"]).endswith("capital of")]
+    assert cut and "complete" not in cut, scores
+    completed = [e for e in events if e["event"] == "turn_done" and e["status"] == "completed"]
+    assert len(completed) == 2, completed
 
 
 def test_long_turn_is_transcribed_whole_across_segments(tmp_path, components):

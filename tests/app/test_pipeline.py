@@ -7,6 +7,7 @@ import asyncio
 import threading
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from app.config import Config
@@ -179,17 +180,48 @@ def test_speculation_hit_released_before_its_first_clause_continues():
     assert resp["output_text"] == "one two three four five six seven."
 
 
-def test_early_release_plays_before_speech_end():
-    cfg = replace(CFG, conversation=replace(CFG.conversation, early_release_ms=300))
-    _, comps, trace, events = run(["What is the capital of France?"], [Segment(buzz(900))], cfg=cfg)
-    seq = names(trace)
-    assert seq.index("early_release") < seq.index("speech_end")
+def test_adaptive_end_plays_before_the_fixed_wait():
+    _, comps, trace, events = run(["What is the capital of France?"], [Segment(buzz(900))])
+    (score,) = [e for e in trace if e["event"] == "end_of_turn"]
+    assert score["decision"] == "complete" and score["wait_ms"] == 200
     assert [e["result"] for e in trace if e["event"] == "speculation"] == ["hit"]
     assert len(comps.lm.calls) == 1
     (resp,) = done(events)
     assert resp["status"] == "completed"
     (lat,) = [e for e in events if e["type"] == "latency"]
-    assert 250 <= lat["stages"]["endpoint"] < 400  # vs ~500 ms to speech_end
+    assert 200 <= lat["stages"]["endpoint"] < 400  # vs ~500 ms with end_of_turn: fixed
+    fixed = replace(CFG, conversation=replace(CFG.conversation, end_of_turn="fixed"))
+    _, _, trace, events = run(["What is the capital of France?"], [Segment(buzz(900))], cfg=fixed)
+    assert "end_of_turn" not in names(trace)
+    (lat,) = [e for e in events if e["type"] == "latency"]
+    assert lat["stages"]["endpoint"] >= 480
+
+
+def test_likely_incomplete_turn_waits_through_a_long_pause():
+    script = [("What is the capital of", "What is the capital of France?")]
+    pcm = np.concatenate([buzz(900), silence(900), buzz(500)])  # 900 ms > speech_end_ms
+    _, comps, trace, events = run(script, [Segment(pcm)])
+    decisions = [e["decision"] for e in trace if e["event"] == "end_of_turn"]
+    assert decisions[0] == "incomplete"
+    assert names(trace).count("speech_end") == 1  # one turn, not two
+    (resp,) = done(events)
+    assert resp["status"] == "completed" and "capital of France" in resp["output_text"]
+
+
+def test_speech_right_after_an_early_end_reopens_the_same_turn():
+    script = [("What is the capital.", "What is the capital.",
+               "What is the capital of France?", "What is the capital of France?")]  # fmt: skip
+    pcm = np.concatenate([buzz(900), silence(600), buzz(600)])
+    session, comps, trace, events = run(script, [Segment(pcm)])
+    seq = names(trace)
+    assert seq.count("reopen") == 1 and seq.index("reopen") > seq.index("speech_end")
+    assert len({e["turn"] for e in trace if e["event"] == "speech_start"}) == 1  # one turn
+    completed = [r for r in done(events) if r["status"] == "completed"]
+    assert [r["output_text"].split(".")[0] for r in completed] == [
+        "You said: What is the capital of France"
+    ]
+    users = [m.content for m in session.tm.history.messages if m.role == "user"]
+    assert users == ["What is the capital of France?"]
 
 
 def test_answer_ends_after_max_spoken_sentences_and_lm_stops_there():

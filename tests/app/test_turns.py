@@ -11,11 +11,14 @@ from app.turns import (
     History,
     HoldPlayback,
     ReleaseSpeculation,
+    ReopenTurn,
     RequestPartial,
     ResumePlayback,
+    ScoreEnd,
     StartAnswer,
     StartSpeculation,
     TurnManager,
+    end_decision,
     normalize,
 )
 
@@ -94,10 +97,14 @@ def test_speculation_needs_min_words_and_can_be_disabled():
     tm.on_speech_start(0)
     tm.on_pause()
     assert tm.on_partial("Hello there") == []
-    tm = TurnManager(replace(CFG, speculation=False))
+    tm = TurnManager(replace(CFG, speculation=False, end_of_turn="fixed"))
     tm.on_speech_start(0)
     assert tm.on_pause() == []
     assert tm.on_partial("What is the capital of France") == []
+    tm = TurnManager(replace(CFG, speculation=False))  # the pass still feeds the score
+    tm.on_speech_start(0)
+    assert tm.on_pause() == [RequestPartial(tm.gen)]
+    assert kinds(tm.on_partial("What is the capital of France", complete=True)) == ["ScoreEnd"]
 
 
 def start_speaking(tm: TurnManager, text="Hi") -> int:
@@ -232,56 +239,87 @@ def test_barge_in_with_a_comma_pause_accumulates_speech():
     assert tm.on_partial("Wait, tell me about Spain") == [CancelAnswer(gen)]
 
 
-def early_cfg():
-    return replace(CFG, early_release_ms=300)
+def test_end_decision_thresholds():
+    cfg = replace(CFG, end_likely=0.5, end_unlikely=0.05)
+    assert end_decision(0.7, cfg) == "complete" and end_decision(0.5, cfg) == "complete"
+    assert end_decision(0.2, cfg) == "unsure" and end_decision(None, cfg) == "unsure"
+    assert end_decision(0.01, cfg) == "incomplete"
+    assert end_decision(0.05, CFG) == "unsure"  # the defaults: 0.1 and 0.01
 
 
-def test_early_release_answers_before_speech_end_and_ignores_final():
-    tm = TurnManager(early_cfg())
+def test_adaptive_scores_each_new_pause_transcript_before_speculating():
+    tm = TurnManager(CFG)  # end_of_turn: adaptive
+    tm.on_speech_start(0)
+    assert tm.on_pause() == [RequestPartial(tm.gen)]
+    score, spec = tm.on_partial("What is the capital of France?", complete=True)
+    assert isinstance(score, ScoreEnd) and isinstance(spec, StartSpeculation)
+    assert score.messages == spec.messages  # the speculation reuses the scored prefix
+    assert tm.on_partial("What is the capital of France?", complete=True) == []  # once a text
+    assert tm.on_end_score("What is the capital of France?", 0.8) == "complete"
+    tm.on_resume()
+    assert tm.on_end_score("What is the capital of France?", 0.8) is None  # pause over
+    tm = TurnManager(replace(CFG, end_of_turn="fixed"))
     tm.on_speech_start(0)
     tm.on_pause()
-    (spec,) = tm.on_partial("What is the capital of France?", complete=True)
-    assert tm.on_silence(250) == []
-    assert tm.on_silence(300) == [ReleaseSpeculation(spec.gen)]
-    assert tm.agent == "thinking" and tm.history.messages[-1].content.endswith("France?")
-    tm.on_speech_end()
-    assert tm.on_final("What is the capital of France?") == []
-    assert tm.early is None and len(tm.history.messages) == 1
+    assert kinds(tm.on_partial("What is it?", complete=True)) == ["StartSpeculation"]
 
 
-def test_no_early_release_without_complete_sentence_or_when_off():
-    tm = TurnManager(early_cfg())
+def early_end(tm: TurnManager, text: str, end_ms: float = 1000.0) -> int:
+    """A turn the LM judged complete at its pause, ended early; returns the answer's gen."""
     tm.on_speech_start(0)
     tm.on_pause()
-    tm.on_partial("What is the capital of", complete=True)  # no . ? !
-    assert tm.on_silence(400) == []
-    tm = TurnManager(early_cfg())
-    tm.on_speech_start(0)
-    tm.on_pause()
-    tm.on_partial("What is the capital of France?", complete=False)  # stale pass
-    assert tm.on_silence(400) == []
-    tm = TurnManager(CFG)  # early_release_ms = 0
-    tm.on_speech_start(0)
+    _, spec = tm.on_partial(text, complete=True)
+    tm.on_end_score(text, 0.9)
+    tm.on_speech_end(end_ms)
+    assert tm.on_final(text) == [ReleaseSpeculation(spec.gen)]
+    return spec.gen
+
+
+def test_speech_right_after_an_early_end_reopens_the_turn():
+    tm = TurnManager(CFG, heard=lambda gen: "The capital")
+    gen = early_end(tm, "What is the capital?")
+    tm.on_audio_started(gen)
+    turn = tm.turn
+    assert tm.on_speech_start(1000 + CFG.reopen_ms - 10) == [ReopenTurn(gen)]
+    assert tm.reopened and tm.turn == turn and tm.agent == "idle" and tm.barge is None
+    assert tm.history.messages == []  # taken back; nothing of the answer counts as said
     tm.on_pause()
     tm.on_partial("What is the capital of France?", complete=True)
-    assert tm.on_silence(400) == []
+    tm.on_speech_end(3000)
+    (ans,) = tm.on_final("What is the capital of France?")
+    assert isinstance(ans, ReleaseSpeculation)
+    assert [m.content for m in tm.history.messages] == ["What is the capital of France?"]
 
 
-def test_speech_after_early_release_can_barge_in_with_the_new_words_only():
-    tm = TurnManager(early_cfg(), heard=lambda gen: "")
+def test_reopen_before_the_final_drops_the_speculation_only():
+    tm = TurnManager(CFG)
     tm.on_speech_start(0)
     tm.on_pause()
-    (spec,) = tm.on_partial("Tell me a fun fact.", complete=True)
-    tm.on_silence(300)
-    assert tm.on_resume(onset_ms=1500) == []  # not dropped: it is the answer now
-    assert tm.on_speech_progress(1600) == [HoldPlayback(spec.gen)]
-    tm.on_speech_progress(2200)
-    assert tm.on_partial("Tell me a fun fact about the moon") == [CancelAnswer(spec.gen)]
-    tm.on_speech_end()
-    (ans,) = tm.on_final("Tell me a fun fact about the moon.")
-    assert isinstance(ans, StartAnswer)
-    # Nothing of the first answer was heard: the user message is the whole request, once.
-    assert ans.messages[-1]["content"] == "Tell me a fun fact. about the moon."
+    _, spec = tm.on_partial("Tell me a fun fact.", complete=True)
+    tm.on_end_score("Tell me a fun fact.", 0.9)
+    tm.on_speech_end(1000)
+    assert tm.on_speech_start(1400) == [DropSpeculation(spec.gen, "reopen")]
+    assert tm.reopened and tm.history.messages == []
+
+
+def test_no_reopen_late_after_a_fixed_end_or_after_the_answer():
+    tm = TurnManager(CFG, heard=lambda gen: "Paris")
+    gen = early_end(tm, "What is the capital?")
+    tm.on_audio_started(gen)
+    assert tm.on_speech_start(1000 + CFG.reopen_ms + 10) == []  # a barge-in, as usual
+    assert not tm.reopened and tm.barge is not None
+    tm = TurnManager(CFG)
+    gen = early_end(tm, "What is the capital?")
+    tm.on_answer_done(gen, "Paris.")
+    assert tm.on_speech_start(1100) == [] and not tm.reopened
+    tm = TurnManager(CFG)
+    tm.on_speech_start(0)
+    tm.on_pause()
+    tm.on_partial("What is the capital", complete=True)
+    tm.on_end_score("What is the capital", 0.05)  # unsure: the fixed wait ended it
+    tm.on_speech_end(1000)
+    tm.on_final("What is the capital")
+    assert not any(isinstance(a, ReopenTurn) for a in tm.on_speech_start(1100))
 
 
 def test_refers_back_follow_ups_and_not_new_subjects():

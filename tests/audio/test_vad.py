@@ -1,5 +1,7 @@
 """Endpointing: event timing on synthetic speech+silence, real speech, noise, bad input."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -9,8 +11,9 @@ from audio.vad import Endpointer
 from tests.speech import frames
 
 RATE = 16000
-# Synthetic vowels are voice to webrtcvad but not to Silero: state-machine tests use webrtcvad.
-WEBRTC = VADConfig(silero=False)
+# Synthetic vowels are voice to webrtcvad but not to Silero: state-machine tests use webrtcvad,
+# with the 200 ms pause their timings are written for.
+WEBRTC = VADConfig(silero=False, pause_ms=200)
 
 
 def vowel(ms: int, f0: float = 140.0) -> np.ndarray:
@@ -58,6 +61,25 @@ def test_exact_state_machine_with_scripted_frames() -> None:
         ("pause", 540.0),
         ("speech_end", 540.0),
     ]
+
+
+def test_end_after_sets_this_pause_s_end_of_turn() -> None:
+    ep = Endpointer(WEBRTC)  # pause 200 ms, speech_end 500 ms
+    ev = run(ep, np.concatenate([silence(300), vowel(600), silence(240)]))
+    assert [k for k, _, _ in ev] == ["speech_start", "pause"]
+    assert ep.end_after(1500) == []  # likely incomplete: wait longer
+    assert run(ep, silence(900)) == []  # past speech_end_ms, still the same turn
+    assert [k for k, _, _ in run(ep, silence(400))] == ["speech_end"]
+    ep.reset()
+    run(ep, np.concatenate([silence(300), vowel(600), silence(240)]))
+    (end,) = ep.end_after(200)  # likely complete and 240 ms already silent: ends now
+    assert end.kind == "speech_end" and abs(end.audio_ms - 900) <= 30
+    ep.reset()
+    run(ep, np.concatenate([silence(300), vowel(600), silence(240)]))
+    ep.end_after(3000)
+    ev = run(ep, np.concatenate([vowel(300), silence(540)]))  # a resume restores 500 ms
+    assert [k for k, _, _ in ev] == ["resume", "pause", "speech_end"]
+    assert ep.end_after(100) == []  # no pause to decide
 
 
 def test_preroll_keeps_the_first_syllable(france_piper: np.ndarray) -> None:
@@ -117,7 +139,7 @@ def test_ten_minute_monologue_is_cut_into_segments_and_stays_one_turn() -> None:
 def test_segment_cuts_with_scripted_frames() -> None:
     # max_turn_s = 1 s = 33 frames: a pause cuts after 16 frames of a segment, voice after 33.
     script = iter([0] * 5 + [1] * 8 + [0] * 8 + [1] * 60 + [0] * 8 + [1] * 10 + [0] * 20)
-    ep = Endpointer(VADConfig(max_turn_s=1.0, silero=False), classify=lambda f: bool(next(script)))
+    ep = Endpointer(replace(WEBRTC, max_turn_s=1.0), classify=lambda f: bool(next(script)))
     sizes = []
     ev = []
     for f in frames(np.full(480 * 119, 3000, np.int16)):
