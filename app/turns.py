@@ -51,13 +51,24 @@ def approx_tokens(text: str) -> int:
     return len(text) // 4 + 1
 
 
-def end_decision(p_end: float | None, cfg: ConversationConfig) -> str:
-    """"complete", "unsure" or "incomplete" from the LM's P(end of turn) (None: not scored)."""
+_SENTENCE_BREAK = re.compile(r"[.!?]\s+\S")
+
+
+def end_decision(p_end: float | None, cfg: ConversationConfig, text: str = "") -> str:
+    """"complete", "unsure" or "incomplete" from the LM's P(end of turn) (None: not scored).
+
+    A turn of several sentences that ends in a statement is at most "unsure": someone telling a
+    story pauses ~300 ms between sentences, and each of them reads as a complete message (in
+    bench/conversation.py's monologues every sentence ended the turn and was reopened).
+    """
     if p_end is None:
         return "unsure"
-    if p_end >= cfg.end_likely:
-        return "complete"
-    return "incomplete" if p_end < cfg.end_unlikely else "unsure"
+    if p_end < cfg.end_unlikely:
+        return "incomplete"
+    if p_end < cfg.end_likely:
+        return "unsure"
+    telling = _SENTENCE_BREAK.search(text.strip()) and not text.rstrip().endswith("?")
+    return "unsure" if telling else "complete"
 
 
 # ---- actions the pipeline carries out ----------------------------------------------------------
@@ -443,7 +454,7 @@ class TurnManager:
         "incomplete"), or None when the user has spoken again since (nothing to decide)."""
         if not self.paused or self.scored is None or normalize(self.scored) != normalize(text):
             return None
-        self.decision = end_decision(p_end, self.cfg)
+        self.decision = end_decision(p_end, self.cfg, text)
         return self.decision
 
     def _speculate(self, text: str) -> list[Action]:

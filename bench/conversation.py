@@ -182,10 +182,14 @@ def analyze(
     (each with ``playing``: the script turn whose audio was playing, -1 before the first)."""
     answers, barges = _answers(script, events)
     turn_of = {e["turn"]: e["playing"] for e in events if e["event"] == "speech_start"}
-    finals: dict[int, list[str]] = {}
+    # The last final of each pipeline turn: a reopened turn's later final holds all of it.
+    last_final: dict[int, tuple[int, str]] = {}
     for e in events:
         if e["event"] == "asr_final" and e.get("text", "").strip():
-            finals.setdefault(turn_of.get(e["turn"], e["playing"]), []).append(e["text"].strip())
+            last_final[e["turn"]] = (turn_of.get(e["turn"], e["playing"]), e["text"].strip())
+    finals: dict[int, list[str]] = {}
+    for scripted, text in last_final.values():
+        finals.setdefault(scripted, []).append(text)
     utterances = [e["turn"] for e in events if e["event"] == "speech_start"]
     final_turns = {e["turn"] for e in events if e["event"] == "asr_final"}
     dropped = [{"turn": turn_of[u], "utterance": u} for u in utterances if u not in final_turns]

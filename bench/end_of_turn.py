@@ -59,7 +59,7 @@ def main() -> int:
         scores.append(float(p) if p is not None else 0.5)
     labels = [y for _, y in data]
     pairs = list(zip(scores, labels, strict=True))
-    decisions = [end_decision(p, conv) for p in scores]
+    decisions = [end_decision(p, conv, t) for p, (t, _) in zip(scores, data, strict=True)]
     complete = [d for d, y in zip(decisions, labels, strict=True) if y]
     incomplete = [d for d, y in zip(decisions, labels, strict=True) if not y]
     decided = [(d, y) for d, y in zip(decisions, labels, strict=True) if d != "unsure"]

@@ -1,13 +1,19 @@
-"""Voice-to-voice benchmark: generated utterances through the live pipeline, paced in real time.
+"""Voice-to-voice benchmark: generated utterances through the live pipeline, paced in real time,
+with the fixed end-of-turn rule and the adaptive one side by side in one run.
 
 N questions (written here) are synthesized at bench time in several voices (Piper joe at two
-speaking rates, espeak-ng en-us / en-gb / a female variant), some with a mid-sentence pause so
-speculation meets resumed speech. They play as one conversation through the full pipeline
-(webrtcvad -> Whisper -> LM -> Piper) from a real-time source. Then B barge-in scenarios: a
-question, and 1 s into the answer an interruption. Prints JSON: voice-to-voice p50/p95, the
-stage breakdown, speculation outcomes, barge-in stop latency p50/p95, machine load.
+speaking rates, espeak-ng en-us / en-gb / a female variant) and play as one conversation
+through the full pipeline (webrtcvad -> Whisper -> LM -> Piper) from a real-time source, once
+per end-of-turn rule: ``fixed`` (vad.pause_ms 200, the turn ends after vad.speech_end_ms of
+silence) and ``adaptive`` (the configured rule: the LM's end-of-turn score at a 90 ms pause).
+Then P utterances with a 300-700 ms pause in mid-sentence ("What is the capital of ...
+Germany?"), answers played in real time, per rule: an answer whose audio starts before the
+user's second part is premature. Then B barge-in scenarios (adaptive): a question, and 1 s
+into the answer an interruption. Prints JSON: voice-to-voice p50/p95 per rule and their ratio,
+stage medians, end-of-turn decisions, premature answers, reopened turns, barge-in stop
+latency, machine load.
 
-    .venv/bin/python bench/voice.py [--n 12] [--barge 5] [--set lm.decoder=hybrid] [--trace F]
+    .venv/bin/python bench/voice.py [--n 24] [--paused 20] [--barge 3] [--set lm.decoder=ar]
 """
 
 from __future__ import annotations
@@ -35,28 +41,64 @@ from app.trace import Tracer  # noqa: E402
 from app.trace_tools import percentile, summarize, turn_rows  # noqa: E402
 from audio.resample import resample  # noqa: E402
 
-# (text, pause after word k or None): a pause of PAUSE_MS splits the sentence there.
 QUESTIONS = [
-    ("What is the capital of France?", None),
-    ("How many legs does a spider have?", None),
-    ("Tell me a fun fact about the moon.", 4),
-    ("What color is the sky on a clear day?", None),
-    ("Can you recommend a good book to read?", None),
-    ("Why do cats purr?", None),
-    ("What is the boiling point of water?", 3),
-    ("Give me a quick tip for sleeping better.", None),
-    ("Who wrote Romeo and Juliet?", None),
-    ("How far away is the sun?", None),
-    ("What should I cook for dinner tonight?", 4),
-    ("Is it going to be a good day today?", None),
+    "What is the capital of France?",
+    "How many legs does a spider have?",
+    "Tell me a fun fact about the moon.",
+    "What color is the sky on a clear day?",
+    "Can you recommend a good book to read?",
+    "Why do cats purr?",
+    "What is the boiling point of water?",
+    "Give me a quick tip for sleeping better.",
+    "Who wrote Romeo and Juliet?",
+    "How far away is the sun?",
+    "What should I cook for dinner tonight?",
+    "Is it going to be a good day today?",
+    "How do airplanes stay in the air?",
+    "What is the largest ocean on Earth?",
+    "Tell me a joke about computers.",
+    "How do I make a good cup of coffee?",
+    "What causes thunder?",
+    "Which planet has the most moons?",
+    "How tall is the Eiffel Tower?",
+    "What is the fastest land animal?",
+    "Why is the ocean salty?",
+    "Can you explain what a black hole is?",
+    "How do bees make honey?",
+    "What year did the Second World War end?",
 ]
+# (first part, second part): the user pauses mid-sentence between them.
+PAUSED = [
+    ("What is the capital of", "Germany?"),
+    ("Tell me a fun fact about", "the moon."),
+    ("What is the boiling point of", "water?"),
+    ("How many legs does a", "spider have?"),
+    ("Who wrote the", "Odyssey?"),
+    ("How far is the", "sun from the Earth?"),
+    ("What should I cook for", "dinner tonight?"),
+    ("Why do", "cats purr?"),
+    ("What is the tallest", "mountain in the world?"),
+    ("Give me a quick tip for", "sleeping better."),
+    ("How do I", "cook rice on the stove?"),
+    ("What is the speed of", "light?"),
+    ("Which planet has the", "most moons?"),
+    ("Can you tell me how to", "get rid of hiccups?"),
+    ("What is the difference between a frog and a", "toad?"),
+    ("I would like to", "learn to play the guitar."),
+    ("How long should I", "boil an egg?"),
+    ("What are the symptoms of", "a cold?"),
+    ("So my question is, um,", "how do vaccines work?"),
+    ("Could you explain why the", "sky is blue?"),
+]
+GAPS_MS = (300, 400, 500, 600, 700)  # the mid-sentence pauses, in turn
 INTERRUPTIONS = [
     "Wait, tell me about Spain instead.",
     "Stop, I have another question.",
     "Sorry, can you say that more simply?",
 ]
 VOICES = ["piper", "espeak:en-us", "piper-slow", "espeak:en-gb", "espeak:en-us+f3"]
-PAUSE_MS = 330  # > vad.pause_ms (200), < vad.speech_end_ms (500): a pause, not an end
+# The rule before the LM's score: a pause at 200 ms, the turn's end at vad.speech_end_ms.
+FIXED = ("conversation.end_of_turn=fixed", "vad.pause_ms=200")
 
 
 def _trim(pcm: np.ndarray, floor: int = 300) -> np.ndarray:
@@ -91,16 +133,9 @@ class Voices:
             rate = w.getframerate()
         return _trim(resample(pcm, rate, 16000))
 
-    def utterance(self, text: str, voice: str, split: int | None) -> np.ndarray:
-        if split is None:
-            return self.say(text, voice)
-        words = text.split()
-        gap = np.zeros(16000 * PAUSE_MS // 1000, np.int16)
-        a, b = " ".join(words[:split]), " ".join(words[split:])
-        return np.concatenate([self.say(a, voice), gap, self.say(b, voice)])
 
-
-async def _session(comps, cfg, segments, tracer, realtime_sink: bool):
+async def _session(comps, cfg, segments, tracer, realtime_sink: bool) -> list[float]:
+    """The segments as one conversation; returns when each segment began (monotonic ms)."""
     from audio.sinks import CallbackSink
 
     async def discard(_: bytes) -> None:
@@ -112,12 +147,13 @@ async def _session(comps, cfg, segments, tracer, realtime_sink: bool):
         sample_rate_hz=cfg.audio.sample_rate_hz,
         frame_ms=cfg.audio.frame_ms,
         realtime=True,
-        tail_ms=cfg.vad.speech_end_ms + 500,
+        tail_ms=cfg.conversation.end_incomplete_ms + 500,
     )
     try:
-        return await run_session(comps, cfg, source, sink, tracer)
+        await run_session(comps, cfg, source, sink, tracer)
     finally:
         await sink.aclose()
+    return list(source.starts)
 
 
 def _stats(values: list[float]) -> dict[str, float | int | None]:
@@ -131,10 +167,72 @@ def _stats(values: list[float]) -> dict[str, float | int | None]:
     }
 
 
+def _v2v(events: list[dict]) -> list[float]:
+    rows = turn_rows(events)
+    return [r["stages"]["voice_to_voice"] for r in rows if "voice_to_voice" in r["stages"]]
+
+
+def _decisions(events: list[dict]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in events:
+        if e["event"] == "end_of_turn":
+            out[e["decision"]] = out.get(e["decision"], 0) + 1
+    return out
+
+
+def _premature(events: list[dict], starts: list[float], second_at_ms: list[float]) -> list[bool]:
+    """Per paused utterance: did an answer's audio start before the user's second part?"""
+    bounds = [*starts[1:], float("inf")]
+    out = []
+    for start, end, second in zip(starts, bounds, second_at_ms, strict=True):
+        onset = start + second
+        out.append(
+            any(
+                e["event"] == "audio_out_first" and start <= e["t_ms"] < min(onset, end)
+                for e in events
+            )
+        )
+    return out
+
+
+def _rule(comps, cfg, tracer, name, questions, paused) -> dict:
+    """One end-of-turn rule over the questions, then over the paused utterances."""
+    tracer.session = f"{name}-questions"
+    n0 = len(tracer.events)
+    asyncio.run(_session(comps, cfg, questions, tracer, realtime_sink=False))
+    q_events = tracer.events[n0:]
+    tracer.session = f"{name}-paused"
+    n0 = len(tracer.events)
+    starts = asyncio.run(_session(comps, cfg, [s for s, _ in paused], tracer, True))
+    p_events = tracer.events[n0:]
+    premature = _premature(p_events, starts, [second for _, second in paused])
+    summary = summarize(q_events)
+    return {
+        "voice_to_voice_ms": _stats(_v2v(q_events)),
+        "stages_ms": {k: round(v["p50"], 1) for k, v in summary["stages"].items()},
+        "end_of_turn": _decisions(q_events),
+        "speculation": {**summary["speculations"], "hit_rate": summary["speculation_hit_rate"]},
+        "paused": {
+            "utterances": len(paused),
+            "premature": sum(premature),
+            "premature_rate": round(sum(premature) / max(1, len(paused)), 3),
+            "reopened": sum(e["event"] == "reopen" for e in p_events),
+            "end_of_turn": _decisions(p_events),
+            "voice_to_voice_ms": _stats(_v2v(p_events)),
+            "premature_turns": [s.label for (s, _), p in zip(paused, premature, strict=True) if p],
+        },
+        "answers": [
+            {"said": seg.label, "heard": r["user"], "v2v_ms": r["stages"].get("voice_to_voice")}
+            for seg, r in zip(questions, turn_rows(q_events), strict=False)
+        ],
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=12, help="utterances (conversation turns)")
-    ap.add_argument("--barge", type=int, default=5, help="barge-in scenarios")
+    ap.add_argument("--n", type=int, default=24, help="questions (conversation turns)")
+    ap.add_argument("--paused", type=int, default=20, help="utterances with a mid-sentence pause")
+    ap.add_argument("--barge", type=int, default=3, help="barge-in scenarios")
     ap.add_argument("--max-new-tokens", type=int, default=48, help="answer length cap")
     ap.add_argument("--config", default=None)
     ap.add_argument("--set", action="append", default=[], dest="overrides")
@@ -143,30 +241,40 @@ def main() -> int:
 
     from app.components import Components
 
-    cfg = load_config(args.config, args.overrides)
-    cfg = replace(cfg, lm=replace(cfg.lm, max_new_tokens=args.max_new_tokens))
+    cfgs = {
+        "fixed": load_config(args.config, [*args.overrides, *FIXED]),
+        "adaptive": load_config(args.config, args.overrides),
+    }
+    cfgs = {
+        k: replace(c, lm=replace(c.lm, max_new_tokens=args.max_new_tokens)) for k, c in cfgs.items()
+    }
+    cfg = cfgs["adaptive"]
     t0 = time.perf_counter()
     comps = Components.load(cfg)
     load_s = time.perf_counter() - t0
     voices = Voices(cfg)
+    questions = []
+    for i in range(args.n):
+        text, voice = QUESTIONS[i % len(QUESTIONS)], VOICES[i % len(VOICES)]
+        questions.append(Segment(voices.say(text, voice), f"{voice}: {text}"))
+    paused = []
+    for i in range(args.paused):
+        (a, b), voice = PAUSED[i % len(PAUSED)], VOICES[i % len(VOICES)]
+        gap = GAPS_MS[i % len(GAPS_MS)]
+        first = voices.say(a, voice)
+        pcm = np.concatenate([first, np.zeros(16000 * gap // 1000, np.int16), voices.say(b, voice)])
+        second_at = 1000.0 * len(first) / 16000 + gap
+        paused.append((Segment(pcm, f"{voice}: {a} [{gap} ms] {b}"), second_at))
     tracer = Tracer(args.trace or None, session="bench", keep=True)
     try:
-        segments = []
-        for i in range(args.n):
-            text, split = QUESTIONS[i % len(QUESTIONS)]
-            voice = VOICES[i % len(VOICES)]
-            segments.append(Segment(voices.utterance(text, voice, split), f"{voice}: {text}"))
         t0 = time.perf_counter()
-        asyncio.run(_session(comps, cfg, segments, tracer, realtime_sink=False))
-        conv_s = time.perf_counter() - t0
-        conv_events = list(tracer.events)
-
+        rules = {name: _rule(comps, c, tracer, name, questions, paused) for name, c in cfgs.items()}
+        rules_s = time.perf_counter() - t0
         stops: list[float] = []
         barge_ok = 0
         for b in range(args.barge):
             tracer.session = f"barge{b}"
-            text, _ = QUESTIONS[b % len(QUESTIONS)]
-            first = voices.say(text, VOICES[b % len(VOICES)])
+            first = voices.say(QUESTIONS[b % len(QUESTIONS)], VOICES[b % len(VOICES)])
             second = voices.say(INTERRUPTIONS[b % len(INTERRUPTIONS)], "piper")
             n0 = len(tracer.events)
             segs = [Segment(first), Segment(second, barge_in_at_ms=1000)]
@@ -178,37 +286,23 @@ def main() -> int:
         tracer.close()
         comps.close()
 
-    s = summarize(conv_events)
-    rows = turn_rows(conv_events)
-    v2v = [r["stages"]["voice_to_voice"] for r in rows if "voice_to_voice" in r["stages"]]
+    fixed, adaptive = rules["fixed"]["voice_to_voice_ms"], rules["adaptive"]["voice_to_voice_ms"]
     result = {
         "bench": "voice",
-        "utterances": args.n,
+        "questions": args.n,
+        "paused_utterances": args.paused,
         "voices": VOICES,
         "decoder": cfg.lm.decoder,
         "max_new_tokens": args.max_new_tokens,
+        "fixed_rule": list(FIXED),
         "load_s": round(load_s, 1),
-        "conversation_s": round(conv_s, 1),
+        "rules_s": round(rules_s, 1),
         "loadavg_1m": round(os.getloadavg()[0], 2),
-        "voice_to_voice_ms": _stats(v2v),
-        "stages_ms": {
-            k: {m: round(v[m], 1) for m in ("p50", "p95", "max")} for k, v in s["stages"].items()
-        },
-        "speculation": {**s["speculations"], "hit_rate": s["speculation_hit_rate"]},
-        "turn_outcomes": {
-            k: sum(r["speculation"] == k for r in rows) for k in ("hit", "refined", "none")
-        },
+        "v2v_p50_adaptive_over_fixed": (
+            round(adaptive["p50"] / fixed["p50"], 3) if fixed["p50"] and adaptive["p50"] else None
+        ),
+        "rules": rules,
         "barge_in": {"scenarios": args.barge, "confirmed": barge_ok, "stop_ms": _stats(stops)},
-        "turns": [
-            {
-                "said": seg.label,
-                "heard": r["user"],
-                "answer": r["answer"],
-                "voice_to_voice_ms": round(r["stages"].get("voice_to_voice", float("nan")), 1),
-                "speculation": r["speculation"],
-            }
-            for seg, r in zip(segments, rows, strict=False)
-        ],
     }
     print(json.dumps(result, indent=1))
     return 0

@@ -245,6 +245,10 @@ def test_end_decision_thresholds():
     assert end_decision(0.2, cfg) == "unsure" and end_decision(None, cfg) == "unsure"
     assert end_decision(0.01, cfg) == "incomplete"
     assert end_decision(0.05, CFG) == "unsure"  # the defaults: 0.1 and 0.01
+    story = "We moved into a house with a garden. The kids want a dog."
+    assert end_decision(0.9, CFG, story) == "unsure"  # a story goes on between sentences
+    assert end_decision(0.9, CFG, story + " Which breed is best?") == "complete"
+    assert end_decision(0.9, CFG, "Tell me a joke.") == "complete"
 
 
 def test_adaptive_scores_each_new_pause_transcript_before_speculating():
