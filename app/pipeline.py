@@ -47,6 +47,7 @@ from app.turns import (
 __all__ = ["Components", "VoiceSession"]
 log = logging.getLogger(__name__)
 EventFn = Callable[[dict[str, Any]], None]
+ONSET_PASS_MIN_MS = 200  # new audio a silence-onset pass needs (a pass costs ~100 ms of a core)
 
 
 class VoiceSession:
@@ -86,6 +87,7 @@ class VoiceSession:
         self._lm_jobs: set[asyncio.Future[Any]] = set()  # end-of-turn scores
         self._partial_busy = False
         self._partial_again = False
+        self._pass_at_ms = 0.0  # audio ms when the latest partial pass was asked for
         self._final_pending = False
         self._onset_t: float | None = None
         self._pause_end: float | None = None  # audio ms where the current pause began
@@ -163,7 +165,7 @@ class VoiceSession:
         frame_ms = 1000.0 * len(frame) / self.cfg.audio.sample_rate_hz
         self._arrivals.append((self.audio_ms, t - frame_ms))  # audio start of this frame
         self.audio_ms += frame_ms
-        was_speaking = self.vad.in_speech
+        was_speaking, was_voiced = self.vad.in_speech, self.vad.last_voiced
         events = self.vad.process(frame)
         if was_speaking and self.vad.in_speech:
             self._feed(frame)
@@ -171,7 +173,12 @@ class VoiceSession:
             self._on_vad(ev.kind, ev.audio_ms, ev.detected_ms)
         if self.vad.in_speech:
             self._do(self.tm.on_speech_progress(self.audio_ms))
-            if not self._partial_busy and self.transcriber.partial_due():
+            # A pass at the first silent frame: if this is the end of the turn, it covers all
+            # the speech when the pause is detected 60 ms later, so the end-of-turn score and
+            # the speculation start ~60 ms sooner than on a pass started at the pause.
+            onset = was_voiced and not self.vad.last_voiced
+            fresh = self.audio_ms - self._pass_at_ms >= ONSET_PASS_MIN_MS
+            if not self._partial_busy and (self.transcriber.partial_due() or onset and fresh):
                 self._request_partial()
         self._reap()
 
@@ -251,7 +258,7 @@ class VoiceSession:
             return
         self._partial_busy = True
         # Feeds queue ahead of the pass in the same worker, so it hears all the audio up to now.
-        fed_ms = self.audio_ms
+        fed_ms = self._pass_at_ms = self.audio_ms
         self._submit_asr(self.transcriber.partial, lambda tr: self._on_partial(tr, fed_ms))
 
     def _on_partial(self, tr: Any, fed_ms: float) -> None:

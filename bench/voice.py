@@ -182,7 +182,7 @@ def _decisions(events: list[dict]) -> dict[str, int]:
 
 def _premature(events: list[dict], starts: list[float], second_at_ms: list[float]) -> list[bool]:
     """Per paused utterance: did an answer's audio start before the user's second part?"""
-    bounds = [*starts[1:], float("inf")]
+    bounds = [*starts[1:], float("inf")][: len(starts)]
     out = []
     for start, end, second in zip(starts, bounds, second_at_ms, strict=True):
         onset = start + second
