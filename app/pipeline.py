@@ -281,7 +281,7 @@ class VoiceSession:
                     "stable": tr.stable,
                 }
             )
-            self._do(self.tm.on_partial(tr.text, complete))
+            self._do(self.tm.on_partial(tr.text, complete, tr.stable))
         if self._partial_again and self.vad.in_speech:
             self._partial_again = False
             self._request_partial()

@@ -55,7 +55,7 @@ _SENTENCE_BREAK = re.compile(r"[.!?]\s+\S")
 
 
 def end_decision(p_end: float | None, cfg: ConversationConfig, text: str = "") -> str:
-    """"complete", "unsure" or "incomplete" from the LM's P(end of turn) (None: not scored).
+    """ "complete", "unsure" or "incomplete" from the LM's P(end of turn) (None: not scored).
 
     A turn of several sentences that ends in a statement is at most "unsure": someone telling a
     story pauses ~300 ms between sentences, and each of them reads as a complete message (in
@@ -430,11 +430,16 @@ class TurnManager:
         self.decision, self.scored = None, None
         return self._drop_spec("resume")
 
-    def on_partial(self, text: str, complete: bool = False) -> list[Action]:
-        """A partial transcript of the current utterance; ``complete``: the pass started after
-        the pause was detected, so it covers all the speech so far."""
+    def on_partial(
+        self, text: str, complete: bool = False, stable: str | None = None
+    ) -> list[Action]:
+        """A partial transcript of the current utterance; ``complete``: the pass covers all the
+        speech so far; ``stable``: the words two passes agree on (None: all of ``text``)."""
         if self.barge is not None:
-            if self._barge_needs_transcript() and not self._not_for_us(text):
+            # A partial confirms an interruption on its stable words only: one pass over
+            # 200 ms of "uh-huh" read "What the fuck?", and the final then read nothing.
+            heard = text if stable is None else stable
+            if self._barge_needs_transcript() and heard and not self._not_for_us(heard):
                 return self._confirm_barge()
             return []
         if self.user_speaking:

@@ -239,6 +239,20 @@ def test_barge_in_with_a_comma_pause_accumulates_speech():
     assert tm.on_partial("Wait, tell me about Spain") == [CancelAnswer(gen)]
 
 
+def test_a_partial_confirms_an_interruption_on_its_stable_words_only():
+    tm = TurnManager(CFG, heard=lambda gen: "The Great Wall")
+    gen = start_speaking(tm)
+    tm.on_speech_start(0)
+    tm.on_speech_progress(100)
+    tm.on_speech_progress(400)
+    assert tm.on_partial("What the fuck?", stable="") == []  # one pass over an "uh-huh"
+    assert tm.on_final("") == [ResumePlayback(gen, "backchannel")]
+    tm.on_speech_start(5000)
+    tm.on_speech_progress(5100)
+    tm.on_speech_progress(5400)
+    assert tm.on_partial("Wait, tell me about", stable="Wait, tell me") == [CancelAnswer(gen)]
+
+
 def test_end_decision_thresholds():
     cfg = replace(CFG, end_likely=0.5, end_unlikely=0.05)
     assert end_decision(0.7, cfg) == "complete" and end_decision(0.5, cfg) == "complete"
