@@ -263,10 +263,10 @@ class VoiceSession:
 
     def _on_partial(self, tr: Any, fed_ms: float) -> None:
         self._partial_busy = False
-        # The pass covers all the speech when it started in this pause's silence, even a
-        # regular pass the pause found running (at pause_ms 90 it often has): no second pass.
-        frame_ms = self.cfg.vad.frame_ms
-        complete = self._pause_end is not None and fed_ms >= self._pause_end + frame_ms
+        # The pass covers all the speech when it was asked for after the last voiced frame,
+        # even a regular pass the pause found running (at pause_ms 90 it often has): no
+        # second pass.
+        complete = self._pause_end is not None and fed_ms >= self._pause_end
         if complete:
             self._partial_again = False
         if tr is not None and not self._final_pending:
