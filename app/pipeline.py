@@ -477,8 +477,8 @@ class VoiceSession:
             self.c = copy.copy(self.c)  # the models stay shared; only this session's view
             self.c.lm, self.c.tts = copy.copy(self.c.lm), copy.copy(self.c.tts)
             self.c.lm.cfg, self.c.tts.cfg = cfg.lm, cfg.tts
-            if cfg.lm != self.cfg.lm:  # a new KV cache: the next answer prefills its prompt
-                self.lm_session = self.c.lm.session()
+            # The conversation keeps its KV cache (a new one is ~100 MB to zero on the loop).
+            self.lm_session.lm = self.c.lm
         self.cfg = cfg
 
     # ---- callbacks from answers ------------------------------------------------------------------
