@@ -2,22 +2,27 @@
 
 The display shows what the agent is doing (listening / thinking / speaking), the user's partial
 transcript, the answer drafted during a pause (dim: speculative, may be dropped) and the answer
-being spoken (bright), and each turn's latency line. Ctrl+C ends the session cleanly: answers
-cancelled, workers idle, the trace flushed and closed.
+being spoken (bright), and each turn's latency line. When the output is not a terminal (a pipe,
+a log file) there is no live view: each finished turn is printed once, one line per speaker and
+one for its latency, never wrapped. Ctrl+C ends the session cleanly: answers cancelled, workers
+idle, the trace flushed and closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from app.trace import Tracer, default_trace_path
+from app.console import terminal_log
+from app.trace import Tracer, default_trace_dir, default_trace_path
 
 # Extra speech needed to pause the agent while it plays through speakers (chat mode): the echo
 # reaches the mic ~20-60 ms after playback at a level webrtcvad calls speech.
@@ -37,6 +42,7 @@ class ChatDisplay:
         self.latency = ""
         self.log: list[tuple[str, str, str]] = []  # (user, agent, note)
         self.keep_turns = keep_turns
+        self.finished: list[Text] = []  # lines of finished turns not yet taken (take_finished)
         self._user = ""
 
     def on_event(self, ev: dict[str, Any]) -> None:
@@ -65,6 +71,7 @@ class ChatDisplay:
             agent = r["heard_text"] if cut else r["output_text"]
             self.log.append((self._user, agent, "interrupted" if cut else ""))
             self.log = self.log[-self.keep_turns :]
+            self.finished += self._turn_lines(*self.log[-1])
             self.answer, self.partial = "", ""
         elif kind == "latency":
             v2v = ev.get("voice_to_voice_ms")
@@ -72,14 +79,24 @@ class ChatDisplay:
             parts = [f"{k} {st[k]:.0f}" for k in ("asr_final", "lm_clause", "tts_first") if k in st]
             head = f"voice-to-voice {v2v:.0f} ms" if v2v is not None else "no audio"
             self.latency = f"{head} ({', '.join(parts)} ms), speculation {ev['speculation']}"
+            self.finished.append(Text(self.latency, style="dim"))
+
+    @staticmethod
+    def _turn_lines(user: str, agent: str, note: str) -> list[Text]:
+        return [
+            Text.assemble(("you:   ", "bold"), user),
+            Text.assemble(("agent: ", "bold"), agent, (f"  ({note})" if note else "", "red")),
+        ]
+
+    def take_finished(self) -> list[Text]:
+        """The lines of turns finished since the last call (for output that is not a terminal)."""
+        lines, self.finished = self.finished, []
+        return lines
 
     def render(self) -> Group:
         lines: list[Text] = []
-        for user, agent, note in self.log:
-            lines.append(Text.assemble(("you:   ", "bold"), user))
-            lines.append(
-                Text.assemble(("agent: ", "bold"), agent, (f"  ({note})" if note else "", "red"))
-            )
+        for turn in self.log:
+            lines += self._turn_lines(*turn)
         state = "you are speaking" if self.user_speaking else self.state
         lines.append(Text(f"● {state}", style=_STATE_STYLE.get(self.state, "white") + " bold"))
         if self.partial:
@@ -109,7 +126,11 @@ def open_audio(cfg: Any) -> tuple[Any, Any, Any]:
     from audio.sources import MicSource
 
     echo = EchoCanceller(cfg.echo, cfg.audio.sample_rate_hz) if cfg.echo.mode != "off" else None
-    sink = SpeakerSink(cfg.audio, on_played=echo.push_far if echo else None)
+    sink = SpeakerSink(
+        cfg.audio,
+        on_played=echo.push_far if echo else None,
+        on_restart=echo.reset if echo else None,
+    )
     mic = MicSource(cfg.audio)
     source = echo.wrap(mic) if echo is not None and echo.mode == "aec" else mic
     if echo is not None and not cfg.conversation.echo_guard_ms:
@@ -120,29 +141,57 @@ def open_audio(cfg: Any) -> tuple[Any, Any, Any]:
 
 def chat(cfg: Any, components: Any = None) -> int:
     """Live conversation through the default (or configured) microphone and speaker."""
+    path = (cfg.trace.path or default_trace_path()) if cfg.trace.enabled else None
+    log_path = Path(path).with_suffix(".log") if path else default_trace_dir().parent / "chat.log"
+    console = Console(highlight=False)
+    with terminal_log(log_path) as native:
+        code = _chat(cfg, components, console, path)
+    if code == 0:
+        notes = [f"trace: {path}  (python main.py trace summary {path})"] if path else []
+        routed = f", {native.lines} library messages" if native.lines else ""
+        notes.append(f"log: {log_path}{routed}")
+        for note in notes:
+            console.print(f"[dim]{note}[/dim]")
+    return code
+
+
+def _chat(cfg: Any, components: Any, console: Console, path: str | None) -> int:
     from app.components import Components
     from app.pipeline import VoiceSession
     from audio.errors import AudioDeviceError, AudioFormatError
 
-    console = Console(highlight=False)
     try:
         source, sink, cfg = open_audio(cfg)
     except (AudioDeviceError, AudioFormatError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     comps = components or Components.load(cfg, tts_rate_hz=sink.sample_rate_hz)
-    path = (cfg.trace.path or default_trace_path()) if cfg.trace.enabled else None
     tracer = Tracer(path, session="chat", keep=False)
     display = ChatDisplay()
 
+    def print_finished(ev: dict[str, Any]) -> None:
+        display.on_event(ev)
+        for line in display.take_finished():
+            console.print(line, soft_wrap=True)
+
     async def main() -> None:
-        session = VoiceSession(comps, cfg, source, sink, tracer, display.on_event)
-        with Live(display.render(), console=console, refresh_per_second=15) as live:
-            ticker = asyncio.create_task(_refresh(live, display))
+        # A pipe or a log gets each finished turn once, unwrapped; a terminal the live view.
+        plain = not console.is_terminal
+        on_event = print_finished if plain else display.on_event
+        session = VoiceSession(comps, cfg, source, sink, tracer, on_event)
+        view = (
+            contextlib.nullcontext()
+            if plain
+            else Live(display.render(), console=console, refresh_per_second=15)
+        )
+        with view as live:
+            ticker = asyncio.create_task(_refresh(live, display)) if live else None
             try:
+                sink.start()
                 await session.run()
             finally:
-                ticker.cancel()
+                if ticker is not None:
+                    ticker.cancel()
                 await sink.aclose()
                 await source.aclose()
 
@@ -157,8 +206,6 @@ def chat(cfg: Any, components: Any = None) -> int:
         tracer.close()
         if components is None:
             comps.close()
-    if path:
-        console.print(f"[dim]trace: {path}  (python main.py trace summary {path})[/dim]")
     return 0
 
 

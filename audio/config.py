@@ -28,8 +28,13 @@ class AudioConfig:
         default="", metadata={"help": "speaker: name substring or index; '' = system default"}
     )
     output_buffer_ms: int = field(
-        default=40,
-        metadata={"min": 10, "max": 50, "help": "speaker jitter buffer; a flush stops within it"},
+        default=120,
+        metadata={
+            "min": 10,
+            "max": 500,
+            "help": "speaker device buffer: margin for a late audio callback, added to voice to "
+            "voice; a barge-in drops it at once",
+        },
     )
     output_rate_hz: int = field(
         default=0,

@@ -4,6 +4,10 @@ Two layers:
 1. `EchoCanceller`: WebRTC AEC3 (pywebrtc-audio, a PyPI wheel) subtracts the speaker signal
    from the mic. The speaker sink reports every block it plays (`push_far`, any thread); each
    mic frame takes the same amount of reference from a FIFO. AEC3 estimates the delay itself.
+   A speaker flush that drops the device's buffer (a barge-in) resets both (`reset`): the
+   reference then no longer matches what played, and on a real sound server AEC3 let the
+   echo through in the answers after a barge-in (3 interruptions: 14-17 pauses of the agent
+   by its own voice; with the reset, none after them).
    Without pywebrtc-audio (or mode="guard") frames pass through unchanged.
 2. `BargeInDetector`: while the agent speaks, a voiced frame counts as the user only when the
    mic is louder than the expected echo (reference level + learned speaker-to-mic coupling,
@@ -134,8 +138,8 @@ class FrameSource(Protocol):
 class EchoCancelledSource:
     """A frame source seen through an EchoCanceller (local mic mode).
 
-    Wiring: ec = EchoCanceller(cfg.echo); sink = SpeakerSink(cfg.audio, on_played=ec.push_far);
-    source = ec.wrap(MicSource(cfg.audio)).
+    Wiring: ec = EchoCanceller(cfg.echo); sink = SpeakerSink(cfg.audio, on_played=ec.push_far,
+    on_restart=ec.reset); source = ec.wrap(MicSource(cfg.audio)).
     """
 
     def __init__(self, source: FrameSource, canceller: EchoCanceller) -> None:

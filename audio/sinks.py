@@ -2,10 +2,10 @@
 
 Every sink reports `played_samples`, the audio actually played since open, so the pipeline
 knows which words the user heard when it is interrupted; `flush()` drops everything not yet
-played at once. The speaker keeps only a small device buffer (output_buffer_ms <= 50 ms), so a
-flush is silent within it. WAV and callback sinks pace "playback" by the wall clock when
-realtime=True (a `PlayClock`), so barge-in behaves as with a speaker. The client sink (the
-websocket) counts what its remote player reports having played, or that clock until it does.
+played at once (the speaker aborts its device stream, dropping its buffer). WAV and callback
+sinks pace "playback" by the wall clock when realtime=True (a `PlayClock`), so barge-in behaves
+as with a speaker. The client sink (the websocket) counts what its remote player reports having
+played, or that clock until it does.
 """
 
 import asyncio
@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -401,9 +401,13 @@ class ClientSink:
 class SpeakerSink:
     """Speaker via a sounddevice callback stream that runs (silence when idle) until aclose.
 
-    The device buffer (output_buffer_ms, <= 50) is the jitter buffer: TTS writes 100 ms pieces
-    faster than real time, so the queue never runs dry mid-chunk. played_samples counts what
-    was handed to the device, at most output_buffer_ms ahead of the ear. on_played(block,
+    The device buffer (output_buffer_ms) is the margin against a late callback: the callback
+    needs the GIL, and on a busy machine it waited up to 77 ms while the models ran, which a
+    40 ms buffer turned into underruns (ALSA prints one line each, and the voice clicks). A
+    flush does not wait for that buffer to play out: it aborts the stream, which drops what the
+    device holds at once, and starts it again (~2 ms; then on_restart() is called: the blocks
+    handed before it are not all what played). played_samples counts what was handed to the
+    device minus the speech still in its buffer, so it follows the ear. on_played(block,
     rate_hz) is called from the audio thread with every block sent to the device, silence
     included, so an echo canceller gets a time-aligned reference.
     """
@@ -412,35 +416,60 @@ class SpeakerSink:
         self,
         cfg: AudioConfig,
         on_played: Callable[[np.ndarray, int], None] | None = None,
+        on_restart: Callable[[], None] | None = None,
     ) -> None:
         sd = sounddevice()
         self.device, info = resolve_device(cfg.output_device, "output")
         self.sample_rate_hz = cfg.output_rate_hz or int(info["default_samplerate"])
-        self._latency_s = cfg.output_buffer_ms / 1000.0
-        self._on_played = on_played
+        self._on_played, self._on_restart = on_played, on_restart
         self._queue: deque[np.ndarray] = deque()
         self._lock = threading.Lock()
-        self._played = 0
+        self._handed = 0  # speech samples handed to the device since open, net of flushes
         self._queued = 0
+        self._block = self.sample_rate_hz // 100  # 10 ms blocks
         try:
             self._stream = sd.OutputStream(
                 device=self.device,
                 samplerate=self.sample_rate_hz,
                 channels=1,
                 dtype="int16",
-                blocksize=self.sample_rate_hz // 100,  # 10 ms blocks
-                latency=self._latency_s,
+                blocksize=self._block,
+                latency=cfg.output_buffer_ms / 1000.0,
                 callback=self._callback,
             )
-            self._stream.start()
         except Exception as e:  # sounddevice.PortAudioError
             raise AudioDeviceError(
                 f"cannot open output device {info['name']!r} at {self.sample_rate_hz} Hz ({e}); "
                 "pick another with audio.output_device or set audio.output_rate_hz"
             ) from e
-        log.info("speaker: %r at %d Hz", info["name"], self.sample_rate_hz)
+        self.latency_s = float(self._stream.latency)
+        # Speech samples of the blocks still in the device buffer (one entry per block).
+        in_buffer = -(-round(self.latency_s * self.sample_rate_hz) // self._block)
+        self._in_device: deque[int] = deque(maxlen=max(1, in_buffer))
+        self._name = info["name"]
+        self.underruns = self.underruns_speaking = 0
+        log.info(
+            "speaker: %r at %d Hz, %.0f ms buffer",
+            info["name"],
+            self.sample_rate_hz,
+            1000 * self.latency_s,
+        )
 
-    def _callback(self, outdata: np.ndarray, frames: int, t: object, status: object) -> None:
+    def start(self) -> None:
+        """Start playing (silence until written to). Separate from opening: a stream started
+        before the models load underruns all through the load (the callback waits for the GIL)."""
+        if self._stream.active:
+            return
+        try:
+            self._stream.start()
+        except Exception as e:  # sounddevice.PortAudioError
+            raise AudioDeviceError(f"cannot start output device {self._name!r} ({e})") from e
+
+    def _callback(self, outdata: np.ndarray, frames: int, t: object, status: Any) -> None:
+        if status and status.output_underflow:
+            self.underruns += 1
+            if self._queued > 0 or (self._in_device and self._in_device[-1]):
+                self.underruns_speaking += 1  # a gap in the agent's voice, not in silence
         out = outdata[:, 0]
         filled = 0
         with self._lock:
@@ -453,18 +482,21 @@ class SpeakerSink:
                     self._queue.popleft()
                 else:
                     self._queue[0] = head[take:]
-            self._played += filled
+            self._handed += filled
             self._queued -= filled
+            self._in_device.append(filled)
         out[filled:] = 0
         if self._on_played is not None:
             self._on_played(out.copy(), self.sample_rate_hz)
 
     @property
     def played_samples(self) -> int:
-        return self._played
+        with self._lock:
+            return self._handed - sum(self._in_device)
 
     async def write(self, pcm: np.ndarray) -> None:
         pcm = _as_pcm(pcm)
+        self.start()
         with self._lock:
             self._queue.append(pcm)
             self._queued += len(pcm)
@@ -473,13 +505,26 @@ class SpeakerSink:
         with self._lock:
             self._queue.clear()
             self._queued = 0
+            speech_in_device = sum(self._in_device)
+        if not speech_in_device or not self._stream.active:
+            return
+        self._stream.abort()  # waits for a running callback; the device buffer is dropped
+        with self._lock:
+            self._handed -= sum(self._in_device)
+            self._in_device.clear()
+        if self._on_restart is not None:
+            self._on_restart()
+        self.start()
 
     async def drain(self) -> None:
-        while self._queued > 0:
+        while self._queued > 0 and self._stream.active:
             await asyncio.sleep(0.01)
-        await asyncio.sleep(self._latency_s)
+        await asyncio.sleep(self.latency_s)
 
     async def aclose(self) -> None:
         self.flush()
         self._stream.stop()
         self._stream.close()
+        log.info(
+            "speaker: %d underruns, %d while speaking", self.underruns, self.underruns_speaking
+        )

@@ -12,7 +12,10 @@ DEV=0
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
 APT_PKGS=(libportaudio2 gcc)  # gcc builds kernels/cpu_rows.c (the CPU decode kernel)
-(( DEV )) && APT_PKGS+=(espeak-ng sox chromium)
+# Test tools only (the agent never needs them): a PulseAudio daemon with virtual devices, the
+# ALSA plugin through which PortAudio reaches it, and a terminal to read main.py's screen from
+# (tests/audio/test_live_pulse.py, bench/live.py).
+(( DEV )) && APT_PKGS+=(espeak-ng sox chromium pulseaudio pulseaudio-utils libasound2-plugins tmux)
 
 missing=()
 for pkg in "${APT_PKGS[@]}"; do

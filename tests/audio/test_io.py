@@ -425,8 +425,13 @@ class FakeStream:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.t = 0
+        self.active = False
+        latency = kw.get("latency", "low")
+        self.latency = 0.02 if isinstance(latency, str) else float(latency)
 
     def start(self) -> None:
+        self.active = True
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -436,9 +441,15 @@ class FakeStream:
             time.sleep(self.block / self.rate)
 
     def stop(self) -> None:
+        self.active = False
         self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    abort = stop
 
     def close(self) -> None:
+        self.active = False
         self._stop.set()
 
 
@@ -540,6 +551,27 @@ def test_speaker_sink_plays_and_flushes_within_a_buffer(fake_sd: FakeSoundDevice
         assert heard and heard[-1].max() == 0  # silence after the flush
         await sink.write(np.full(441, 7, np.int16))
         await sink.drain()
+        await sink.aclose()
+
+    asyncio.run(run())
+
+
+def test_speaker_flush_drops_the_device_buffer(fake_sd: FakeSoundDevice) -> None:
+    """A 200 ms buffer for late callbacks, yet a flush is silent at once: the stream is aborted
+    (its buffer dropped) and restarted, and what was dropped is not counted as played."""
+
+    async def run() -> None:
+        restarts: list[int] = []
+        sink = SpeakerSink(AudioConfig(output_buffer_ms=200), on_restart=lambda: restarts.append(1))
+        stream = sink._stream
+        sink.start()
+        await sink.write(np.full(44100, 7, np.int16))
+        await asyncio.sleep(0.4)
+        handed = sink._handed
+        assert 0 < sink.played_samples <= handed - 441 * 15  # ~200 ms still in the device
+        sink.flush()
+        assert restarts == [1]
+        assert sink.played_samples == sink._handed < handed and stream.active
         await sink.aclose()
 
     asyncio.run(run())

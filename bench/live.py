@@ -1,0 +1,173 @@
+"""`python main.py` on a real sound server with a real echo path: false barge-ins, interruption
+stop time and voice to voice, measured at the sound server.
+
+A PulseAudio user daemon (tests/pulse.py) gives the agent a virtual speaker (`agent_out`) and
+microphone (`mic_in`'s monitor); a module-loopback carries the speaker back into the microphone
+at --echo-gain-db after --echo-delay-ms, as laptop speakers do. Per echo mode (`--modes`, each
+a fresh main.py in a tmux terminal):
+
+1. --answers questions (bench/voice.py's, Piper and espeak-ng voices), each after the agent has
+   gone quiet: voice to voice from the end of the question's samples in the microphone to the
+   agent's first sample on the speaker; a false barge-in is an answer the agent's own echo cut
+   (cancelled) or paused (held), or a turn started by the echo alone.
+2. --interruptions: a question, then 1 s into the answer an interruption played over the agent:
+   stop time from the interruption's onset in the microphone (found by cross-correlation, so
+   the echo mixed in does not move it) to the end of the agent's last sound before it is quiet.
+
+Also counted: speaker underruns (main.py's log) and sound-library lines on the terminal.
+
+    .venv/bin/python bench/live.py [--answers 10] [--interruptions 5] [--modes auto,off]
+        [--echo-gain-db -10 | --no-echo] [--echo-delay-ms 40] [--set section.key=value ...]
+        [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.voice import INTERRUPTIONS, QUESTIONS  # noqa: E402
+from tests.pulse import LiveSession, SoundServerError  # noqa: E402
+from tests.speech import speech_pcm  # noqa: E402
+
+VOICES = ["piper", "espeak:en-us", "espeak:en-gb", "espeak:en-us+f3"]
+NOISE = re.compile(r"alsa|underrun|portaudio|jack|traceback", re.IGNORECASE)
+
+
+def _stats(values: list[float]) -> dict[str, float | int | None]:
+    if not values:
+        return {"n": 0, "p50": None, "max": None}
+    v = sorted(values)
+    return {
+        "n": len(v),
+        "p50": round(statistics.median(v)),
+        "p95": round(v[min(len(v) - 1, int(0.95 * len(v)))]),
+        "max": round(v[-1]),
+    }
+
+
+def _run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict:
+    sets = [x for s in args.set for x in ("--set", s)]
+    live = LiveSession(
+        root,
+        ["--set", f"echo.mode={mode}", *sets],
+        echo_gain_db=args.echo_gain_db,
+        echo_delay_ms=args.echo_delay_ms,
+    )
+    v2v, v2v_trace, stops, trace_stops, missed = [], [], [], [], 0
+    turns = 0
+    try:
+        time.sleep(1.0)
+        for i in range(args.answers):
+            text = QUESTIONS[i % len(QUESTIONS)][0]
+            clip = speech_pcm(text, VOICES[i % len(VOICES)])
+            started = live.say(clip)
+            turns += 1
+            live.wait_idle(turns, timeout_s=90)
+            turns = len(live.chat.events("turn_done"))
+            _, end = live.heard(clip, started)
+            first = live.agent_sound(end)
+            if first is not None:
+                v2v.append(1000 * (first - end))
+        answers_events = live.chat.events()
+        for b in range(args.interruptions):
+            text = QUESTIONS[(b + 3) % len(QUESTIONS)][0]
+            clip = speech_pcm(text, VOICES[b % len(VOICES)])
+            started = live.say(clip)
+            first = live.wait_agent_sound(started, timeout_s=60)
+            stop = speech_pcm(INTERRUPTIONS[b % len(INTERRUPTIONS)], VOICES[(b + 1) % len(VOICES)])
+            time.sleep(max(0.0, first + 1.0 - time.monotonic()))
+            said = live.say(stop)
+            turns += 2
+            live.wait_idle(turns, timeout_s=90)
+            turns = len(live.chat.events("turn_done"))
+            onset, stop_end = live.heard(stop, said)
+            last = live.agent_last_sound(first, stop_end)
+            if last is None or last >= stop_end - 0.05:
+                missed += 1  # the agent talked through the whole interruption
+            else:
+                stops.append(1000 * (last - onset))
+        screen = live.chat.screen()
+    finally:
+        code = live.close()
+    events = live.chat.events()
+    for ev in answers_events:
+        if ev["event"] == "audio_out_first" and ev.get("v2v_ms") is not None:
+            v2v_trace.append(ev["v2v_ms"])
+    for ev in events[len(answers_events) :]:
+        if ev["event"] == "playback_stopped":
+            trace_stops.append(ev["stop_ms"])
+    finals = [e for e in answers_events if e["event"] == "asr_final" and e.get("text")]
+    log = (root / "trace.log").read_text(errors="replace")
+    underruns = [int(n) for n in re.findall(r"speaker: (\d+) underruns", log)]
+    speaking = [int(n) for n in re.findall(r"(\d+) while speaking", log)]
+    return {
+        "echo_mode": mode,
+        "answers": args.answers,
+        "false_barge_ins": {
+            "cancelled": sum(
+                e["event"] == "turn_done" and e["status"] == "cancelled" for e in answers_events
+            ),
+            "paused": sum(e["event"] == "barge_in_hold" for e in answers_events),
+            "turns_from_echo": max(0, len(finals) - args.answers),
+        },
+        "v2v_ms_sound_server": _stats(v2v),
+        "v2v_ms_trace": _stats(v2v_trace),
+        "interruptions": args.interruptions,
+        "interruption_missed": missed,
+        "stop_ms_sound_server": _stats(stops),
+        "stop_ms_trace": _stats(trace_stops),
+        "speaker_underruns": underruns[0] if underruns else None,
+        "speaker_underruns_while_speaking": speaking[0] if speaking else None,
+        "terminal_noise_lines": len([ln for ln in screen.splitlines() if NOISE.search(ln)]),
+        "exit_code": code,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--answers", type=int, default=10)
+    ap.add_argument("--interruptions", type=int, default=5)
+    ap.add_argument("--modes", default="auto,off", help="echo.mode values, comma-separated")
+    ap.add_argument("--echo-gain-db", type=float, default=-10.0)
+    ap.add_argument("--no-echo", dest="echo_gain_db", action="store_const", const=None)
+    ap.add_argument("--echo-delay-ms", type=int, default=40)
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    ap.add_argument("--keep", metavar="DIR", help="keep each mode's trace and log under DIR")
+    args = ap.parse_args()
+    out = {
+        "echo_gain_db": args.echo_gain_db,
+        "echo_delay_ms": args.echo_delay_ms,
+        "set": args.set,
+        "load_before": os.getloadavg()[0],
+        "modes": [],
+    }
+    if args.keep:
+        Path(args.keep).mkdir(parents=True, exist_ok=True)
+    for mode in args.modes.split(","):
+        with tempfile.TemporaryDirectory(prefix=f"live-{mode}-", dir=args.keep) as tmp:
+            root = Path(tmp)
+            if args.keep:  # the trace, main.py's log and the utterances stay for reading
+                root = Path(args.keep) / f"live-{mode}"
+                root.mkdir(parents=True, exist_ok=True)
+            try:
+                out["modes"].append(_run_mode(mode, args, root))
+            except SoundServerError as e:
+                print(json.dumps({"error": f"no sound server: {e}"}))
+                return 1
+    out["load_after"] = os.getloadavg()[0]
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
