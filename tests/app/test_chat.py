@@ -94,3 +94,35 @@ def test_open_audio_feeds_the_speaker_signal_to_the_echo_canceller():
     assert isinstance(source, MicSource) and cfg.conversation.echo_guard_ms == 0
     asyncio.run(sink.aclose())
     asyncio.run(source.aclose())
+
+
+def test_finished_turns_print_once_unwrapped_for_a_log():
+    """Not a terminal: each finished turn is taken once, and a line longer than the console
+    (80 columns for a pipe) stays one line."""
+    import io
+
+    d = ChatDisplay()
+    question = "What is the capital of France and what else is there to know?"
+    d.on_event(
+        {"type": "conversation.item.input_audio_transcription.completed", "transcript": question}
+    )
+    assert d.take_finished() == []
+    d.on_event(
+        {"type": "response.done", "response": {"gen": 1, "status": "completed",
+         "output_text": "The capital of France is Paris, a city on the Seine.", "heard_text": ""}}
+    )  # fmt: skip
+    d.on_event(
+        {"type": "latency", "turn": 1, "gen": 1, "voice_to_voice_ms": 612.0, "speculation": "hit",
+         "stages": {"asr_final": 80.0, "lm_clause": 150.0, "tts_first": 210.0}}
+    )  # fmt: skip
+    out = io.StringIO()
+    console = Console(file=out, width=40)
+    assert not console.is_terminal
+    for line in d.take_finished():
+        console.print(line, soft_wrap=True)
+    assert d.take_finished() == []
+    assert out.getvalue().splitlines() == [
+        f"you:   {question}",
+        "agent: The capital of France is Paris, a city on the Seine.",
+        "voice-to-voice 612 ms (asr_final 80, lm_clause 150, tts_first 210 ms), speculation hit",
+    ]
