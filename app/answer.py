@@ -170,7 +170,7 @@ class Answer:
                 and len(self._uncut.split()) >= conv.first_clause_max_words
             ):
                 # No punctuation yet after first_clause_max_words: cut the first chunk at this
-                # word boundary, so TTS starts on ~5 words instead of a whole sentence.
+                # word boundary, so TTS starts on ~4 words instead of a whole sentence.
                 chunks = self._chunker.flush()
             chunks += self._chunker.push(piece)
             if self._uncut is not None:

@@ -164,14 +164,14 @@ def test_first_clause_cut_after_max_words_without_punctuation():
     lm = {"template": "{tail}", "tail": "one two three four five six seven eight nine."}
     _, comps, trace, events = run(["Count for me"], [Segment(buzz(700))], False, lm=lm)
     clauses = [e["text"] for e in trace if e["event"] == "lm_first_clause"]
-    assert clauses == ["one two three four five"]
+    assert clauses == ["one two three four"]
     assert done(events)[0]["output_text"] == "one two three four five six seven eight nine."
 
 
 def test_speculation_hit_released_before_its_first_clause_continues():
     """The final lands while the speculative LM is still on its first clause (slow LM)."""
     lm = {"template": "{tail}", "tail": "one two three four five six seven.", "step_s": 0.12}
-    _, comps, trace, events = run(["What is the capital of France"], [Segment(buzz(900))], lm=lm)
+    _, comps, trace, events = run(["What is the capital of France?"], [Segment(buzz(900))], lm=lm)
     assert [e["result"] for e in trace if e["event"] == "speculation"] == ["hit"]
     names_ = names(trace)
     assert names_.index("speculation") < names_.index("lm_first_clause")
