@@ -6,7 +6,7 @@ microphone (`mic_in`'s monitor); a module-loopback carries the speaker back into
 at --echo-gain-db after --echo-delay-ms, as laptop speakers do. Per echo mode (`--modes`, each
 a fresh main.py in a tmux terminal):
 
-1. --answers questions (bench/voice.py's, Piper and espeak-ng voices), each after the agent has
+1. --answers questions (Piper and espeak-ng voices, generated now), each after the agent has
    gone quiet: voice to voice from the end of the question's samples in the microphone to the
    agent's first sample on the speaker; a false barge-in is an answer the agent's own echo cut
    (cancelled) or paused (held), or a turn started by the echo alone.
@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -35,10 +36,28 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.voice import INTERRUPTIONS, QUESTIONS  # noqa: E402
 from tests.pulse import LiveSession, SoundServerError  # noqa: E402
 from tests.speech import speech_pcm  # noqa: E402
 
+QUESTIONS = [
+    "What is the capital of France?",
+    "How many legs does a spider have?",
+    "Tell me a fun fact about the moon.",
+    "What color is the sky on a clear day?",
+    "Can you recommend a good book to read?",
+    "Why do cats purr?",
+    "What is the boiling point of water?",
+    "Give me a quick tip for sleeping better.",
+    "Who wrote Romeo and Juliet?",
+    "How far away is the sun?",
+    "What should I cook for dinner tonight?",
+    "How do airplanes stay in the air?",
+]
+INTERRUPTIONS = [
+    "Wait, tell me about Spain instead.",
+    "Stop, I have another question.",
+    "Sorry, can you say that more simply?",
+]
 VOICES = ["piper", "espeak:en-us", "espeak:en-gb", "espeak:en-us+f3"]
 NOISE = re.compile(r"alsa|underrun|portaudio|jack|traceback", re.IGNORECASE)
 
@@ -68,19 +87,19 @@ def _run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict:
     try:
         time.sleep(1.0)
         for i in range(args.answers):
-            text = QUESTIONS[i % len(QUESTIONS)][0]
+            text = QUESTIONS[i % len(QUESTIONS)]
             clip = speech_pcm(text, VOICES[i % len(VOICES)])
             started = live.say(clip)
             turns += 1
             live.wait_idle(turns, timeout_s=90)
-            turns = len(live.chat.events("turn_done"))
+            turns = live.turns()
             _, end = live.heard(clip, started)
             first = live.agent_sound(end)
             if first is not None:
                 v2v.append(1000 * (first - end))
         answers_events = live.chat.events()
         for b in range(args.interruptions):
-            text = QUESTIONS[(b + 3) % len(QUESTIONS)][0]
+            text = QUESTIONS[(b + 2) % len(QUESTIONS)]
             clip = speech_pcm(text, VOICES[b % len(VOICES)])
             started = live.say(clip)
             first = live.wait_agent_sound(started, timeout_s=60)
@@ -89,7 +108,7 @@ def _run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict:
             said = live.say(stop)
             turns += 2
             live.wait_idle(turns, timeout_s=90)
-            turns = len(live.chat.events("turn_done"))
+            turns = live.turns()
             onset, stop_end = live.heard(stop, said)
             last = live.agent_last_sound(first, stop_end)
             if last is None or last >= stop_end - 0.05:
@@ -134,6 +153,7 @@ def _run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict:
 
 
 def main() -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the daemon and main.py stop
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--answers", type=int, default=10)
     ap.add_argument("--interruptions", type=int, default=5)

@@ -402,14 +402,22 @@ class LiveSession:
             time.sleep(0.02)
         return t
 
+    def turns(self) -> int:
+        """User turns dealt with: answers ended, and finals that came back empty (no answer)."""
+        assert self.chat is not None
+        events = self.chat.events()
+        done = sum(e["event"] == "turn_done" for e in events)
+        return done + sum(e["event"] == "asr_final" and not e.get("text") for e in events)
+
     def wait_idle(self, turns: int, quiet_s: float = 1.0, timeout_s: float = 60) -> None:
-        """Until `turns` answers have ended and the speaker has been quiet for quiet_s."""
+        """Until `turns` user turns were dealt with (`turns()`) and the speaker has been quiet
+        for quiet_s."""
         assert self.chat is not None and self.ear is not None
 
         def idle() -> bool:
             now = time.monotonic()
             return (
-                len(self.chat.events("turn_done")) >= turns
+                self.turns() >= turns
                 and self.agent_sound(now - quiet_s) is None
                 and self.ear.start_t + len(self.ear.pcm()) / RATE > now - 0.1
             )

@@ -99,9 +99,10 @@ def test_interruption_stops_the_agent_over_a_real_echo(tmp_path) -> None:
     finally:
         live.close()
     assert first_answer["status"] == "cancelled", first_answer
-    held = [e for e in events if e["event"] == "barge_in_hold"]
-    # The one hold is the user's; the echo before it paused nothing.
-    assert len(held) == 1 and held[0]["t_ms"] / 1000 >= onset, held
+    # The echo paused nothing before the user spoke.
+    held = [e["t_ms"] / 1000 for e in events if e["event"] == "barge_in_hold"]
+    assert held and min(held) >= onset, (held, onset)
     print(f"agent silent {stop_ms:.0f} ms after the interruption's onset (sound server)")
-    assert stop_ms < 600, stop_ms
+    # ~450 ms: the echo guard wants 340 ms of speech while the agent talks (BENCHMARKS.md).
+    assert stop_ms < 800, stop_ms
     assert not any(w in screen.lower() for w in NOISE), screen
