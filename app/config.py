@@ -166,6 +166,8 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             return value
         if isinstance(value, int | float) and not isinstance(value, bool):
             return str(value)
+        if isinstance(value, bool):  # YAML 1.1 reads `off` / `on` as false / true
+            return "on" if value else "off"
         raise wrong
     raise wrong
 

@@ -88,7 +88,7 @@ def list_devices() -> str:
             f"{int(d['default_samplerate']):>6}  {d['name']}"
         )
     lines.append(
-        "> default input, < default output; select with audio.input_device / "
-        "audio.output_device (index or name substring)"
+        "> default input, < default output; pick others by index or name substring: "
+        "python main.py --set audio.input_device=0 --set audio.output_device=NAME"
     )
     return "\n".join(lines)

@@ -44,6 +44,13 @@ def test_int_accepted_for_float_and_str(tmp_path: Path) -> None:
     assert cfg.audio.input_device == "2"
 
 
+def test_off_is_the_word_for_a_string_setting() -> None:
+    # YAML reads an unquoted off as false: `--set echo.mode=off` must still mean "off".
+    assert load_config(None, ["echo.mode=off"]).echo.mode == "off"
+    with pytest.raises(ConfigError, match="echo.mode"):
+        load_config(None, ["echo.mode=on"])  # not one of its choices
+
+
 def test_empty_file_and_empty_section(tmp_path: Path) -> None:
     assert load_config(write(tmp_path, "")) == Config()
     assert load_config(write(tmp_path, "lm:\n")) == Config()
