@@ -133,6 +133,9 @@ def _answers(script: Script, events: list[dict[str, Any]]) -> tuple[list[dict], 
     speaking = -1  # script turn of the latest speech_start
     answers: list[dict[str, Any]] = []
     barges: list[dict[str, Any]] = []
+    # Answers cut because the user went on right after an early end of turn: premature starts
+    # of one turn's answer, counted apart from the answers.
+    reopened = {ev["gen"] for ev in events if ev["event"] == "reopen_cancel"}
     for ev in events:
         kind = ev["event"]
         if kind == "speech_start":
@@ -147,6 +150,7 @@ def _answers(script: Script, events: list[dict[str, Any]]) -> tuple[list[dict], 
                     "text": ev.get("text", ""),
                     "heard": heard,
                     "heard_words": len(m.words(heard)),
+                    "reopened": ev["gen"] in reopened,
                 }
             )
         elif kind == "barge_in":
@@ -159,11 +163,18 @@ def _answers(script: Script, events: list[dict[str, Any]]) -> tuple[list[dict], 
     by_gen = {a["gen"]: a for a in answers}
     for b in barges:
         b["by_kind"] = script.turns[b["by_turn"]].kind if b["by_turn"] >= 0 else "none"
-        after = [a for a in answers if a["gen"] > b["gen"] and a["turn"] == b["by_turn"]]
+        after = [
+            a
+            for a in answers
+            if a["gen"] > b["gen"] and a["turn"] == b["by_turn"] and not a["reopened"]
+        ]
         b["answer_gen"] = after[0]["gen"] if after else None
         interrupted = by_gen.get(b["gen"], {"text": ""})
+        asked = script.turns[b["by_turn"]].text if b["by_turn"] >= 0 else ""
         b["continues"] = (
-            m.continuation(after[0]["text"], interrupted["text"], b["heard"]) if after else None
+            m.continuation(after[0]["text"], interrupted["text"], b["heard"], asked)
+            if after
+            else None
         )
         keywords = script.turns[b["by_turn"]].keywords if b["by_turn"] >= 0 else ()
         b["keyword_hit"] = m.keyword_hit(after[0]["text"], keywords) if after and keywords else None
@@ -180,7 +191,8 @@ def analyze(
 ) -> dict[str, Any]:
     """One conversation's turns, answers, interruptions and counts, from its trace events
     (each with ``playing``: the script turn whose audio was playing, -1 before the first)."""
-    answers, barges = _answers(script, events)
+    all_answers, barges = _answers(script, events)
+    answers = [a for a in all_answers if not a["reopened"]]
     turn_of = {e["turn"]: e["playing"] for e in events if e["event"] == "speech_start"}
     # The last final of each pipeline turn: a reopened turn's later final holds all of it.
     last_final: dict[int, tuple[int, str]] = {}
@@ -236,6 +248,7 @@ def analyze(
             "utterances_dropped": len(dropped),
             "empty_finals": empty,
             "answers": len(answers),
+            "reopened": len(all_answers) - len(answers),
             "completed": sum(a["status"] == "completed" for a in answers),
             "cancelled": sum(a["status"] == "cancelled" for a in answers),
             "barge_ins_scripted": kinds.count("barge_in"),
@@ -255,7 +268,7 @@ def analyze(
         },
         "turns": turns,
         "dropped_utterances": dropped,
-        "answers": answers,
+        "answers": all_answers,
         "interruptions": barges,
     }
 
@@ -303,7 +316,7 @@ def summarize(convs: list[dict[str, Any]]) -> dict[str, Any]:
     for c in convs:
         for k, v in c["counts"].items():
             counts[k] = counts.get(k, 0) + v
-    answers = [(c["name"], a) for c in convs for a in c["answers"]]
+    answers = [(c["name"], a) for c in convs for a in c["answers"] if not a["reopened"]]
     barges = [(c["name"], b) for c in convs for b in c["interruptions"]]
     turns = [t for c in convs for t in c["turns"]]
     heard = [a["heard_words"] for _, a in answers]

@@ -116,13 +116,17 @@ def loop(text: str) -> str | None:
     return None
 
 
-def continuation(new: str, interrupted: str, heard: str) -> str | None:
-    """How ``new`` continues the ``interrupted`` answer (of which the user heard ``heard``)."""
+def continuation(new: str, interrupted: str, heard: str, asked: str = "") -> str | None:
+    """How ``new`` continues the ``interrupted`` answer (of which the user heard ``heard``);
+    ``asked``: the interrupting question, whose words an answer may echo ("The biggest ocean
+    is the" cut, "Which ocean is the smallest?" asked, "The smallest ocean is the ..." is an
+    answer)."""
     wn = words(new)
     if not wn:
         return None
     tail = words(heard)[-CONTINUE_TAIL_WORDS:]
-    if len(tail) == CONTINUE_TAIL_WORDS and _contains(wn[:CONTINUE_HEAD_WORDS], tail):
+    echo = _contains(words(asked), tail)
+    if len(tail) == CONTINUE_TAIL_WORDS and not echo and _contains(wn[:CONTINUE_HEAD_WORDS], tail):
         return "starts with the last heard words"
     first = sentences(interrupted)[:1]
     if first and len(first[0]) >= LOOP_SENTENCE_WORDS and _contains(wn, first[0]):

@@ -51,6 +51,11 @@ def test_continuation():
     assert m.continuation("Well, the Roman Empire was a sprawling one.", rome, heard)
     assert m.continuation("Dragons are creatures of myth and legend.", rome, heard) is None
     assert m.continuation("The Roman Empire...", rome, "The Roman Empire")
+    # An answer may echo the interrupting question: "ocean is the" was asked, not continued.
+    cut, heard = "The biggest ocean is the Pacific Ocean.", "The biggest ocean is the"
+    smallest = "The smallest ocean is the Antarctic Ocean."
+    assert m.continuation(smallest, cut, heard)
+    assert m.continuation(smallest, cut, heard, "Which ocean is the smallest?") is None
 
 
 def test_keyword_hit():
@@ -145,6 +150,25 @@ def test_analyze_ties_answers_to_turns():
     events = [e for e in events if e["event"] != "asr_final" or e["turn"] != 3]
     conv = analyze(script, events, [1.0, 2.0, 0.5], forced=[])
     assert conv["dropped_utterances"] == [{"turn": 2, "utterance": 3}]
+
+
+def test_an_answer_cut_by_a_reopened_turn_is_not_an_answer():
+    script = Script("t", "piper", (q("Why is the sky blue? And why are sunsets red?", "blue"),))
+    events = [
+        _ev("speech_start", 1, 0),
+        _ev("asr_final", 1, 0, gen=1, text="Why is the sky blue?"),
+        _ev("reopen", 1, 0, gen=2),
+        _ev("reopen_cancel", 1, 0, gen=1, heard=""),
+        _ev("turn_done", 1, 0, gen=1, status="cancelled", text="The sky", heard=""),
+        _ev("speech_start", 1, 0, gen=2),
+        _ev("asr_final", 1, 0, gen=2, text="Why is the sky blue? And why are sunsets red?"),
+        _ev("turn_done", 1, 0, gen=3, status="completed", text="Blue light.", heard="Blue light."),
+    ]
+    conv = analyze(script, events, [3.0], forced=[])
+    c = conv["counts"]
+    assert (c["answers"], c["reopened"], c["completed"], c["cancelled"]) == (1, 1, 1, 0)
+    assert conv["turns"][0]["transcript"] == "Why is the sky blue? And why are sunsets red?"
+    assert conv["turns"][0]["answers"] == [3]
 
 
 @pytest.mark.slow
