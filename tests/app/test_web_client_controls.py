@@ -142,3 +142,34 @@ def test_typed_turn_interrupt_settings_and_reconnect(tmp_path: Path) -> None:
         comps.close()
     assert not errors, errors
     assert not bad, bad
+
+
+def test_an_idle_session_closed_by_the_server_stays_closed(tmp_path: Path) -> None:
+    """The server ends an idle session (close code 1000): the page says so and does not come
+    straight back (it reconnects only when the server went away)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (make test installs it)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    mic = write_wav(tmp_path / "mic.wav", silence(1000), 16000)
+    comps = FakeComponents([])
+    cfg = fake_cfg(tmp_path)
+    cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, idle_timeout_s=1.0))
+    run = Running(VoiceServer(cfg, comps))
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=chromium_args(mic))
+            page = browser.new_page()
+            page.goto(run.url)
+            page.evaluate("audioOn(); connect()")  # what Send does, without a message
+            page.wait_for_selector("#conn.on", timeout=10_000)
+            page.wait_for_function(
+                "document.querySelector('#log').textContent.includes('ended the session')",
+                timeout=10_000,
+            )
+            page.wait_for_timeout(2500)  # past the first retry a server that went away gets
+            conn, log = page.text_content("#conn"), page.text_content("#log")
+            browser.close()
+    finally:
+        run.close()
+        comps.close()
+    assert conn == "not connected" and "idle timeout" in (log or ""), (conn, log)
