@@ -184,6 +184,8 @@ def main() -> int:
             except SoundServerError as e:
                 print(json.dumps({"error": f"no sound server: {e}"}))
                 return 1
+            except AssertionError as e:  # main.py exited or stalled: the other modes still run
+                out["modes"].append({"echo_mode": mode, "error": str(e).strip().splitlines()})
     out["load_after"] = os.getloadavg()[0]
     print(json.dumps(out, indent=1))
     return 0
