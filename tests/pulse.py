@@ -119,10 +119,11 @@ class SoundServer:
                 "sink_dont_move=true", "remix=true",
             )
         )  # fmt: skip
-        for line in self.pactl("list", "short", "sink-inputs").splitlines():
-            fields = line.split("\t")
-            if len(fields) > 2 and fields[2] == str(self._echo):
-                self.pactl("set-sink-input-volume", fields[0], f"{gain_db:+.1f}dB")
+        inputs = self.pactl("list", "sink-inputs").split("Sink Input #")[1:]
+        ours = [i.split()[0] for i in inputs if f"Owner Module: {self._echo}\n" in i]
+        if not ours:
+            raise SoundServerError("module-loopback made no sink input")
+        self.pactl("set-sink-input-volume", ours[0], f"{gain_db:+.1f}dB")
 
     def play(self, wav: str | Path, device: str = MIC_SINK) -> subprocess.Popen:
         """paplay a WAV into `device` (the virtual microphone by default); returns at once."""
