@@ -129,7 +129,7 @@ class SoundServer:
         """paplay a WAV into `device` (the virtual microphone by default); returns at once."""
         return subprocess.Popen(
             ["paplay", f"--device={device}", "--latency-msec=20", str(wav)],
-            env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
 
     def record(self, device: str) -> Recorder:
@@ -259,8 +259,9 @@ class ChatProcess:
         self._env = {**server.env, "XDG_STATE_HOME": str(root / "state")}
         repo = Path(__file__).resolve().parent.parent
         cmd = [sys.executable, str(repo / "main.py"), "--set", f"trace.path={self.trace}", *args]
-        quoted = " ".join(_sh_quote(c) for c in cmd)
-        shell = f"trap : INT; {quoted}; echo $? > {_sh_quote(str(self.exit_file))}; sleep 3600"
+        quoted = " ".join(shlex.quote(c) for c in cmd)
+        # The shell ignores Ctrl+C (main.py gets it) and keeps the pane for reading after exit.
+        shell = f"trap : INT; {quoted}; echo $? > {shlex.quote(str(self.exit_file))}; sleep 3600"
         env_args = [
             f"{k}={self._env[k]}"
             for k in ("XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "PULSE_SERVER", "XDG_STATE_HOME")
@@ -315,10 +316,6 @@ class ChatProcess:
 
     def close(self) -> None:
         subprocess.run(["tmux", "-S", self._sock, "kill-server"], capture_output=True, check=False)
-
-
-def _sh_quote(s: str) -> str:
-    return shlex.quote(s)
 
 
 class LiveSession:
