@@ -104,7 +104,7 @@ class ConversationConfig:
         },
     )
     end_unlikely: float = field(
-        default=0.005,
+        default=0.002,
         metadata={
             "min": 0.0,
             "max": 1.0,

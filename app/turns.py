@@ -52,14 +52,16 @@ def approx_tokens(text: str) -> int:
 
 
 _SENTENCE_BREAK = re.compile(r"[.!?]\s+\S")
+STORY_WORDS = 20  # a turn this long with several sentences is someone telling something
 
 
 def end_decision(p_end: float | None, cfg: ConversationConfig, text: str = "") -> str:
     """ "complete", "unsure" or "incomplete" from the LM's P(end of turn) (None: not scored).
 
-    A turn of several sentences that ends in a statement is at most "unsure": someone telling a
-    story pauses ~300 ms between sentences, and each of them reads as a complete message (in
-    bench/conversation.py's monologues every sentence ended the turn and was reopened).
+    A long turn (20+ words, several sentences) that ends in a statement is at most "unsure":
+    someone telling a story pauses ~300 ms between sentences, and each of them reads as a
+    complete message (in bench/conversation.py's monologues every sentence ended the turn and
+    was reopened); "Never mind that. Tell me about dragons." is not a story.
     """
     if p_end is None:
         return "unsure"
@@ -67,8 +69,8 @@ def end_decision(p_end: float | None, cfg: ConversationConfig, text: str = "") -
         return "incomplete"
     if p_end < cfg.end_likely:
         return "unsure"
-    telling = _SENTENCE_BREAK.search(text.strip()) and not text.rstrip().endswith("?")
-    return "unsure" if telling else "complete"
+    story = len(text.split()) >= STORY_WORDS and _SENTENCE_BREAK.search(text.strip())
+    return "unsure" if story and not text.rstrip().endswith("?") else "complete"
 
 
 # ---- actions the pipeline carries out ----------------------------------------------------------

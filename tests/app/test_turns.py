@@ -258,8 +258,10 @@ def test_end_decision_thresholds():
     assert end_decision(0.7, cfg) == "complete" and end_decision(0.5, cfg) == "complete"
     assert end_decision(0.2, cfg) == "unsure" and end_decision(None, cfg) == "unsure"
     assert end_decision(0.01, cfg) == "incomplete"
-    assert end_decision(0.05, CFG) == "unsure"  # the defaults: 0.1 and 0.005
-    story = "We moved into a house with a garden. The kids want a dog."
+    assert end_decision(0.05, CFG) == "unsure"  # the defaults: 0.1 and 0.002
+    story = "We moved into a house with a big garden last year. The kids have been asking "
+    story += "for a dog for about two years now."
+    assert end_decision(0.9, CFG, "Never mind that. Tell me about dragons.") == "complete"
     assert end_decision(0.9, CFG, story) == "unsure"  # a story goes on between sentences
     assert end_decision(0.9, CFG, story + " Which breed is best?") == "complete"
     assert end_decision(0.9, CFG, "Tell me a joke.") == "complete"
