@@ -96,7 +96,7 @@ class ConversationConfig:
         },
     )
     end_likely: float = field(
-        default=0.1,
+        default=0.03,
         metadata={
             "min": 0.0,
             "max": 1.0,

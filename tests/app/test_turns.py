@@ -258,7 +258,7 @@ def test_end_decision_thresholds():
     assert end_decision(0.7, cfg) == "complete" and end_decision(0.5, cfg) == "complete"
     assert end_decision(0.2, cfg) == "unsure" and end_decision(None, cfg) == "unsure"
     assert end_decision(0.01, cfg) == "incomplete"
-    assert end_decision(0.05, CFG) == "unsure"  # the defaults: 0.1 and 0.002
+    assert end_decision(0.01, CFG) == "unsure"  # the defaults: 0.03 and 0.002
     story = "We moved into a house with a big garden last year. The kids have been asking "
     story += "for a dog for about two years now."
     assert end_decision(0.9, CFG, "Never mind that. Tell me about dragons.") == "complete"
@@ -336,7 +336,7 @@ def test_no_reopen_late_after_a_fixed_end_or_after_the_answer():
     tm.on_speech_start(0)
     tm.on_pause()
     tm.on_partial("What is the capital", complete=True)
-    tm.on_end_score("What is the capital", 0.05)  # unsure: the fixed wait ended it
+    tm.on_end_score("What is the capital", 0.01)  # unsure: the fixed wait ended it
     tm.on_speech_end(1000)
     tm.on_final("What is the capital")
     assert not any(isinstance(a, ReopenTurn) for a in tm.on_speech_start(1100))

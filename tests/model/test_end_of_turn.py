@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.pipeline_config import DEFAULT_SYSTEM_PROMPT
+from app.pipeline_config import DEFAULT_SYSTEM_PROMPT, ConversationConfig
 from bench.end_of_turn import roc_auc
 from bench.turn_end_set import labeled
 from model.engine import LM
@@ -63,5 +63,6 @@ def test_labeled_set_auc_and_decisions(lm: LM) -> None:
     scores = [s.end_of_turn(turn(t)) or 0.0 for t, _ in data]
     labels = [y for _, y in data]
     assert roc_auc(scores, labels) >= 0.95
-    premature = sum(p >= 0.1 and not y for p, y in zip(scores, labels, strict=True))
+    likely = ConversationConfig().end_likely
+    premature = sum(p >= likely and not y for p, y in zip(scores, labels, strict=True))
     assert premature <= 0.03 * labels.count(False)
