@@ -402,8 +402,8 @@ class SpeakerSink:
     """Speaker via a sounddevice callback stream that runs (silence when idle) until aclose.
 
     The device buffer (output_buffer_ms) is the margin against a late callback: the callback
-    needs the GIL, and on a busy machine it waited up to 77 ms while the models ran, which a
-    40 ms buffer turned into underruns (ALSA prints one line each, and the voice clicks). A
+    needs the GIL, and on a busy machine it was seen waiting 77-436 ms while the models ran,
+    which a 40 ms buffer turned into underruns (ALSA prints one line each, the voice clicks). A
     flush does not wait for that buffer to play out: it aborts the stream, which drops what the
     device holds at once, and starts it again (~2 ms; then on_restart() is called: the blocks
     handed before it are not all what played). played_samples counts what was handed to the
