@@ -47,7 +47,7 @@ from app.turns import (
 __all__ = ["Components", "VoiceSession"]
 log = logging.getLogger(__name__)
 EventFn = Callable[[dict[str, Any]], None]
-ONSET_PASS_MIN_MS = 200  # new audio a silence-onset pass needs (a pass costs ~100 ms of a core)
+ONSET_PASS_MIN_MS = 100  # new audio a pass in a silence needs (a pass costs ~100 ms of a core)
 
 
 class VoiceSession:
@@ -88,6 +88,7 @@ class VoiceSession:
         self._partial_busy = False
         self._partial_again = False
         self._pass_at_ms = 0.0  # audio ms when the latest partial pass was asked for
+        self._voiced_end_ms = 0.0  # audio ms at the end of the latest voiced frame
         self._final_pending = False
         self._onset_t: float | None = None
         self._pause_end: float | None = None  # audio ms where the current pause began
@@ -165,20 +166,23 @@ class VoiceSession:
         frame_ms = 1000.0 * len(frame) / self.cfg.audio.sample_rate_hz
         self._arrivals.append((self.audio_ms, t - frame_ms))  # audio start of this frame
         self.audio_ms += frame_ms
-        was_speaking, was_voiced = self.vad.in_speech, self.vad.last_voiced
+        was_speaking = self.vad.in_speech
         events = self.vad.process(frame)
+        if self.vad.last_voiced:
+            self._voiced_end_ms = self.audio_ms
         if was_speaking and self.vad.in_speech:
             self._feed(frame)
         for ev in events:
             self._on_vad(ev.kind, ev.audio_ms, ev.detected_ms)
         if self.vad.in_speech:
             self._do(self.tm.on_speech_progress(self.audio_ms))
-            # A pass at the first silent frame: if this is the end of the turn, it covers all
-            # the speech when the pause is detected 60 ms later, so the end-of-turn score and
-            # the speculation start ~60 ms sooner than on a pass started at the pause.
-            onset = was_voiced and not self.vad.last_voiced
+            # In silence with speech no pass has heard yet, a pass starts as soon as the worker
+            # is free: if this is the end of the turn, it covers all the speech when the pause
+            # is detected (90 ms), so the end-of-turn score and the speculation start up to
+            # ~60 ms sooner than on a pass started at the pause.
+            unheard = not self.vad.last_voiced and self._pass_at_ms < self._voiced_end_ms
             fresh = self.audio_ms - self._pass_at_ms >= ONSET_PASS_MIN_MS
-            if not self._partial_busy and (self.transcriber.partial_due() or onset and fresh):
+            if not self._partial_busy and (self.transcriber.partial_due() or unheard and fresh):
                 self._request_partial()
         self._reap()
 
