@@ -65,7 +65,7 @@ _STATIC_TYPES = {
 AUDIO_HEADER = struct.Struct("<I")  # generation id in front of every outgoing audio message
 LOG_EVERY_S = 10.0
 _LOOPBACK_NAMES = ("localhost", "localhost.", "ip6-localhost")
-# Client values quoted in error messages: a few levels and ~30 characters of each, so a deep or
+# Client values quoted in error messages: 3 levels and 40 characters of each, so a deep or
 # 1 MiB value is neither echoed back whole nor recursed through.
 _brief = reprlib.Repr()
 _brief.maxlevel, _brief.maxstring, _brief.maxother = 3, 40, 40
@@ -594,11 +594,12 @@ class VoiceServer:
         waited for a full collection, which a heap of 300 000 long-lived objects makes rare:
         RSS rose 106 MB over 300 connect/disconnect cycles, and with this collection stays
         within 1 MB. It scans only what is newer than the models (serve_forever freezes those).
-        malloc_trim then hands glibc's free pages back to the OS (40 MB lower RSS)."""
+        malloc_trim then hands glibc's free pages back to the OS (40 MB lower RSS; 1.5 ms,
+        at most 6, on the loop: no worker thread)."""
         await asyncio.sleep(0)  # the session's finished tasks let go of it first
         gc.collect()
         if _MALLOC_TRIM is not None:
-            await asyncio.to_thread(_MALLOC_TRIM, 0)
+            _MALLOC_TRIM(0)
 
     async def serve_forever(
         self,

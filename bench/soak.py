@@ -5,12 +5,12 @@ cases and the handshake refusals against one server process; prints JSON.
         [--env MALLOC_ARENA_MAX=2 ...] [--set section.key=value ...] [--out FILE]
 
 The server runs as its own process on 127.0.0.1 (a token, a fresh trace folder), so its RSS,
-threads and open files (psutil) are the server's alone. RSS is sampled after the warm-up cycles
-and every `--every` cycles after, and again after the turns and the fuzz cases; `--env` passes
+threads and open files (psutil) are the server's alone. RSS is sampled after the warm-up cycles,
+every `--every` cycles after, every 20 turns and after the fuzz cases; `--env` passes
 environment variables to the server (MALLOC_ARENA_MAX=2, MALLOC_TRIM_THRESHOLD_=..., to tell
 the allocator's behaviour from a leak). Turns are spoken questions (Piper), five per session;
-fuzz cases are tests/app/protocol_fuzz.py's, one session each. Server tracebacks and 1011 closes
-are counted from its log.
+fuzz cases are tests/app/protocol_fuzz.py's, one session each, counted by outcome (answered, or
+the close code) and error type. Tracebacks and failures are counted from the server's log.
 """
 
 from __future__ import annotations
@@ -122,11 +122,12 @@ async def refusals(url: str) -> dict[str, int]:
     return out
 
 
-async def turns(url: str, n: int, per_session: int = 5) -> dict[str, Any]:
+async def turns(url: str, n: int, server: Server, per_session: int = 5) -> dict[str, Any]:
     from tests.speech import speech_pcm
 
     done: Counter[str] = Counter()
     times = []
+    samples = []
     for start in range(0, n, per_session):
         async with connect(url, max_size=None) as ws:
             await ws.recv()
@@ -142,8 +143,11 @@ async def turns(url: str, n: int, per_session: int = 5) -> dict[str, Any]:
                                 done[event["response"]["status"]] += 1
                                 break
                 times.append(time.monotonic() - t0)
+        if (start + per_session) % 20 == 0:
+            samples.append({"turns": start + per_session, **server.sample()})
     times.sort()
-    return {"responses": dict(done), "median_turn_s": round(times[len(times) // 2], 2)}
+    median = round(times[len(times) // 2], 2)
+    return {"responses": dict(done), "median_turn_s": median, "samples": samples}
 
 
 def fuzz(url: str, n: int) -> dict[str, Any]:
@@ -211,7 +215,7 @@ def main() -> int:
             "trace_files": len(list(traces.glob("*.jsonl"))),
         }
         if args.turns:
-            result["turns"] = asyncio.run(turns(server.url, args.turns))
+            result["turns"] = asyncio.run(turns(server.url, args.turns, server))
             result["after_turns"] = server.sample()
             result["turns"]["trace_files"] = len(list(traces.glob("*.jsonl")))
         if args.fuzz:
