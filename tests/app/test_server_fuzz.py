@@ -35,7 +35,7 @@ from tests.app.test_server import Running
 from tests.app.test_server_playback import fake_cfg
 
 FUZZ = settings(
-    max_examples=60,
+    max_examples=200,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
