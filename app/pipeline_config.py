@@ -133,8 +133,8 @@ class ConversationConfig:
         metadata={
             "min": 0,
             "max": 10000,
-            "help": "speech this soon after a turn ended early (adaptive) continues that turn: "
-            "its answer is cancelled and the two parts get one answer",
+            "help": "speech this soon after the adaptive rule ended a turn continues that "
+            "turn: its answer is cancelled and the two parts get one answer",
         },
     )
     speculation_min_words: int = field(

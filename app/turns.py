@@ -16,9 +16,9 @@ Speculation (the user pauses ~200 ms mid-turn):
 End of turn (``end_of_turn: adaptive``): the pause's fresh transcript also gets ``ScoreEnd``: the
 LM's P(the turn is complete) (``end_decision``) sets how much silence ends this pause's turn:
 ``end_complete_ms`` when likely complete, ``end_incomplete_ms`` when likely not ("What is the
-capital of"), vad.speech_end_ms when unsure. Speech within ``reopen_ms`` of a turn that ended on
-"complete" continues that turn (``ReopenTurn``): its answer is cancelled, its user message
-taken back, and the whole turn (one transcript) gets one answer.
+capital of"), vad.speech_end_ms when unsure. Speech within ``reopen_ms`` of a turn that ended
+after such a decision continues that turn (``ReopenTurn``): its answer is cancelled, its user
+message taken back, and the whole turn (one transcript) gets one answer.
 Barge-in (the user talks while the agent is thinking or speaking), in two steps so playback stops
 within ~100 ms yet a cough or "mm-hmm" does not throw the answer away:
   speech for ``barge_in_min_speech_ms`` (+ echo guard while audio plays) -> ``HoldPlayback``
@@ -475,7 +475,10 @@ class TurnManager:
         return [*actions, StartSpeculation(self.spec.gen, text, prompt)]
 
     def on_speech_end(self, end_ms: float | None = None) -> list[Action]:
-        if self.decision == "complete" and end_ms is not None and self.barge is None:
+        # Any end the adaptive rule chose may be early: a 600 ms pause after "So my question
+        # is" outlasts the unsure wait (500 ms) as "What is the capital of?" outlasts 200 ms.
+        adaptive = self.cfg.end_of_turn == "adaptive" and self.decision is not None
+        if adaptive and end_ms is not None and self.barge is None:
             self.reopen_until = end_ms + self.cfg.reopen_ms
         self.user_speaking, self.paused = False, False
         if self.barge is not None and end_ms is not None:

@@ -322,7 +322,7 @@ def test_reopen_before_the_final_drops_the_speculation_only():
     assert tm.reopened and tm.history.messages == []
 
 
-def test_no_reopen_late_after_a_fixed_end_or_after_the_answer():
+def test_no_reopen_late_or_after_the_answer_or_with_the_fixed_rule():
     tm = TurnManager(CFG, heard=lambda gen: "Paris")
     gen = early_end(tm, "What is the capital?")
     tm.on_audio_started(gen)
@@ -332,14 +332,22 @@ def test_no_reopen_late_after_a_fixed_end_or_after_the_answer():
     gen = early_end(tm, "What is the capital?")
     tm.on_answer_done(gen, "Paris.")
     assert tm.on_speech_start(1100) == [] and not tm.reopened
+    fixed = TurnManager(replace(CFG, end_of_turn="fixed"))
+    fixed.on_speech_start(0)
+    fixed.on_speech_end(1000)
+    fixed.on_final("What is the capital?")
+    assert not any(isinstance(a, ReopenTurn) for a in fixed.on_speech_start(1100))
+
+
+def test_an_unsure_end_reopens_too():
     tm = TurnManager(CFG)
     tm.on_speech_start(0)
     tm.on_pause()
-    tm.on_partial("What is the capital", complete=True)
-    tm.on_end_score("What is the capital", 0.01)  # unsure: the fixed wait ended it
+    tm.on_partial("So my question is", complete=True)
+    tm.on_end_score("So my question is", 0.01)  # unsure: vad.speech_end_ms ends it
     tm.on_speech_end(1000)
-    tm.on_final("What is the capital")
-    assert not any(isinstance(a, ReopenTurn) for a in tm.on_speech_start(1100))
+    (answer,) = tm.on_final("So my question is")
+    assert tm.on_speech_start(1600) == [ReopenTurn(answer.gen)]
 
 
 def test_refers_back_follow_ups_and_not_new_subjects():
