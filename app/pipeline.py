@@ -321,9 +321,9 @@ class VoiceSession:
             StartAnswer: self._answer,
             HoldPlayback: lambda a: self._hold(a.gen),
             ResumePlayback: self._resume,
-            CancelAnswer: self._barge_in,
+            CancelAnswer: lambda a: self._cut(a.gen, "barge_in"),
             ScoreEnd: self._score_end,
-            ReopenTurn: self._reopen,
+            ReopenTurn: lambda a: self._cut(a.gen, "reopen_cancel"),
         }[type(a)]
         handler(a)
 
@@ -359,13 +359,6 @@ class VoiceSession:
 
         self._lm_jobs.add(fut)
         fut.add_done_callback(done)
-
-    def _reopen(self, a: ReopenTurn) -> None:
-        if (ans := self.answers.get(a.gen)) is not None:
-            self.trace("reopen_cancel", ans.turn, a.gen, heard=ans.heard_text())
-            if ans.base is not None and not ans.held:
-                self.emit({"type": "output_audio_buffer.cleared", "gen": a.gen})
-            ans.cancel()
 
     def _speculate(self, a: StartSpeculation) -> None:
         ans = Answer(self, a.gen, self.tm.turn, a.messages, speculative=True)
@@ -415,11 +408,13 @@ class VoiceSession:
             self.trace("barge_in_resume", ans.turn, a.gen, reason=a.reason)
             ans.resume()
 
-    def _barge_in(self, a: CancelAnswer) -> None:
-        if (ans := self.answers.get(a.gen)) is not None:
-            self.trace("barge_in", ans.turn, a.gen, heard=ans.heard_text())
+    def _cut(self, gen: int, event: str) -> None:
+        """Cancel answer ``gen`` (LM, TTS, unplayed audio), traced as ``event`` with what the
+        user heard of it: a barge-in, or a reopened turn's early answer."""
+        if (ans := self.answers.get(gen)) is not None:
+            self.trace(event, ans.turn, gen, heard=ans.heard_text())
             if ans.base is not None and not ans.held:
-                self.emit({"type": "output_audio_buffer.cleared", "gen": a.gen})
+                self.emit({"type": "output_audio_buffer.cleared", "gen": gen})
             ans.cancel()
 
     def _start_response(self, ans: Answer) -> None:
