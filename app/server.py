@@ -51,6 +51,7 @@ from websockets.http11 import Request, Response
 from websockets.protocol import State
 
 from app.config import Config, ConfigError, ServerConfig
+from app.metrics import ServerMetrics
 from app.trace import default_trace_dir
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,17 @@ def _text_response(
     return Response(status.value, status.phrase, headers, body)
 
 
+def _body_response(content_type: str, body: bytes) -> Response:
+    headers = Headers(
+        [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-cache"),
+        ]
+    )
+    return Response(http.HTTPStatus.OK.value, "OK", headers, body)
+
+
 def _static_response(path: str) -> Response:
     """The file under static/ that `path` names, else 404. The client's path is only compared
     with the folder's file names, never opened, so no path reaches the filesystem."""
@@ -95,15 +107,7 @@ def _static_response(path: str) -> Response:
     if name not in files or not files[name].is_file():
         return _text_response(http.HTTPStatus.NOT_FOUND, "not found\n")
     file = files[name]
-    body = file.read_bytes()
-    headers = Headers(
-        [
-            ("Content-Type", _STATIC_TYPES[file.suffix]),
-            ("Content-Length", str(len(body))),
-            ("Cache-Control", "no-cache"),
-        ]
-    )
-    return Response(http.HTTPStatus.OK.value, "OK", headers, body)
+    return _body_response(_STATIC_TYPES[file.suffix], file.read_bytes())
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -266,6 +270,7 @@ class Connection:
         """Queue a JSON event for the client (callable from the event loop only)."""
         if self.closing is not None:
             return  # the connection is ending: nothing more will reach the client
+        self.server.metrics.on_event(event)
         try:
             self.out.put_nowait(json.dumps(event, default=str))
         except asyncio.QueueFull:
@@ -351,6 +356,7 @@ class Connection:
         dropped = self.source.push(pcm)
         if dropped:
             ms = dropped * self.source.frame_ms
+            self.server.metrics.dropped_audio.inc(ms / 1000.0)
             self.emit(
                 _error(
                     "input_audio_buffer_overflow",
@@ -416,6 +422,7 @@ class Connection:
         cfg = self.server.cfg
         components = self.server.components
         tracer = Tracer(self.server.trace_path(self.id), session=self.id)
+        tracer.listeners.append(self.server.metrics.on_trace)
         self.source = PushSource(
             frame_ms=cfg.audio.frame_ms,
             max_buffer_ms=self.buffer_ms,
@@ -497,6 +504,7 @@ class VoiceServer:
         self.log_refused = Throttled(logging.INFO)
         self.log_slow = Throttled()
         self.log_bug = Throttled(logging.ERROR, exc_info=True)
+        self.metrics = ServerMetrics()
 
     def trace_folder(self) -> Path:
         base = self.cfg.trace.path
@@ -542,7 +550,7 @@ class VoiceServer:
                 http.HTTPStatus.METHOD_NOT_ALLOWED, "method not allowed\n", (("Allow", allow),)
             )
         if path != "/ws":
-            response = _static_response(path)
+            response = self._operator_response(path) or _static_response(path)
             if request.method == "HEAD":  # the headers GET would send, Content-Length included
                 response = dataclasses.replace(response, body=b"")
             return response
@@ -551,6 +559,17 @@ class VoiceServer:
             return None
         self.log_refused("refused /ws from %s: %s", _peer(connection), why)
         return _text_response(http.HTTPStatus.FORBIDDEN, f"forbidden: {why}\n")
+
+    def _operator_response(self, path: str) -> Response | None:
+        """GET /healthz: the models are loaded (the server listens only then) and how many
+        sessions run; GET /metrics: Prometheus's text format (app/metrics.py). Neither needs
+        the token: they carry counts, not conversations."""
+        if path == "/healthz":
+            body = json.dumps({"status": "ok", "sessions": len(self.active)}) + "\n"
+            return _body_response("application/json", body.encode())
+        if path == "/metrics":
+            return _body_response(self.metrics.content_type, self.metrics.render())
+        return None
 
     async def _refuse(self, ws: ServerConnection, message: str) -> None:
         """A session is not started: `server_busy`, then close code 1013 (try again later)."""
@@ -578,11 +597,13 @@ class VoiceServer:
             return
         conn = Connection(ws, self)
         self.active.add(conn)
+        self.metrics.sessions.set(len(self.active))
         log.info("session %s: connected (%d active)", conn.id, len(self.active))
         try:
             await conn.run()
         finally:
             self.active.discard(conn)
+            self.metrics.sessions.set(len(self.active))
             log.info("session %s: closed", conn.id)
             del conn
             await self._give_back_memory()

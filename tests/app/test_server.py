@@ -90,6 +90,9 @@ def test_serves_the_page_and_nothing_else(running: Running) -> None:
     assert get(running.url + "missing.html")[0] == 404
     assert get(running.url + "..%2Fconfig.py")[0] == 404
     assert get(running.url + "../server.py")[0] == 404
+    status, ctype, body = get(running.url + "healthz")
+    assert status == 200 and ctype == "application/json"
+    assert json.loads(body) == {"status": "ok", "sessions": 0}
 
 
 async def events_until(ws: Any, done: str, timeout_s: float) -> AsyncIterator[Any]:
@@ -141,6 +144,16 @@ def test_spoken_turn_with_bad_messages_in_between(running: Running) -> None:
     gens = {AUDIO_HEADER.unpack(m[: AUDIO_HEADER.size])[0] for m in audio}
     assert len(gens) == 1  # one answer, one generation id on all its audio
     assert samples.size > 0.5 * 22050 and np.abs(samples).max() > 1000  # real speech came back
+    status, ctype, body = get(running.url + "metrics")
+    assert status == 200 and ctype.startswith("text/plain")
+    metrics = body.decode()
+    for line in (
+        'dllm_voice_answers_total{status="completed"} 1.0',
+        'dllm_voice_errors_total{type="invalid_request_error"} 3.0',
+        "dllm_voice_voice_to_voice_seconds_count 1.0",
+        "dllm_voice_barge_ins_total 0.0",
+    ):
+        assert line in metrics, line
 
 
 def test_session_limit_and_disconnect_mid_answer(components: Any, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from app.config import ServerConfig
+from app.metrics import ServerMetrics
 from app.server import Connection, Throttled, VoiceServer, access_token, is_loopback
 from app.trace import default_trace_dir
 from tests.app.fakes import FakeComponents, silence
@@ -221,7 +222,9 @@ def test_client_that_reads_nothing_is_closed_not_dropped(
             closed.append((code, reason))
 
     def connection() -> Connection:
-        server = SimpleNamespace(cfg=fake_cfg(tmp_path), log_slow=Throttled())
+        server = SimpleNamespace(
+            cfg=fake_cfg(tmp_path), log_slow=Throttled(), metrics=ServerMetrics()
+        )
         return Connection(Socket(), server)  # type: ignore[arg-type]  # no writer: none read
 
     async def fill() -> None:

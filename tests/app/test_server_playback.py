@@ -20,6 +20,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from app.config import Config
+from app.metrics import ServerMetrics
 from app.server import AUDIO_HEADER, Connection, VoiceServer
 from audio.sources import PushSource
 from tests.app.fakes import FakeComponents, buzz, silence
@@ -297,11 +298,14 @@ def test_client_that_stops_sending_mid_turn_still_gets_its_answer(
 
 
 def test_input_overflow_is_an_error_event_not_only_a_log(tmp_path: Path) -> None:
-    server = SimpleNamespace(cfg=fake_cfg(tmp_path))
+    server = SimpleNamespace(cfg=fake_cfg(tmp_path), metrics=ServerMetrics())
     conn = Connection(None, server)  # type: ignore[arg-type]  # no socket: messages only
     conn.source = PushSource(max_buffer_ms=300)  # a consumer that never reads
     conn.handle_message(np.zeros(16000, np.int16).tobytes())
     (event,) = [json.loads(conn.out.get_nowait())]
     assert event["type"] == "error"
+    metrics = server.metrics.render().decode()
+    assert 'dllm_voice_errors_total{type="input_audio_buffer_overflow"} 1.0' in metrics
+    assert "dllm_voice_dropped_audio_seconds_total 0.69" in metrics  # the 690 ms it said
     assert event["error"]["type"] == "input_audio_buffer_overflow"
     assert "dropped the oldest 690 ms" in event["error"]["message"]
