@@ -138,14 +138,30 @@ class ChatSession:
         self._active = None
         ids = self.fit_budget(messages, self.lm.cfg.max_new_tokens)
         self.reuse_prefix(ids)
-        end = len(ids) - 1  # the last token is fed by generate(), which needs its logits
-        with torch.inference_mode():
-            while self.cache.length < end and not (cancel is not None and cancel.is_set()):
-                n = self.cache.length
-                chunk = ids[n : min(end, n + decode.PREFILL_CHUNK)]
-                self.lm.model(torch.tensor([chunk], device=self.lm.device), cache=self.cache,
-                              logits="none")  # fmt: skip
+        # The last token is fed by generate(), which needs its logits.
+        self._feed(ids, len(ids) - 1, cancel, logits=False)
         return self.cache.length
+
+    def _feed(
+        self, ids: list[int], end: int, cancel: threading.Event | None, *, logits: bool
+    ) -> torch.Tensor | None:
+        """Feed ids[cache.length:end] in chunks, `cancel` checked between them. With `logits`,
+        the last fed row's logits (vocab,); None when cancelled or nothing was fed."""
+        last = None
+        with torch.inference_mode():
+            while self.cache.length < end:
+                if cancel is not None and cancel.is_set():
+                    return None
+                n = self.cache.length
+                stop = min(end, n + decode.PREFILL_CHUNK)
+                want = logits and stop == end
+                out = self.lm.model(
+                    torch.tensor([ids[n:stop]], device=self.lm.device),
+                    cache=self.cache,
+                    logits="last" if want else "none",
+                )
+                last = out.logits[0, -1] if want else None
+        return last
 
     def end_of_turn(
         self, messages: Sequence[dict[str, str]], *, cancel: threading.Event | None = None
@@ -167,23 +183,12 @@ class ChatSession:
         end = next((i for i in range(len(ids) - 1, 0, -1) if ids[i] in stops), 0)
         if end == 0 or not words:
             return None
-        prefix = ids[:end]
-        self.reuse_prefix(prefix)
-        logits = None
-        with torch.inference_mode():
-            while self.cache.length < end:
-                if cancel is not None and cancel.is_set():
-                    return None
-                n = self.cache.length
-                chunk = prefix[n : min(end, n + decode.PREFILL_CHUNK)]
-                out = self.lm.model(
-                    torch.tensor([chunk], device=self.lm.device), cache=self.cache, logits="last"
-                )
-                logits = out.logits
-            assert logits is not None  # reuse_prefix leaves at least one token to feed
-            probs = torch.softmax(logits[0, -1].float(), dim=-1)
-            enders = [ids[end], *self.lm.tokenizer.sentence_end_ids]
-            return float(probs[enders].sum())
+        self.reuse_prefix(ids[:end])  # leaves at least one token to feed
+        logits = self._feed(ids, end, cancel, logits=True)
+        if logits is None:
+            return None
+        probs = torch.softmax(logits.float(), dim=-1)
+        return float(probs[[ids[end], *self.lm.tokenizer.sentence_end_ids]].sum())
 
     def generate(
         self,
