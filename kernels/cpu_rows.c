@@ -641,31 +641,44 @@ static inline __attribute__((always_inline)) void attend_one(
         _mm256_storeu_ps(o + 8 * i, _mm256_mul_ps(acc[i], inv));
 }
 
-/* Attention of t query rows over n keys, for decode (batch 1, head_dim d a multiple of 8):
+/* The sequences a batch of rows belongs to: sequence b owns rows row0[b]..row0[b + 1] - 1
+ * (seq_of[r] = b) and sees past[b] positions of its own cache k[b], v[b] (head stride kv_head,
+ * position stride d) followed by its rows' keys, as mask[b] (its rows x (past[b] + its rows),
+ * row-major, nonzero = visible) says or, where there is none, every key (causal = 0) or key
+ * j <= past[b] + i for its row i (causal = 1). Sessions of different lengths share a forward so:
+ * each row still sees its own sequence's keys only. */
+typedef struct {
+    const int *row0, *seq_of, *past;
+    float *const *k, *const *v;
+    const uint8_t *const *mask; /* NULL: no sequence has one */
+    int causal;
+} Seqs;
+
+/* Attention of t query rows of the sequences `seqs`, at `layer` floats into each cache:
  * out[r][h] = sum_j softmax_j(scale q[r][h] . k[g][j]) v[g][j], g = h / (heads / kv_heads), over
- * the keys row r sees: mask[r][j] != 0 (t x n, row-major) or, without a mask, every key
- * (causal = 0) or j <= n - t + r (causal = 1). q: row stride q_row, head stride d; k, v: head
- * stride kv_head, position stride d; out: (t, heads, d). attend_ws: the rows are seq_rows rows
- * of each of t / seq_rows sequences in turn, sequence b's keys and values kv_seq floats after
- * b - 1's (n, t and r above count one sequence's).
+ * the keys row r sees. q: row stride q_row, head stride d; out: (t, heads, d); head_dim d a
+ * multiple of 8.
  *
  * A row's result depends on nothing but its query and the keys it sees, taken in order: the same
- * row gives the same bits alone or among draft rows, with any tree mask that shows it the same
- * keys - which makes a verify row exactly the row `ar` computes. attend_ws shares the (row,
- * head) items among the enclosing region's threads; seen, s: this thread's room for n + 8. */
-static void attend_ws(const float *q, const float *k, const float *v, float *out,
-                      const uint8_t *mask, int t, int n, int heads, int kv_heads, int d, long q_row,
-                      long kv_head, float scale, int causal, int seq_rows, long kv_seq, int *seen,
+ * row gives the same bits alone, among draft rows or among other sessions' rows, with any tree
+ * mask that shows it the same keys - which makes a verify row exactly the row `ar` computes.
+ * attend_ws shares the (row, head) items among the enclosing region's threads; seen, s: this
+ * thread's room for the longest sequence's keys + 8. */
+static void attend_ws(const float *q, Seqs seqs, long layer, float *out, int t, int heads,
+                      int kv_heads, int d, long q_row, long kv_head, float scale, int *seen,
                       float *s) {
     const int group = heads / kv_heads;
 #pragma omp for schedule(static)
     for (int item = 0; item < t * heads; item++) {
-        const int r = item / heads, h = item % heads, i = r % seq_rows;
-        const long kv = (long)(r / seq_rows) * kv_seq + (long)(h / group) * kv_head;
-        const float *kh = k + kv, *vh = v + kv;
+        const int r = item / heads, h = item % heads, b = seqs.seq_of[r];
+        const int i = r - seqs.row0[b], past = seqs.past[b];
+        const int n = past + seqs.row0[b + 1] - seqs.row0[b];
+        const long kv = layer + (long)(h / group) * kv_head;
+        const float *kh = seqs.k[b] + kv, *vh = seqs.v[b] + kv;
+        const uint8_t *mask = seqs.mask ? seqs.mask[b] : NULL;
         int m = 0;
         for (int j = 0; j < n; j++)
-            if (mask ? mask[(long)r * n + j] : !causal || j <= n - seq_rows + i)
+            if (mask ? mask[(long)i * n + j] : !seqs.causal || j <= past + i)
                 seen[m++] = j;
         float *o = out + ((long)r * heads + h) * d;
         if (d == 64) /* SmolLM2's: the loops over d unrolled, the output in registers */
@@ -675,18 +688,23 @@ static void attend_ws(const float *q, const float *k, const float *v, float *out
     }
 }
 
-void attend_rows(const float *q, const float *k, const float *v, float *out, const uint8_t *mask,
-                 int t, int n, int heads, int kv_heads, int d, long q_row, long kv_head,
-                 float scale, int causal, int threads) {
+/* Decode attention of t rows of one sequence over n keys (keys n - t.. are the rows' own):
+ * mask (t x n) or causal as Seqs says. */
+void attend_rows(const float *q, float *k, float *v, float *out, const uint8_t *mask, int t,
+                 int n, int heads, int kv_heads, int d, long q_row, long kv_head, float scale,
+                 int causal, int threads) {
+    int *seq_of = calloc((size_t)t, sizeof(int));
+    const int row0[2] = {0, t}, past = n - t;
+    const Seqs seqs = {row0, seq_of, &past, &k, &v, mask ? &mask : NULL, causal};
 #pragma omp parallel num_threads(threads)
     {
         int *seen = malloc(sizeof(int) * (size_t)n);
         float *s = malloc(sizeof(float) * ((size_t)n + 8));
-        attend_ws(q, k, v, out, mask, t, n, heads, kv_heads, d, q_row, kv_head, scale, causal, t,
-                  0, seen, s);
+        attend_ws(q, seqs, 0, out, t, heads, kv_heads, d, q_row, kv_head, scale, seen, s);
         free(seen);
         free(s);
     }
+    free(seq_of);
 }
 
 /* y = x @ w.T through the kernel w's format asks for: fmt 0 fp32 panels, 1 Q4_1, 2 Q8_0, 3 Q4_1
@@ -723,19 +741,19 @@ static inline __m256 silu_mul(__m256 x, __m256 u) {
  * sleeping worker to wake: OMP_WAIT_POLICY=PASSIVE).
  * Layer l: panels w[4 l + 0..3] = qkv, o, gate_up, down in formats fmt[4 l + 0..3]
  * (matmul_fmt_ws), output widths n[0..3] rounded up to 16 (alike in every layer); norm gains
- * norms[2 l], norms[2 l + 1]; cache kc, vc + l kv_layer (head stride kv_head, position stride
- * d): the rows' keys and values are written at positions s..s + t - 1, then each row attends to
- * positions 0..s + t - 1 as mask (t x (s + t)) or causal says (attend_ws); cos, sin: (t, d)
- * rope rows, sin with the rotate-half sign in its first half. Batches: t = B seq_rows rows,
- * seq_rows of each sequence in turn, sequence b's cache kv_seq floats after b - 1's; then "t"
- * above means seq_rows for positions and the mask is (t x (s + seq_rows)). scratch: room for
- * t (max(dim, ffn) + n[0] + heads d + max(n[1], n[3]) + n[2]) floats.
- * Every step computes each row on its own, like the kernels it calls. */
+ * norms[2 l], norms[2 l + 1]. The rows belong to `seqs` sequences (Seqs: row0, past, k, v,
+ * mask, causal; seq_of is built here): layer l of sequence b's cache starts l kv_layer floats
+ * into k[b], v[b]; a row's key and value are written at position past[b] + its index in its
+ * sequence, then it attends as Seqs says. cos, sin: (t, d) rope rows, sin with the rotate-half
+ * sign in its first half. scratch: room for t (max(dim, ffn) + n[0] + heads d + max(n[1], n[3])
+ * + n[2]) floats. Every step computes each row on its own, like the kernels it calls, so a row's
+ * bits do not depend on which other rows, of its sequence or another, share the call. */
 void layers_rows(int layers, float *x, int t, int dim, const void *const *w, const int *fmt,
                  const int *n, const float *const *norms, float eps, const float *cos,
-                 const float *sin, float *kc, float *vc, long kv_layer, long kv_head, int s,
-                 const uint8_t *mask, int causal, int heads, int kv_heads, int d, int ffn,
-                 float scale, float *scratch, int threads, int seq_rows, long kv_seq) {
+                 const float *sin, int nseq, const int *row0, const int *past, float *const *kc,
+                 float *const *vc, const uint8_t *const *mask, int causal, long kv_layer,
+                 long kv_head, int heads, int kv_heads, int d, int ffn, float scale,
+                 float *scratch, int threads) {
     const int hd = heads * d, half = d / 2;
     float *xn = scratch;
     float *qkv = xn + (size_t)t * (dim > ffn ? dim : ffn);
@@ -744,7 +762,15 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
     float *gu = out + (size_t)t * (n[1] > n[3] ? n[1] : n[3]);
     const int widest = dim > ffn ? (dim > hd ? dim : hd) : (ffn > hd ? ffn : hd);
     const XRows xr = xrows_alloc(t, widest);
-    const int keys = s + seq_rows;
+    int *seq_of = malloc(sizeof(int) * (size_t)t);
+    int keys = 0;
+    for (int b = 0; b < nseq; b++) {
+        for (int r = row0[b]; r < row0[b + 1]; r++)
+            seq_of[r] = b;
+        const int nb = past[b] + row0[b + 1] - row0[b];
+        keys = nb > keys ? nb : keys;
+    }
+    const Seqs seqs = {row0, seq_of, past, kc, vc, mask, causal};
 #pragma omp parallel num_threads(threads)
     {
         int *seen = malloc(sizeof(int) * (size_t)keys);
@@ -754,7 +780,6 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
         for (int l = 0; l < layers; l++) {
             const void *const *wl = w + 4 * l;
             const int *fl = fmt + 4 * l;
-            float *kl = kc + l * kv_layer, *vl = vc + l * kv_layer;
             matmul_fmt_ws(xn, wl[0], fl[0], qkv, t, n[0], dim, xr);
 #pragma omp single
             for (int r = 0; r < t; r++) {
@@ -768,17 +793,18 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
                     for (int i = 0; i < d; i++)
                         v[i] = tmp[i];
                 }
+                const int b = seq_of[r];
+                float *kl = kc[b] + l * kv_layer, *vl = vc[b] + l * kv_layer;
                 for (int g = 0; g < kv_heads; g++) {
-                    const size_t at = (size_t)(r / seq_rows) * kv_seq + (size_t)g * kv_head +
-                                      (size_t)(s + r % seq_rows) * d;
+                    const size_t at = (size_t)g * kv_head + (size_t)(past[b] + r - row0[b]) * d;
                     for (int i = 0; i < d; i++) {
                         kl[at + i] = row[(size_t)(heads + g) * d + i];
                         vl[at + i] = row[(size_t)(heads + kv_heads + g) * d + i];
                     }
                 }
             }
-            attend_ws(qkv, kl, vl, att, mask, t, keys, heads, kv_heads, d, n[0], kv_head, scale,
-                      causal, seq_rows, kv_seq, seen, sc);
+            attend_ws(qkv, seqs, l * kv_layer, att, t, heads, kv_heads, d, n[0], kv_head, scale,
+                      seen, sc);
             matmul_fmt_ws(att, wl[1], fl[1], out, t, n[1], hd, xr);
 #pragma omp single
             {
@@ -812,5 +838,6 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
         free(seen);
         free(sc);
     }
+    free(seq_of);
     free(xr.d);
 }

@@ -40,12 +40,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import itertools
 import logging
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -163,9 +165,9 @@ def _library() -> ctypes.CDLL | None:
             ]  # fmt: skip
             lib.attend_rows.restype = None
             ptr, num, f32, long = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_long
-            lib.layers_rows.argtypes = [num, ptr, num, num, *[ptr] * 4, f32, *[ptr] * 4, long,
-                                        long, num, ptr, *[num] * 5, f32, ptr, num, num,
-                                        long]  # fmt: skip
+            lib.layers_rows.argtypes = [num, ptr, num, num, *[ptr] * 4, f32, ptr, ptr, num,
+                                        *[ptr] * 5, num, long, long, *[num] * 4, f32, ptr,
+                                        num]  # fmt: skip
             lib.layers_rows.restype = None
             if _self_test(lib):
                 return lib
@@ -383,40 +385,62 @@ def layers_scratch(stack: LayerStack, t: int, dim: int, heads: int, d: int, ffn:
     return t * (max(dim, ffn) + n[0] + heads * d + max(n[1], n[3]) + n[2])
 
 
+class SeqKV(NamedTuple):
+    """One sequence's part of a `layers` call: its rows follow the previous sequence's in x."""
+
+    k: torch.Tensor  # (L, Hkv, capacity, D): its cache keys for the stack's layers (a view)
+    v: torch.Tensor  # its values, the same layout
+    past: int  # cached positions its rows see before their own
+    rows: int
+    mask: torch.Tensor | None  # bool (rows, past + rows), True = visible; None: `causal` says
+
+
 def layers(
     x: torch.Tensor,
     stack: LayerStack,
     eps: float,
     rope: tuple[torch.Tensor, torch.Tensor],
-    kv: tuple[torch.Tensor, torch.Tensor],
-    start: int,
-    mask: torch.Tensor | None,
+    seqs: Sequence[SeqKV],
     causal: bool,
     heads: int,
     ffn: int,
     scratch: torch.Tensor,
 ) -> None:
-    """Pre-norm Llama decoder layers over the rows x (B, T, dim) of B sequences, in place, in one
-    call (cpu_rows.c `layers_rows`): rope rows cos and sin (B, T, D); the layers' cache keys and
-    values (L, B, Hkv, capacity, D; last two dims contiguous) - each sequence's rows are written
-    at start..start+T-1, which must fit - and visibility (mask (B, T, start + T)) as `attention`
-    takes it over start + T keys of the row's own sequence; scratch: fp32, at least
-    `layers_scratch` floats for B T rows. Each row is computed on its own (on one thread where
-    SOLO_ROWS says). Needs available()."""
-    bsz, t, dim = x.shape
-    n_layers, _, hkv, _, d = kv[0].shape
-    assert 4 * n_layers == len(stack.panels) and kv[0].stride() == kv[1].stride()
+    """Pre-norm Llama decoder layers over the rows x (T, dim) of several sequences, in place, in
+    one call (cpu_rows.c `layers_rows`): rope rows cos and sin (T, D); each sequence's rows are
+    written to its own cache at past..past + rows - 1, which must fit, and see its first past
+    positions and its own rows as its mask says, or, without one, every key (causal False) or
+    the keys up to their own (causal True). Every cache alike in layout (last two dims
+    contiguous, one stride per layer and per head: the caches of one model are). scratch: fp32,
+    at least `layers_scratch` floats for T rows. Each row is computed on its own (on one thread
+    where SOLO_ROWS says), so sessions of different lengths can share a forward. Needs
+    available()."""
+    t, dim = x.shape
+    n_layers, hkv, _, d = seqs[0].k.shape
+    strides = seqs[0].k.stride()
+    assert 4 * n_layers == len(stack.panels) and sum(s.rows for s in seqs) == t
+    assert all(s.k.stride() == strides == s.v.stride() for s in seqs) and strides[-1] == 1
     assert x.is_contiguous() and rope[0].is_contiguous() and rope[1].is_contiguous()
-    assert mask is None or mask.is_contiguous()
-    assert scratch.numel() >= layers_scratch(stack, bsz * t, dim, heads, d, ffn)
+    assert all(s.mask is None or s.mask.is_contiguous() for s in seqs)
+    assert scratch.numel() >= layers_scratch(stack, t, dim, heads, d, ffn)
+    assert all(s.past + s.rows <= s.k.shape[2] for s in seqs)
+    n = len(seqs)
+    row0 = (ctypes.c_int * (n + 1))(0, *itertools.accumulate(s.rows for s in seqs))
+    past = (ctypes.c_int * n)(*(s.past for s in seqs))
+    kc = (ctypes.c_void_p * n)(*(s.k.data_ptr() for s in seqs))
+    vc = (ctypes.c_void_p * n)(*(s.v.data_ptr() for s in seqs))
+    masks = None
+    if any(s.mask is not None for s in seqs):
+        masks = (ctypes.c_void_p * n)(
+            *(None if s.mask is None else s.mask.data_ptr() for s in seqs)
+        )
     passive = os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
-    solo = stack.integer and bsz * t <= SOLO_ROWS and passive
+    solo = stack.integer and t <= SOLO_ROWS and passive
     _library().layers_rows(
-        n_layers, x.data_ptr(), bsz * t, dim, stack.ptrs, stack.fmts, stack.widths,
-        stack.norm_ptrs, eps, rope[0].data_ptr(), rope[1].data_ptr(), kv[0].data_ptr(),
-        kv[1].data_ptr(), kv[0].stride(0), kv[0].stride(2), start,
-        None if mask is None else mask.data_ptr(), int(causal), heads, hkv, d, ffn, d**-0.5,
-        scratch.data_ptr(), 1 if solo else torch.get_num_threads(), t, kv[0].stride(1),
+        n_layers, x.data_ptr(), t, dim, stack.ptrs, stack.fmts, stack.widths, stack.norm_ptrs,
+        eps, rope[0].data_ptr(), rope[1].data_ptr(), n, row0, past, kc, vc, masks, int(causal),
+        strides[0], strides[1], heads, hkv, d, ffn, d**-0.5, scratch.data_ptr(),
+        1 if solo else torch.get_num_threads(),
     )  # fmt: skip
 
 

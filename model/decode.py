@@ -8,7 +8,8 @@ the list of token ids that pass committed (possibly empty, e.g. a prefill chunk)
   (rejected draft rows already rolled back), so the session can reuse it next turn;
 - it may be abandoned at any yield (EOS, stop string, max tokens, cancel): the engine owns
   those decisions and never resumes it after.
-Decoders run inside torch.inference_mode (entered by the engine around every step).
+Decoders run inside torch.inference_mode (entered by the engine around every step) and run the
+model through `req.forward`, which may batch their forward with other sessions' (model/batch.py).
 `ar` lives here; model/hybrid.py registers `hybrid` and `parallel` with @register when it is
 imported (model/engine.py imports it), so this module imports no decoder.
 """
@@ -24,7 +25,7 @@ from kernels import cpu_rows
 from model.config import LMConfig
 from model.errors import UnknownDecoderError
 from model.kv_cache import KVCache
-from model.transformer import Transformer
+from model.transformer import ForwardOut, Transformer
 
 # Prompt rows per prefill forward: bounds the time between cancel checks on long prompts
 # (a 2000-token history is 8 forwards, each checked), while the chunks stay large enough for
@@ -88,6 +89,13 @@ class DecodeRequest:
     stop_ids: frozenset[int]
     cfg: LMConfig
     drafts: list[int] | None = None  # an earlier answer's ids as first drafts (refinement)
+    # The model's forward as this request runs it: model/batch.py's StepBatcher where sessions
+    # share one model (their steps run as one forward); the model itself by default.
+    forward: Callable[..., ForwardOut] | None = None
+
+    def __post_init__(self) -> None:
+        if self.forward is None:
+            self.forward = self.model
 
 
 Decoder = Callable[[DecodeRequest], Iterator[list[int]]]
@@ -132,7 +140,7 @@ def prefill(req: DecodeRequest) -> Iterator[torch.Tensor | None]:
     for i in range(0, len(rest), PREFILL_CHUNK):
         chunk = torch.tensor([rest[i : i + PREFILL_CHUNK]], device=dev)  # (1, T)
         last = i + PREFILL_CHUNK >= len(rest)
-        out = model(chunk, cache=cache, logits="last" if last else "none")
+        out = req.forward(chunk, cache=cache, logits="last" if last else "none")
         if last:
             yield out.logits[0, -1]
         else:
@@ -152,4 +160,4 @@ def decode_ar(req: DecodeRequest) -> Iterator[list[int]]:
         t = req.sampler(logits)
         yield [t]
         token.fill_(t)
-        logits = req.model(token, cache=req.cache).logits[0, -1]
+        logits = req.forward(token, cache=req.cache).logits[0, -1]

@@ -24,6 +24,7 @@ from model import (
     hybrid,  # noqa: F401  (importing it registers the hybrid and parallel decoders)
     loader,
 )
+from model.batch import StepBatcher
 from model.config import LMConfig
 from model.errors import ContextOverflowError
 from model.repeat import RepeatGuard
@@ -65,6 +66,8 @@ class LM:
     def __init__(self, model: Transformer, tokenizer: Tokenizer, cfg: LMConfig) -> None:
         self.model, self.tokenizer, self.cfg = model, tokenizer, cfg
         self.device = model.embed.weight.device
+        # Every session's forwards go through it: concurrent sessions' steps run as one forward.
+        self.batcher = StepBatcher(model)
         _ = tokenizer.token_bytes  # build the detokenizer table now, not in the first answer
 
     @classmethod
@@ -155,7 +158,7 @@ class ChatSession:
                 n = self.cache.length
                 stop = min(end, n + decode.PREFILL_CHUNK)
                 want = logits and stop == end
-                out = self.lm.model(
+                out = self.lm.batcher(
                     torch.tensor([ids[n:stop]], device=self.lm.device),
                     cache=self.cache,
                     logits="last" if want else "none",
@@ -279,6 +282,7 @@ class Generation:
         cfg = lm.cfg
         req = decode.DecodeRequest(
             model=lm.model,
+            forward=lm.batcher,
             cache=s.cache,
             prompt=self.prompt,
             sampler=decode.Sampler(cfg.temperature, cfg.top_p, cfg.seed, lm.device),
@@ -339,6 +343,7 @@ class Generation:
                     break
         finally:
             steps.close()
+            lm.batcher.leave()  # other sessions' steps stop waiting for this one's
             # 3. Stats: whatever ended the loop (exhaustion, break, or the consumer closing us).
             t_end = time.perf_counter()
             st.new_tokens = len(self.token_ids)

@@ -163,11 +163,11 @@ class HybridStepper:
         """Append `rows` to the cache; logits (R, V) and normed hidden (R, dim) of rows
         first_logit_row.. (the output head runs only where a row checks a draft)."""
         ids = torch.tensor([rows], device=self.dev)  # (1, T)
-        out = self.model(
-            ids, cache=self.cache, positions=positions, mask=mask, logits="none", hidden=True
-        )
-        normed = out.hidden_normed[0, first_logit_row:]  # (R, dim)
-        return self.model.head(normed), normed
+        out = self.req.forward(
+            ids, cache=self.cache, positions=positions, mask=mask, logits=first_logit_row,
+            hidden=True,
+        )  # fmt: skip
+        return out.logits[0], out.hidden_normed[0, first_logit_row:]  # (R, V), (R, dim)
 
     def accept(self, logits: torch.Tensor, tree: DraftTree) -> tuple[list[int], int]:
         """(accepted path of tree nodes, bonus token) from logits (1 + nodes, V) of [anchor] +
@@ -281,7 +281,7 @@ def _decode(req: DecodeRequest, threshold: float) -> Iterator[list[int]]:
     # Prompt rows beyond the last chunk: plain prefill, no logits (cancel checked per chunk).
     rest = req.prompt[req.cache.length :]
     while len(rest) > PREFILL_CHUNK:
-        req.model(
+        req.forward(
             torch.tensor([rest[:PREFILL_CHUNK]], device=st.dev), cache=req.cache, logits="none"
         )
         rest = rest[PREFILL_CHUNK:]

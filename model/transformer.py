@@ -31,7 +31,8 @@ from __future__ import annotations
 import functools
 import math
 import weakref
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
 import torch
@@ -79,6 +80,35 @@ PRESETS: dict[str, ModelArgs] = {
         vocab_size=512, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128, max_seq_len=1024
     ),
 }
+
+
+@dataclass
+class Call:
+    """The arguments of one `Transformer.forward` (batch 1), for `forward_many`."""
+
+    cache: KVCache
+    ids: torch.Tensor | None = None
+    embeds: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    write: int | None = None
+    logits: str | int = "all"
+    hidden: bool = False
+
+    def kwargs(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def check_room(self) -> None:
+        """ContextOverflowError, as `forward` raises it, where the cache cannot take the rows."""
+        t = (self.ids if self.embeds is None else self.embeds).shape[1]
+        self.cache.check_room(t if self.write is None else self.write)
+
+
+def _logit_rows(logits: str | int, t: int) -> slice:
+    """The rows `logits` asks for: "all", the "last", or every row from an index on."""
+    if logits == "last":
+        return slice(t - 1, t)
+    return slice(0 if logits == "all" else int(logits), t)
 
 
 class ForwardOut(NamedTuple):
@@ -383,15 +413,32 @@ def run_layers(
                 x = layer(x, cos, sin, cache, first + i, write, mask, is_causal)
         return x
     d = cos.shape[-1]
-    rope = tuple(c.reshape(-1, t, d).expand(bsz, t, d).contiguous() for c in (cos, sin))
+    rope = tuple(c.reshape(-1, t, d).expand(bsz, t, d).reshape(bsz * t, d) for c in (cos, sin))
     if mask is not None:
         mask = mask.reshape(-1, t, s + t).expand(bsz, t, s + t).contiguous()
-    y = x.clone(memory_format=torch.contiguous_format)
-    heads, ffn = layers[0].attn.n_heads, layers[0].mlp.ffn_dim
-    scratch = torch.empty(cpu_rows.layers_scratch(stack, bsz * t, dim, heads, d, ffn))
-    kv = (cache.k[first : first + len(layers)], cache.v[first : first + len(layers)])
-    cpu_rows.layers(y, stack, layers[0].eps, rope, kv, s, mask, is_causal, heads, ffn, scratch)
-    return y
+    k, v = cache.k[first : first + len(layers)], cache.v[first : first + len(layers)]
+    seqs = [
+        cpu_rows.SeqKV(k[:, b], v[:, b], s, t, None if mask is None else mask[b])
+        for b in range(bsz)
+    ]
+    y = x.reshape(bsz * t, dim).clone(memory_format=torch.contiguous_format)
+    _c_layers(layers, stack, y, rope, seqs, is_causal)
+    return y.view(bsz, t, dim)
+
+
+def _c_layers(
+    layers: nn.ModuleList,
+    stack: cpu_rows.LayerStack,
+    y: torch.Tensor,
+    rope: tuple[torch.Tensor, ...],
+    seqs: list[cpu_rows.SeqKV],
+    causal: bool,
+) -> None:
+    """y (T, dim) through the C layer stack, in place (cpu_rows.layers)."""
+    heads, ffn, d = layers[0].attn.n_heads, layers[0].mlp.ffn_dim, rope[0].shape[-1]
+    scratch = torch.empty(cpu_rows.layers_scratch(stack, y.shape[0], y.shape[1], heads, d, ffn))
+    cos, sin = (r.contiguous() for r in rope)
+    cpu_rows.layers(y, stack, layers[0].eps, (cos, sin), seqs, causal, heads, ffn, scratch)
 
 
 class Transformer(nn.Module):
@@ -499,7 +546,7 @@ class Transformer(nn.Module):
         positions: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         write: int | None = None,
-        logits: str = "all",
+        logits: str | int = "all",
         hidden: bool = False,
     ) -> ForwardOut:
         """Run T new rows against the cache (S valid positions) and append some of them to it.
@@ -510,7 +557,8 @@ class Transformer(nn.Module):
             then the T new rows in order. Default: causal (every cached position, new rows <= i).
         write: the first `write` new rows are appended to the cache (default all T); the others
             are attended to by the new rows (as the mask says) but never stored.
-        logits: "all" rows, only the "last" row, or "none".
+        logits: "all" rows, only the "last" row, every row from an index on (an int: a verify
+            forward's rows after its prompt rows), or "none".
         hidden: also return the final hidden states of all T rows (pre- and post-norm).
         """
         x = self.embed(ids) if embeds is None else embeds  # (B, T, dim)
@@ -541,16 +589,89 @@ class Transformer(nn.Module):
         x = run_layers(self.layers, x, cos, sin, cache, 0, write, mask, is_causal)
         cache.length = s + write
 
+        return self._outputs(x, logits, hidden)
+
+    def _outputs(self, x: torch.Tensor, logits: str | int, hidden: bool) -> ForwardOut:
+        """ForwardOut of the last block's output x (B, T, dim), as `forward` documents."""
         if logits == "none" and not hidden:
             return ForwardOut(None, None, None)
-        eps = self.args.norm_eps
-        if hidden:
-            normed = rms_norm(x, self.norm, eps)  # (B, T, dim)
-            head_in = normed[:, -1:] if logits == "last" else normed
-        else:
-            normed = None
-            head_in = rms_norm(x[:, -1:] if logits == "last" else x, self.norm, eps)
+        normed = rms_norm(x, self.norm, self.args.norm_eps) if hidden else None
         out = None
         if logits != "none":
-            out = self.head(head_in)  # (B, T or 1, vocab)
+            rows = _logit_rows(logits, x.shape[1])
+            head_in = (
+                normed[:, rows] if hidden else rms_norm(x[:, rows], self.norm, self.args.norm_eps)
+            )
+            out = self.head(head_in)  # (B, rows, vocab)
         return ForwardOut(out, x if hidden else None, normed)
+
+    def forward_many(self, calls: Sequence[Call]) -> list[ForwardOut]:
+        """One forward for several sequences' rows (several sessions' decode steps): each call
+        as `forward(**call)` would run it, on its own cache, with its own length, positions and
+        mask. In CPU inference through kernels/cpu_rows.py's layer stack the rows of all calls
+        are one C call and their logits one head product, which read every weight once for all
+        of them; a row's bits do not depend on the rows beside it, so each call's outputs equal
+        its forward alone. Elsewhere, or past the kernel's row limit, the calls run in turn."""
+        stack = _c_stack(self.layers) if self._rows_path(calls) else None
+        if stack is None or len(calls) == 1:
+            return [self.forward(**c.kwargs()) for c in calls]
+        xs, cos, sin, seqs, writes = [], [], [], [], []
+        for c in calls:
+            x = self.embed(c.ids) if c.embeds is None else c.embeds  # (1, T, dim)
+            t, s = x.shape[1], c.cache.length
+            write = t if c.write is None else c.write
+            c.cache.check_room(write)
+            pos = torch.arange(s, s + t) if c.positions is None else c.positions.view(t)
+            self._ensure_rope(int(pos.max()) + 1)
+            xs.append(x[0])
+            cos.append(self.rope_cos[pos])
+            sin.append(self.rope_sin[pos])
+            mask = None if c.mask is None else c.mask.reshape(t, s + t).contiguous()
+            k, v = c.cache.k[:, 0], c.cache.v[:, 0]  # (L, Hkv, capacity, D)
+            seqs.append(cpu_rows.SeqKV(k, v, s, t, mask))
+            writes.append(write)
+        y = torch.cat(xs).contiguous()
+        _c_layers(self.layers, stack, y, (torch.cat(cos), torch.cat(sin)), seqs, True)
+        normed = rms_norm(y, self.norm, self.args.norm_eps)  # (T, dim), each row on its own
+        spans, head_rows, r0 = [], [], 0
+        for c, seq, write in zip(calls, seqs, writes, strict=True):
+            c.cache.length = seq.past + write
+            spans.append(slice(r0, r0 + seq.rows))
+            if c.logits != "none":
+                rows = _logit_rows(c.logits, seq.rows)
+                head_rows.append(normed[r0 + rows.start : r0 + rows.stop])
+            r0 += seq.rows
+        logits = (
+            self.head(torch.cat(head_rows)).split([len(h) for h in head_rows]) if head_rows else ()
+        )
+        outs, heads = [], iter(logits)
+        for c, span in zip(calls, spans, strict=True):
+            out = next(heads)[None] if c.logits != "none" else None
+            h, hn = (y[None, span], normed[None, span]) if c.hidden else (None, None)
+            outs.append(ForwardOut(out, h, hn))
+        return outs
+
+    def _rows_path(self, calls: Sequence[Call]) -> bool:
+        """Whether `forward_many` can run `calls` as one call of the C layer stack."""
+        if not cpu_rows.available() or torch.is_grad_enabled():
+            return False
+        w = self.embed.weight
+        if w.device.type != "cpu" or w.dtype != torch.float32 or self.args.head_dim % 8:
+            return False
+        if any(m._forward_pre_hooks or m._forward_hooks for m in self.layers):
+            return False
+        rows = 0
+        caps = {(c.cache.capacity, c.cache.batch, c.cache.k.dtype) for c in calls}
+        for c in calls:
+            t = (c.ids if c.embeds is None else c.embeds).shape[1]
+            rows += t
+            if c.cache.length + t > c.cache.capacity:
+                return False
+            if c.mask is not None and c.mask.dtype != torch.bool:
+                return False
+        stack = _c_stack(self.layers)
+        return (
+            len(caps) == 1
+            and next(iter(caps))[1:] == (1, torch.float32)
+            and (stack is not None and rows <= stack.max_rows)
+        )

@@ -320,3 +320,52 @@ def test_a_batch_of_sequences_is_one_c_call_and_each_row_its_own(fmt, monkeypatc
     tol = 1e-3 if model.cpu_kernel == "vnni" else 1e-4
     for c, t in zip(c_out, t_out, strict=True):
         torch.testing.assert_close(c, t, rtol=tol, atol=tol * t.abs().max().item())
+
+
+@pytest.mark.parametrize("fmt", ["f32", "q4_1"])
+def test_several_sessions_in_one_forward_get_what_each_gets_alone(fmt, monkeypatch) -> None:
+    """forward_many: sessions of different lengths (a decode row, a chain verify with logits
+    after its prompt rows, a draft tree with its mask, positions and one written row) share one
+    C call and one head product; each gets bit for bit its own forward's logits, hidden states
+    and cache."""
+    model = tiny_packed(fmt)
+
+    def sessions() -> list:
+        caches = [model.new_cache(64) for _ in range(3)]
+        for i, (cache, n) in enumerate(zip(caches, (5, 17, 9), strict=True)):
+            model(ids(n, seed=10 + i), cache=cache)
+        s2 = caches[2].length
+        mask = transformer.causal_mask(4, s2, torch.device("cpu"))
+        mask[3, s2 + 2] = False  # two siblings after row 1
+        return [
+            transformer.Call(caches[0], ids(1, seed=20), logits="last"),
+            transformer.Call(caches[1], ids(3, seed=21), logits=1, hidden=True),
+            transformer.Call(
+                caches[2],
+                ids(4, seed=22),
+                mask=mask,
+                write=1,
+                hidden=True,
+                positions=torch.tensor([s2, s2 + 1, s2 + 2, s2 + 2]),
+            ),  # fmt: skip
+        ]
+
+    calls = []
+    layers = cpu_rows.layers
+    monkeypatch.setattr(cpu_rows, "layers", lambda *a: calls.append(1) or layers(*a))
+    with torch.inference_mode():
+        together = sessions()
+        calls.clear()
+        outs = model.forward_many(together)
+        assert len(calls) == 1
+        for call, out in zip(sessions(), outs, strict=True):
+            alone = model(**call.kwargs())
+            for a, b in zip(alone, out, strict=True):
+                assert (a is None) == (b is None)
+                assert a is None or torch.equal(a, b)
+        for a, b in zip(sessions(), together, strict=True):
+            model(**a.kwargs())
+            assert a.cache.length == b.cache.length
+            n = a.cache.length
+            assert torch.equal(a.cache.k[..., :n, :], b.cache.k[..., :n, :])
+            assert torch.equal(a.cache.v[..., :n, :], b.cache.v[..., :n, :])
