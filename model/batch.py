@@ -68,6 +68,14 @@ class StepBatcher:
             self._last.pop(threading.get_ident(), None)
             self._cond.notify_all()
 
+    def sessions(self) -> int:
+        """Generations whose steps share forwards now (those that forwarded within RECENT_MS
+        or are waiting to), at least 1: what a hybrid decoder sizes its draft tree for."""
+        with self._cond:
+            recent = time.perf_counter() - RECENT_MS / 1e3
+            active = {t for t, at in self._last.items() if at >= recent}
+            return max(1, len(active | {p.thread for p in self._pending}))
+
     def _expected(self, now: float) -> int:
         """Threads that forwarded within RECENT_MS and have not handed in their next call."""
         waiting = {p.thread for p in self._pending}

@@ -92,6 +92,9 @@ class DecodeRequest:
     # The model's forward as this request runs it: model/batch.py's StepBatcher where sessions
     # share one model (their steps run as one forward); the model itself by default.
     forward: Callable[..., ForwardOut] | None = None
+    # How many sessions' steps share a forward now (StepBatcher.sessions): a hybrid decoder's
+    # verify rows then cost every one of them time.
+    sharing: Callable[[], int] = lambda: 1
 
     def __post_init__(self) -> None:
         if self.forward is None:

@@ -283,6 +283,7 @@ class Generation:
         req = decode.DecodeRequest(
             model=lm.model,
             forward=lm.batcher,
+            sharing=lm.batcher.sessions,
             cache=s.cache,
             prompt=self.prompt,
             sampler=decode.Sampler(cfg.temperature, cfg.top_p, cfg.seed, lm.device),

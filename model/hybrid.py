@@ -71,6 +71,17 @@ CPU_DRAFTER_PAYS = {"vnni": False, "quant": False, "rows": False, "onednn": True
 # held-out answers, 0.6 was the fastest of 0.4-0.8: 1.69x ar against 1.63x with no pass).
 DRAFTER_SKIP_CONF = 0.6
 
+
+def batch_row_cost(row_cost: float, sessions: int) -> float:
+    """The row cost a draft tree is sized by when `sessions` sessions' steps share each forward
+    (model/batch.py). A step then costs 1 + row_cost (R - 1) for all R rows of all sessions, and
+    a draft row adds row_cost to every session's step, not only to its own. Maximizing all
+    sessions' tokens per second, with every session's tree alike, gives the one-session rule
+    with row_cost B / (1 + row_cost (B - 1)) for B sessions: vnni's 0.3 becomes 0.46 for 2,
+    0.56 for 3, 0.72 for 6 (BENCHMARKS.md, "Several sessions")."""
+    return row_cost * sessions / (1 + row_cost * (sessions - 1))
+
+
 # Loaded drafters and n-gram stores per base model, by (setting, value): shared by every session.
 _LOADED: weakref.WeakKeyDictionary[Transformer, dict[tuple[str, str], object]] = (
     weakref.WeakKeyDictionary()
@@ -266,7 +277,8 @@ class HybridStepper:
                     if more:
                         chains.append(([t, *more], [q, *confs]))
         return build(
-            marginals[:k], chains, max_nodes=k, max_depth=k, row_cost=self.row_cost,
+            marginals[:k], chains, max_nodes=k, max_depth=k,
+            row_cost=batch_row_cost(self.row_cost, self.req.sharing()),
             stop_ids=self.req.stop_ids, threshold=self.threshold,
             first_row_cost=self.first_row_cost,
         )  # fmt: skip
