@@ -22,6 +22,7 @@ from rich.live import Live
 from rich.text import Text
 
 from app.console import terminal_log
+from app.otel import SpanExport, span_export
 from app.trace import Tracer, default_trace_dir, default_trace_path
 
 # Extra speech needed to pause the agent while it plays through speakers (chat mode): the echo
@@ -144,8 +145,9 @@ def chat(cfg: Any, components: Any = None) -> int:
     path = (cfg.trace.path or default_trace_path()) if cfg.trace.enabled else None
     log_path = Path(path).with_suffix(".log") if path else default_trace_dir().parent / "chat.log"
     console = Console(highlight=False)
+    spans = span_export(cfg.trace)  # before the log takes stderr: its errors are one line
     with terminal_log(log_path) as native:
-        code = _chat(cfg, components, console, path)
+        code = _chat(cfg, components, console, path, spans)
     if code == 0:
         notes = [f"trace: {path}  (python main.py trace summary {path})"] if path else []
         routed = f", {native.lines} library messages" if native.lines else ""
@@ -155,7 +157,9 @@ def chat(cfg: Any, components: Any = None) -> int:
     return code
 
 
-def _chat(cfg: Any, components: Any, console: Console, path: str | None) -> int:
+def _chat(
+    cfg: Any, components: Any, console: Console, path: str | None, spans: SpanExport | None
+) -> int:
     from app.components import Components
     from app.pipeline import VoiceSession
     from audio.errors import AudioDeviceError, AudioFormatError
@@ -167,6 +171,8 @@ def _chat(cfg: Any, components: Any, console: Console, path: str | None) -> int:
         return 1
     comps = components or Components.load(cfg, tts_rate_hz=sink.sample_rate_hz)
     tracer = Tracer(path, session="chat", keep=False)
+    if spans is not None:
+        spans.observe(tracer)
     display = ChatDisplay()
 
     def print_finished(ev: dict[str, Any]) -> None:

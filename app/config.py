@@ -55,6 +55,15 @@ class ServerConfig:
             "the page's own (e.g. https://voice.example.com)"
         },
     )
+    trusted_proxies: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "addresses or networks of reverse proxies in front (e.g. 127.0.0.1): a "
+            "connection from one is counted and logged as the client its X-Forwarded-For "
+            "names; without, every client behind a proxy has the proxy's address "
+            "(docs/deploy.md)"
+        },
+    )
     max_sessions: int = field(
         default=4, metadata={"help": "concurrent voice sessions; more are refused", "min": 1}
     )

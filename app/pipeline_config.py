@@ -201,3 +201,11 @@ class TraceConfig:
             "trace-<UTC time>.jsonl in $XDG_STATE_HOME/dllm-voice/traces, ~/.local/state/...)"
         },
     )
+    otel: bool = field(
+        default=False,
+        metadata={
+            "help": "also export each answer's stages as OpenTelemetry spans, as the standard "
+            "OTEL_* environment variables say (OTLP over HTTP to localhost:4318 by default; "
+            "needs pip install 'dllm-voice[otel]'; docs/deploy.md)"
+        },
+    )

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+from app.otel import span_export
 from app.trace import Tracer, default_trace_path, now_ms
 
 _BARGE = re.compile(r"^(?P<path>.+)@(?P<ms>\d+)$")
@@ -220,11 +221,14 @@ def run_wavs(
         console.print("[dim]barge-in input given: pacing in real time[/dim]")
         realtime = True
     path = trace or (cfg.trace.path or default_trace_path()) if cfg.trace.enabled or trace else None
+    spans = span_export(cfg.trace)
     owned = components is None
     comps = components or Components.load(cfg)
     printer = TurnPrinter(console)
     try:
         with Tracer(path, session="run", keep=False) as tracer:
+            if spans is not None:
+                spans.observe(tracer)
             rate = comps.tts.sample_rate_hz
 
             async def discard(_: bytes) -> None:

@@ -11,8 +11,9 @@ connection only, and every session's trace is flushed when it ends.
 
 Exposure: /ws is refused with 403 at the handshake, before a session exists, for a browser page
 of a foreign origin and, when the server has a token (always off loopback), for a client without
-it. Limits: sessions in all and per client address, an idle timeout, and a client that reads
-none of what it is sent is closed (1008) instead of having events dropped. Recurring warnings
+it. Limits: sessions in all and per client address (behind a trusted proxy, the client its
+X-Forwarded-For names), an idle timeout, and a client that reads none of what it is sent is
+closed (1008) instead of having events dropped. Recurring warnings
 (refusals, slow clients) are logged at most once per LOG_EVERY_S each.
 """
 
@@ -52,6 +53,7 @@ from websockets.protocol import State
 
 from app.config import Config, ConfigError, ServerConfig
 from app.metrics import ServerMetrics
+from app.otel import span_export
 from app.trace import default_trace_dir
 
 log = logging.getLogger(__name__)
@@ -122,9 +124,39 @@ _MALLOC_TRIM = _malloc_trim()
 
 
 def _peer(ws: ServerConnection) -> str:
-    """The client's address (what the per-client session cap counts)."""
+    """The address the connection comes from."""
     address = ws.remote_address
     return str(address[0]) if address else ""
+
+
+Networks = tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+
+
+def trusted_networks(proxies: tuple[str, ...]) -> Networks:
+    """`server.trusted_proxies` parsed, or a one-line ConfigError naming the bad entry."""
+    try:
+        return tuple(ipaddress.ip_network(p.strip(), strict=False) for p in proxies)
+    except ValueError as exc:
+        raise ConfigError(
+            f"server.trusted_proxies: {exc} (give addresses or networks, e.g. 127.0.0.1, "
+            "10.0.0.0/8)"
+        ) from None
+
+
+def client_address(peer: str, forwarded: str | None, proxies: Networks) -> str:
+    """The client's address (what the per-client session cap counts): the peer's, or, when
+    the peer is a trusted proxy, the nearest address in X-Forwarded-For that is not one. Each
+    proxy appends the address it was reached from, so only the entries right of the first
+    untrusted one are proxies' words; whatever a client wrote further left is not believed."""
+    hops = [peer, *(h.strip() for h in reversed((forwarded or "").split(",")) if h.strip())]
+    for hop in hops[:-1]:
+        try:
+            trusted = any(ipaddress.ip_address(hop) in net for net in proxies)
+        except ValueError:
+            trusted = False
+        if not trusted:
+            return hop
+    return hops[-1]
 
 
 def is_loopback(host: str) -> bool:
@@ -247,11 +279,11 @@ class Connection:
     CLIENT_STALL_S = 10.0  # a client that takes none of a full queue for this long is gone
     TEARDOWN = (asyncio.CancelledError, ConnectionClosed)
 
-    def __init__(self, ws: ServerConnection, server: VoiceServer) -> None:
+    def __init__(self, ws: ServerConnection, server: VoiceServer, peer: str = "") -> None:
         self.ws = ws
         self.server = server
         self.id = uuid.uuid4().hex[:12]
-        self.peer = _peer(ws) if ws is not None else ""
+        self.peer = peer  # the client's address (`VoiceServer.client`)
         self.out: asyncio.Queue[str | tuple[bytes, asyncio.Future[None]] | None] = asyncio.Queue(
             self.OUT_QUEUE_MESSAGES
         )
@@ -423,6 +455,8 @@ class Connection:
         components = self.server.components
         tracer = Tracer(self.server.trace_path(self.id), session=self.id)
         tracer.listeners.append(self.server.metrics.on_trace)
+        if self.server.spans is not None:
+            self.server.spans.observe(tracer)
         self.source = PushSource(
             frame_ms=cfg.audio.frame_ms,
             max_buffer_ms=self.buffer_ms,
@@ -501,10 +535,12 @@ class VoiceServer:
         self.components = components
         self.active: set[Connection] = set()
         self.token = access_token(cfg.server)
+        self.proxies = trusted_networks(cfg.server.trusted_proxies)
         self.log_refused = Throttled(logging.INFO)
         self.log_slow = Throttled()
         self.log_bug = Throttled(logging.ERROR, exc_info=True)
         self.metrics = ServerMetrics()
+        self.spans = span_export(cfg.trace)  # OpenTelemetry, trace.otel (app/otel.py)
 
     def trace_folder(self) -> Path:
         base = self.cfg.trace.path
@@ -519,6 +555,9 @@ class VoiceServer:
 
     def refusal(self, request: Request) -> str | None:
         """Why a /ws handshake is refused, or None: a wrong or missing token, a foreign origin."""
+        for name in ("Authorization", "Origin", "Host"):  # no browser or proxy sends two
+            if len(request.headers.get_all(name)) > 1:
+                return f"more than one {name} header"
         if self.token:
             query = parse_qs(urlsplit(request.path).query).get("token", [""])[0]
             bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
@@ -557,7 +596,7 @@ class VoiceServer:
         why = self.refusal(request)
         if why is None:
             return None
-        self.log_refused("refused /ws from %s: %s", _peer(connection), why)
+        self.log_refused("refused /ws from %s: %s", self.client(connection, request), why)
         return _text_response(http.HTTPStatus.FORBIDDEN, f"forbidden: {why}\n")
 
     def _operator_response(self, path: str) -> Response | None:
@@ -571,18 +610,25 @@ class VoiceServer:
             return _body_response(self.metrics.content_type, self.metrics.render())
         return None
 
-    async def _refuse(self, ws: ServerConnection, message: str) -> None:
+    def client(self, connection: ServerConnection, request: Request | None) -> str:
+        """Who the connection is for: its peer, or the client a trusted proxy names."""
+        # Several header lines are one list, in order (RFC 9110, 5.3).
+        forwarded = ", ".join(request.headers.get_all("X-Forwarded-For")) if request else None
+        return client_address(_peer(connection), forwarded, self.proxies)
+
+    async def _refuse(self, ws: ServerConnection, peer: str, message: str) -> None:
         """A session is not started: `server_busy`, then close code 1013 (try again later)."""
-        self.log_refused("refused a session from %s: %s", _peer(ws), message)
+        self.log_refused("refused a session from %s: %s", peer, message)
         await ws.send(json.dumps(_error("server_busy", message)))
         await ws.close(1013, "server busy")
 
     async def handler(self, ws: ServerConnection) -> None:
         scfg = self.cfg.server
-        peer = _peer(ws)
+        peer = self.client(ws, ws.request)
         if len(self.active) >= scfg.max_sessions:
             await self._refuse(
                 ws,
+                peer,
                 f"the server is at its limit of {scfg.max_sessions} sessions "
                 "(server.max_sessions); try again later",
             )
@@ -591,14 +637,15 @@ class VoiceServer:
         if scfg.max_sessions_per_client and mine >= scfg.max_sessions_per_client:
             await self._refuse(
                 ws,
+                peer,
                 f"this address already has {mine} sessions (server.max_sessions_per_client); "
                 "close one or try again later",
             )
             return
-        conn = Connection(ws, self)
+        conn = Connection(ws, self, peer)
         self.active.add(conn)
         self.metrics.sessions.set(len(self.active))
-        log.info("session %s: connected (%d active)", conn.id, len(self.active))
+        log.info("session %s: connected from %s (%d active)", conn.id, peer, len(self.active))
         try:
             await conn.run()
         finally:

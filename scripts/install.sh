@@ -14,8 +14,10 @@ VENV=.venv
 APT_PKGS=(libportaudio2 gcc)  # gcc builds kernels/cpu_rows.c (the CPU decode kernel)
 # Test tools only (the agent never needs them): a PulseAudio daemon with virtual devices, the
 # ALSA plugin through which PortAudio reaches it, and a terminal to read main.py's screen from
-# (tests/audio/test_live_pulse.py, bench/live.py).
-(( DEV )) && APT_PKGS+=(espeak-ng sox chromium pulseaudio pulseaudio-utils libasound2-plugins tmux)
+# (tests/audio/test_live_pulse.py, bench/live.py); nginx and openssl (its certificate), which
+# the replicas' test runs as a proxy of its own on loopback (tests/app/test_deploy.py).
+(( DEV )) && APT_PKGS+=(espeak-ng sox chromium pulseaudio pulseaudio-utils libasound2-plugins tmux
+                        nginx openssl)
 
 missing=()
 for pkg in "${APT_PKGS[@]}"; do
