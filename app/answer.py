@@ -5,13 +5,13 @@ An ``Answer`` owns three strands:
 * the LM job, run in the shared LM executor: iterates ``ChatSession.generate`` and chunks the
   text into clauses in that thread. A speculative answer *parks* after its first clause (the
   iterator is kept, the thread freed for others) and continues where it stopped on release.
-* the TTS task: synthesizes each clause in the shared TTS executor, PCM pieces tagged with their
-  clause, resampled to the sink's rate.
+* the TTS task: synthesizes each clause in the shared TTS worker, PCM pieces tagged with their
+  clause, resampled to the sink's rate; a first clause goes before other answers' later ones.
 * the playback task: once released and not held, writes the audio to the sink in short slices
   and tracks where the answer's sample 0 sits in the sink's played-sample count, so that after a
   flush ``heard_text()`` knows which words the user actually heard.
 
-Everything here runs on the event loop except the two executor jobs, which only hand results
+Everything here runs on the event loop except the two worker jobs, which only hand results
 back through ``loop.call_soon_threadsafe``.
 """
 
@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from app.frames import ClauseFrame, EndOfAnswerFrame, TTSAudioFrame
+from app.scheduler import LATER, URGENT
 from app.trace import now_ms
 from app.turns import normalize
 
@@ -313,7 +314,12 @@ class Answer:
             if frame.index > 0:  # speculation prepares the first clause only
                 await self.released.wait()
             post = loop.call_soon_threadsafe
-            await loop.run_in_executor(self.s.c.tts_executor, self._tts_job, frame, post)
+            # The first clause is what the user waits on; a later one has the clause before it
+            # playing (3+ words, ~1 s) to be ready in.
+            priority = URGENT if frame.index == 0 else LATER
+            await self.s.c.tts_worker.submit(
+                self._tts_job, frame, post, priority=priority, key=self
+            )
         self.tts_done = True
         self._new_audio.set()
 
@@ -448,6 +454,7 @@ class Answer:
             return
         self.cancelled = True
         self.cancel_event.set()
+        self.s.c.tts_worker.drop(self)  # a clause still queued is never synthesized
         if self.base is not None:
             self._stop_playback()
         self._unheld.set()

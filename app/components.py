@@ -1,7 +1,8 @@
-"""The models a voice session needs, loaded once, each with its own worker thread.
+"""The models a voice session needs, loaded once, and their worker threads.
 
-One single-thread executor per model, shared by every session: on 2 CPU cores a second thread
-per model only fights the first, and a model call is never re-entered from two threads.
+Speech recognition and synthesis each have one worker thread shared by every session, which
+runs first what someone waits on (app/scheduler.py): on 2 CPU cores a second thread per model
+only fights the first, and a model call is never re-entered from two threads.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from app.scheduler import Worker
 
 SMALL_LM_PARAMS = 1_000_000_000
 
@@ -25,12 +28,8 @@ class Components:
     lm_executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="lm")
     )
-    asr_executor: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="asr")
-    )
-    tts_executor: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="tts")
-    )
+    asr_worker: Worker = field(default_factory=lambda: Worker("asr"))
+    tts_worker: Worker = field(default_factory=lambda: Worker("tts"))
 
     @classmethod
     def load(cls, cfg: Any, warmup: bool = True, tts_rate_hz: int = 0) -> Components:
@@ -81,5 +80,6 @@ class Components:
         return len(self.lm.tokenizer.encode(text))
 
     def close(self) -> None:
-        for ex in (self.lm_executor, self.asr_executor, self.tts_executor):
-            ex.shutdown(wait=True, cancel_futures=True)
+        self.lm_executor.shutdown(wait=True, cancel_futures=True)
+        self.asr_worker.close()
+        self.tts_worker.close()

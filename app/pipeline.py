@@ -1,16 +1,16 @@
 """The streaming voice pipeline: source -> VAD -> ASR -> turn manager -> LM -> TTS -> sink.
 
-``Components`` loads the three models once and gives each its own single-thread executor,
-shared by every session (one LM worker, one ASR worker, one TTS worker: on 2 CPU cores more
-threads per model only fight each other). ``VoiceSession`` is one conversation: it reads frames
-from a source, runs the VAD (cheap, on the loop), sends utterance audio to the ASR worker, asks
+``Components`` loads the three models once; speech recognition and synthesis each have one
+worker thread shared by every session, which runs first what someone waits on
+(app/scheduler.py). ``VoiceSession`` is one conversation: it reads frames from a source, runs
+the VAD (cheap, on the loop), sends utterance audio to the ASR worker, asks
 the pure ``TurnManager`` what to do and carries out its actions on ``Answer`` objects (one per
 generation id, see app/answer.py). Events go to the tracer and to ``on_event`` as JSON-able dicts
 named after the OpenAI Realtime API.
 
-Cancellation: cancelling ``run()`` (or the source ending) cancels every answer, waits for their
-tasks and for this session's jobs in the shared executors, so nothing of the session runs after
-``run()`` returns.
+Cancellation: cancelling ``run()`` (or the source ending) cancels every answer, drops this
+session's queued jobs in the shared workers and waits for their tasks and the jobs already
+running, so nothing of the session runs after ``run()`` returns.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -27,6 +28,7 @@ import numpy as np
 
 from app.answer import Answer
 from app.components import Components
+from app.scheduler import LATER, URGENT
 from app.trace import Tracer, now_ms
 from app.trace_tools import latency_event
 from app.turns import (
@@ -85,9 +87,10 @@ class VoiceSession:
         self._utt = 0  # utterance counter: ASR results of an older utterance are dropped
         self._asr_jobs: set[asyncio.Future[Any]] = set()
         self._lm_jobs: set[asyncio.Future[Any]] = set()  # end-of-turn scores
-        self._partial_busy = False
+        self._partial_job: asyncio.Future[Any] | None = None  # the partial pass in flight
         self._partial_again = False
-        self._pass_at_ms = 0.0  # audio ms when the latest partial pass was asked for
+        self._pass_at_ms = 0.0  # audio ms the latest partial pass heard (asked for, until done)
+        self._heard_ms = 0.0  # audio ms fed to the transcriber; ASR worker only
         self._voiced_end_ms = 0.0  # audio ms at the end of the latest voiced frame
         self._final_pending = False
         self._onset_t: float | None = None
@@ -182,7 +185,7 @@ class VoiceSession:
             # ~60 ms sooner than on a pass started at the pause.
             unheard = not self.vad.last_voiced and self._pass_at_ms < self._voiced_end_ms
             fresh = self.audio_ms - self._pass_at_ms >= ONSET_PASS_MIN_MS
-            if not self._partial_busy and (self.transcriber.partial_due() or unheard and fresh):
+            if self._partial_job is None and (self.transcriber.partial_due() or unheard and fresh):
                 self._request_partial()
         self._reap()
 
@@ -216,7 +219,7 @@ class VoiceSession:
             self._do(self.tm.on_resume(audio_ms))
         elif kind == "segment":  # a long turn goes on; the ASR keeps this segment's text only
             self.trace("segment", turn, self.tm.gen, audio_ms=audio_ms)
-            self._submit_asr(self.transcriber.close_segment, lambda tr: None)
+            self._submit_asr(self.transcriber.close_segment, lambda tr: None, URGENT)
         elif kind == "speech_end":
             self._pause_end = None
             self._end_t = self.t_of(audio_ms)
@@ -229,15 +232,28 @@ class VoiceSession:
 
     def _feed(self, pcm: np.ndarray) -> None:
         # The transcriber has one owner, the ASR worker: feeding it from the loop while a pass
-        # reads its buffer would race, so feeds queue in the same single-thread executor.
-        loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self.c.asr_executor, self.transcriber.feed, pcm.copy())
+        # reads its buffer would race, so feeds queue in the same worker. Urgent, in order with
+        # finals and segment cuts: a pass hears every feed queued before it (and those that
+        # arrived while it waited), a final none that came after it.
+        fut = self.c.asr_worker.submit(
+            self._fed, self.transcriber, pcm.copy(), self.audio_ms, priority=URGENT, key=self
+        )
         self._asr_jobs.add(fut)
         fut.add_done_callback(self._asr_jobs.discard)
 
-    def _submit_asr(self, fn: Callable[[], Any], done: Callable[[Any], None]) -> None:
-        loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self.c.asr_executor, fn)
+    def _fed(self, transcriber: Any, pcm: np.ndarray, end_ms: float) -> None:
+        """In the ASR worker: feed the audio that ends at ``end_ms``."""
+        transcriber.feed(pcm)
+        self._heard_ms = end_ms
+
+    def _pass(self, transcriber: Any) -> tuple[float, Any]:
+        """In the ASR worker: a partial pass, and the audio ms it heard up to."""
+        return self._heard_ms, transcriber.partial()
+
+    def _submit_asr(
+        self, fn: Callable[[], Any], done: Callable[[Any], None], priority: int
+    ) -> asyncio.Future[Any]:
+        fut = self.c.asr_worker.submit(fn, priority=priority, key=self)
         self._asr_jobs.add(fut)
         utt = self._utt
 
@@ -255,22 +271,31 @@ class VoiceSession:
             done(f.result() if utt == self._utt else None)
 
         fut.add_done_callback(finished)
+        return fut
 
     def _request_partial(self) -> None:
-        if self._partial_busy:
-            self._partial_again = True
+        # A pass asked for in a pause is the one the end of the turn waits on (the end-of-turn
+        # score, the speculation): it goes before every regular pass, other sessions' included.
+        urgent = self._pause_end is not None
+        if self._partial_job is not None:
+            # A pass still queued becomes the pause's: it will hear all the audio up to now.
+            if not (urgent and self.c.asr_worker.promote(self._partial_job, URGENT)):
+                self._partial_again = True
             return
-        self._partial_busy = True
-        # Feeds queue ahead of the pass in the same worker, so it hears all the audio up to now.
-        fed_ms = self._pass_at_ms = self.audio_ms
-        self._submit_asr(self.transcriber.partial, lambda tr: self._on_partial(tr, fed_ms))
+        self._pass_at_ms = self.audio_ms
+        self._partial_job = self._submit_asr(
+            functools.partial(self._pass, self.transcriber),
+            self._on_partial,
+            URGENT if urgent else LATER,
+        )
 
-    def _on_partial(self, tr: Any, fed_ms: float) -> None:
-        self._partial_busy = False
-        # The pass covers all the speech when it was asked for after the last voiced frame,
-        # even a regular pass the pause found running (at pause_ms 90 it often has): no
-        # second pass.
-        complete = self._pause_end is not None and fed_ms >= self._pause_end
+    def _on_partial(self, res: tuple[float, Any] | None) -> None:
+        self._partial_job = None
+        heard_ms, tr = res if res is not None else (self._pass_at_ms, None)
+        self._pass_at_ms = heard_ms
+        # The pass covers all the speech when it heard past the last voiced frame, even a
+        # regular pass the pause found running (at pause_ms 90 it often has): no second pass.
+        complete = self._pause_end is not None and heard_ms >= self._pause_end
         if complete:
             self._partial_again = False
         if tr is not None and not self._final_pending:
@@ -293,7 +318,11 @@ class VoiceSession:
     def _request_final(self) -> None:
         self._final_pending = True
         self._partial_again = False
-        self._submit_asr(self.transcriber.final, self._on_final)
+        # The final hears all the audio the pass in flight would, and a partial after it is
+        # unused: a pass still queued is dropped, one running finishes unheard.
+        if self._partial_job is not None and self._partial_job.cancel():
+            self._partial_job = None
+        self._submit_asr(self.transcriber.final, self._on_final, URGENT)
 
     def _on_final(self, tr: Any) -> None:
         self._final_pending = False
@@ -567,6 +596,7 @@ class VoiceSession:
         """Cancel every answer and wait for this session's tasks and worker jobs to end."""
         for ans in list(self.answers.values()):
             ans.cancel()
+        self.c.asr_worker.drop(self)
         pending = list(self.closing)
         self.closing = []
         for ans in pending:

@@ -13,8 +13,9 @@ import pytest
 from app.config import Config
 from app.pipeline import VoiceSession
 from app.runner import Segment, TimelineSource, run_session
+from app.scheduler import LATER
 from app.trace import Tracer
-from tests.app.fakes import ClockSink, FakeComponents, buzz, silence
+from tests.app.fakes import ClockSink, FakeComponents, FakeTranscriber, buzz, silence
 
 # The buzz is speech to webrtcvad but not to Silero: these tests are about pipeline logic.
 CFG = replace(Config(), vad=replace(Config().vad, silero=False))
@@ -246,3 +247,58 @@ def test_first_clause_copying_an_earlier_answer_restarts_without_history():
     assert [r["status"] for r in done(events)] == ["completed", "completed"]
     second = [c["messages"] for c in comps.lm.calls if c["messages"][-1]["content"] == q][1:]
     assert [len(m) for m in second][-2:] == [4, 2]  # with history, then without
+
+
+def test_finals_go_before_the_other_sessions_queued_partial_passes():
+    # Two sessions on an ASR worker busy with a long job: each session's final runs before the
+    # other's partial pass queued ahead of it (first come, first served put it behind).
+    comps = FakeComponents(["One two three.", "Four five six.", "Seven eight."])
+    ran: list[tuple[str, object]] = []  # (pass, transcriber) in the order the worker ran them
+
+    class Transcriber(FakeTranscriber):
+        def partial(self):
+            ran.append(("partial", self))
+            return super().partial()
+
+        def final(self):
+            ran.append(("final", self))
+            return super().final()
+
+    comps.new_transcriber = lambda cfg: Transcriber(comps.asr, cfg.partial_interval_ms)
+    gate, busy = threading.Event(), threading.Event()
+
+    def long_job():
+        busy.set()
+        gate.wait(5)
+
+    def say(session, pcm):
+        for i in range(0, len(pcm), 480):
+            session._on_frame(pcm[i : i + 480])
+
+    async def main():
+        sink = ClockSink(comps.tts.sample_rate_hz)
+        a, b = (VoiceSession(comps, CFG, None, sink, Tracer(None), None) for _ in range(2))
+        held = comps.asr_worker.submit(long_job, priority=LATER, key="another session")
+        await asyncio.to_thread(busy.wait, 5)
+        for s in (a, b):  # each asks for a pass in the silence after its speech
+            say(s, np.concatenate([buzz(600), silence(30)]))
+            assert s._partial_job is not None
+        a_turn1 = a.transcriber
+        say(a, silence(600))  # a's turn ends: its queued pass, promoted at the pause, is dropped
+        say(a, np.concatenate([buzz(600), silence(30)]))  # a's next turn: a pass is queued
+        a_turn2 = a.transcriber
+        say(b, silence(600))  # b's turn ends behind a's queued pass
+        gate.set()
+        await held
+        async with asyncio.timeout(5):
+            while len(ran) < 3:
+                await asyncio.sleep(0.01)
+        await a.aclose()
+        await b.aclose()
+        return a_turn1, a_turn2, b.transcriber
+
+    try:
+        a_turn1, a_turn2, b_turn = asyncio.run(main())
+    finally:
+        comps.close()
+    assert ran == [("final", a_turn1), ("final", b_turn), ("partial", a_turn2)]
