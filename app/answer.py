@@ -2,7 +2,7 @@
 
 An ``Answer`` owns three strands:
 
-* the LM job, run in the shared LM executor: iterates ``ChatSession.generate`` and chunks the
+* the LM job, run in the conversation's LM thread: iterates ``ChatSession.generate`` and chunks the
   text into clauses in that thread. A speculative answer *parks* after its first clause (the
   iterator is kept, the thread freed for others) and continues where it stopped on release.
 * the TTS task: synthesizes each clause in the shared TTS worker, PCM pieces tagged with their
@@ -66,6 +66,7 @@ class Session(Protocol):
     c: Any  # Components: the shared models and their executors
     cfg: Any
     lm_session: Any
+    lm_executor: Any  # the conversation's LM thread
     sink: Any
     sink_cursor: int  # sink position where the next written sample will play
 
@@ -147,7 +148,7 @@ class Answer:
             )  # fmt: skip
         post = loop.call_soon_threadsafe
         self._lm_future = loop.run_in_executor(
-            self.s.c.lm_executor, self._lm_job, park_after_clause, post
+            self.s.lm_executor, self._lm_job, park_after_clause, post
         )
         self._lm_future.add_done_callback(self._lm_job_done)
 

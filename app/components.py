@@ -2,12 +2,13 @@
 
 Speech recognition and synthesis each have one worker thread shared by every session, which
 runs first what someone waits on (app/scheduler.py): on 2 CPU cores a second thread per model
-only fights the first, and a model call is never re-entered from two threads.
+only fights the first, and a model call is never re-entered from two threads. The LM has no
+worker here: each conversation runs its LM jobs in its own thread (app/pipeline.py) and the
+LM's StepBatcher runs concurrent sessions' decoding steps as one forward (model/batch.py).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,9 +26,6 @@ class Components:
     lm: Any
     asr: Any
     tts: Any
-    lm_executor: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="lm")
-    )
     asr_worker: Worker = field(default_factory=lambda: Worker("asr"))
     tts_worker: Worker = field(default_factory=lambda: Worker("tts"))
 
@@ -80,6 +78,5 @@ class Components:
         return len(self.lm.tokenizer.encode(text))
 
     def close(self) -> None:
-        self.lm_executor.shutdown(wait=True, cancel_futures=True)
         self.asr_worker.close()
         self.tts_worker.close()

@@ -2,7 +2,9 @@
 
 ``Components`` loads the three models once; speech recognition and synthesis each have one
 worker thread shared by every session, which runs first what someone waits on
-(app/scheduler.py). ``VoiceSession`` is one conversation: it reads frames from a source, runs
+(app/scheduler.py); each conversation has its own LM thread, whose decoding steps share
+forwards with the other sessions' (model/batch.py). ``VoiceSession`` is one conversation: it
+reads frames from a source, runs
 the VAD (cheap, on the loop), sends utterance audio to the ASR worker, asks
 the pure ``TurnManager`` what to do and carries out its actions on ``Answer`` objects (one per
 generation id, see app/answer.py). Events go to the tracer and to ``on_event`` as JSON-able dicts
@@ -22,6 +24,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -71,6 +74,9 @@ class VoiceSession:
         self.tracer = tracer or Tracer(None)
         self.on_event = on_event
         self.lm_session = components.lm.session()
+        # This conversation's LM jobs, in order (its ChatSession is not thread-safe); sessions'
+        # threads run side by side and their decoding steps share forwards (model/batch.py).
+        self.lm_executor = ThreadPoolExecutor(1, thread_name_prefix="lm")
         self.vad = Endpointer(cfg.vad, cfg.audio.sample_rate_hz)
         self.transcriber = components.new_transcriber(cfg.asr)
         self.tm = TurnManager(
@@ -361,7 +367,7 @@ class VoiceSession:
         decision sets the silence that ends this pause's turn."""
         loop = asyncio.get_running_loop()
         utt, pause, turn, t0 = self._utt, self._pause_end, self.tm.turn, now_ms()
-        fut = loop.run_in_executor(self.c.lm_executor, self.lm_session.end_of_turn, a.messages)
+        fut = loop.run_in_executor(self.lm_executor, self.lm_session.end_of_turn, a.messages)
 
         def done(f: asyncio.Future[float | None]) -> None:
             self._lm_jobs.discard(f)
@@ -604,6 +610,7 @@ class VoiceSession:
         for fut in [*self._asr_jobs, *self._lm_jobs]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await fut
+        self.lm_executor.shutdown(wait=False)  # its jobs have ended: cancelled and awaited
         if self._collect in self.tracer.listeners:
             self.tracer.listeners.remove(self._collect)
         self.tracer.flush()
