@@ -108,6 +108,9 @@ class StepBatcher:
                 with self._cond:
                     self._running = False
                     self._free_at = now = time.perf_counter()
+                    recent = now - RECENT_MS / 1e3
+                    # Forget threads gone quiet (ended sessions' threads never come back).
+                    self._last = {t: at for t, at in self._last.items() if at >= recent}
                     for p in batch:
                         self._last[p.thread] = now
                     self._cond.notify_all()
