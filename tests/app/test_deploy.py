@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,11 +27,9 @@ import pytest
 from websockets.asyncio.client import connect
 
 from app.config import ConfigError
-from app.server import AUDIO_HEADER, VoiceServer, client_address, trusted_networks
-from tests.app.fakes import FakeComponents
+from app.server import AUDIO_HEADER, client_address, trusted_networks
 from tests.app.test_server import Running
 from tests.app.test_server_exposure import raw, status, upgrade
-from tests.app.test_server_playback import fake_cfg
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "What is the capital of France?"
@@ -50,22 +48,6 @@ def test_the_client_is_the_nearest_address_no_trusted_proxy_wrote() -> None:
     assert client_address("127.0.0.1", "203.0.113.1", ()) == "127.0.0.1"  # none trusted
     with pytest.raises(ConfigError, match=r"server.trusted_proxies: 'proxy.lan' does not"):
         trusted_networks(("proxy.lan",))
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., Running]]:
-    started: list[tuple[Running, FakeComponents]] = []
-
-    def start(**server: Any) -> Running:
-        comps = FakeComponents(["hi"])
-        run = Running(VoiceServer(fake_cfg(tmp_path, **server), comps))
-        started.append((run, comps))
-        return run
-
-    yield start
-    for run, comps in started:
-        run.close()
-        comps.close()
 
 
 async def opened(url: str, client: str) -> tuple[Any, dict[str, Any]]:

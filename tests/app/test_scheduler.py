@@ -15,6 +15,24 @@ def job(name: str, priority: int, key: str = "a") -> Job:
     return Job(priority, key, lambda: name)
 
 
+class Blocker:
+    """A job that holds the worker's thread until `release()`: what is queued behind it waits."""
+
+    def __init__(self) -> None:
+        self.gate, self.started = threading.Event(), threading.Event()
+
+    def __call__(self) -> str:
+        self.started.set()
+        self.gate.wait(5)
+        return "held"
+
+    async def running(self) -> None:
+        await asyncio.to_thread(self.started.wait, 5)
+
+    def release(self) -> None:
+        self.gate.set()
+
+
 def drain(q: JobQueue) -> list[str]:
     out = []
     while (j := q.pop()) is not None:
@@ -69,22 +87,17 @@ def test_remove_and_drop_take_jobs_out():
 
 
 def test_worker_runs_by_priority_and_returns_awaitable_futures():
-    w = Worker("test")
-    gate, started, ran = threading.Event(), threading.Event(), []
-
-    def hold():
-        started.set()
-        gate.wait(5)
+    w, hold, ran = Worker("test"), Blocker(), []
 
     async def main():
         held = w.submit(hold, priority=LATER, key="x")
-        await asyncio.to_thread(started.wait, 5)
+        await hold.running()
         futs = [
             w.submit(ran.append, "a partial", priority=LATER, key="a"),
             w.submit(ran.append, "b final", priority=URGENT, key="b"),
             w.submit(lambda: 1 / 0, priority=URGENT, key="b"),
         ]
-        gate.set()
+        hold.release()
         await held
         assert await futs[0] is None and await futs[1] is None
         with pytest.raises(ZeroDivisionError):
@@ -98,16 +111,11 @@ def test_worker_runs_by_priority_and_returns_awaitable_futures():
 
 
 def test_worker_drops_cancelled_and_dropped_jobs():
-    w = Worker("test")
-    gate, started, ran = threading.Event(), threading.Event(), []
-
-    def hold():
-        started.set()
-        gate.wait(5)
+    w, hold, ran = Worker("test"), Blocker(), []
 
     async def main():
         held = w.submit(hold, priority=URGENT, key="a")
-        await asyncio.to_thread(started.wait, 5)
+        await hold.running()
         cancelled = w.submit(ran.append, "cancelled", priority=URGENT, key="b")
         dropped = [w.submit(ran.append, f"a{i}", priority=LATER, key="a") for i in range(2)]
         later = w.submit(ran.append, "later", priority=LATER, key="b")
@@ -116,7 +124,7 @@ def test_worker_drops_cancelled_and_dropped_jobs():
         cancelled.cancel()
         w.drop("a")  # the running job of "a" finishes; its queued ones never run
         assert all(f.cancelled() for f in dropped)
-        gate.set()
+        hold.release()
         await asyncio.gather(held, later, kept)
 
     asyncio.run(main())
@@ -125,23 +133,17 @@ def test_worker_drops_cancelled_and_dropped_jobs():
 
 
 def test_close_cancels_queued_jobs_waits_for_the_running_one_and_refuses_more():
-    w = Worker("test")
-    gate, started, ran = threading.Event(), threading.Event(), []
-
-    def hold():
-        started.set()
-        gate.wait(5)
-        return "held"
+    w, hold, ran = Worker("test"), Blocker(), []
 
     async def main():
         held = w.submit(hold, priority=URGENT, key="a")
-        await asyncio.to_thread(started.wait, 5)
+        await hold.running()
         queued = w.submit(ran.append, "never", priority=URGENT, key="b")
         closing = asyncio.create_task(asyncio.to_thread(w.close))
         while not queued.done():
             await asyncio.sleep(0.01)
         assert queued.cancelled() and not held.done()
-        gate.set()
+        hold.release()
         await closing
         assert await held == "held"
         with pytest.raises(RuntimeError, match="closed"):

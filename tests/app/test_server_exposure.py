@@ -11,7 +11,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -23,30 +23,14 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from app.config import ServerConfig
 from app.metrics import ServerMetrics
-from app.server import Connection, Throttled, VoiceServer, access_token, is_loopback
+from app.server import Connection, Throttled, access_token, is_loopback
 from app.trace import default_trace_dir
-from tests.app.fakes import FakeComponents, silence
+from tests.app.fakes import silence
 from tests.app.protocol_fuzz import ErrorLog
 from tests.app.test_server import Running
 from tests.app.test_server_playback import fake_cfg
 from tests.app.test_web_client import CHROMIUM, chromium_args
 from tests.speech import write_wav
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., Running]]:
-    started: list[tuple[Running, FakeComponents]] = []
-
-    def start(**server: Any) -> Running:
-        comps = FakeComponents(["hi"])
-        run = Running(VoiceServer(fake_cfg(tmp_path, **server), comps))
-        started.append((run, comps))
-        return run
-
-    yield start
-    for run, comps in started:
-        run.close()
-        comps.close()
 
 
 def raw(run: Running, request: bytes, wait_s: float = 2.0) -> bytes:

@@ -10,7 +10,7 @@ import json
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,7 +21,7 @@ from websockets.asyncio.client import connect
 
 from app.config import Config
 from app.metrics import ServerMetrics
-from app.server import AUDIO_HEADER, Connection, VoiceServer
+from app.server import AUDIO_HEADER, Connection
 from audio.sources import PushSource
 from tests.app.fakes import FakeComponents, buzz, silence
 from tests.app.test_server import Running, make_cfg
@@ -39,19 +39,14 @@ def fake_cfg(tmp_path: Path, **server: Any) -> Config:
 
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., Running]]:
-    started: list[tuple[Running, FakeComponents]] = []
+def serve(serve: Callable[..., Running]) -> Callable[..., Running]:
+    """tests/app/conftest.py's, on fake models that ask QUESTION and answer at 200 ms a word."""
 
     def start(**server: Any) -> Running:
         comps = FakeComponents([QUESTION], lm={"tail": "Fine, thanks."}, ms_per_word=200)
-        run = Running(VoiceServer(fake_cfg(tmp_path, **server), comps))
-        started.append((run, comps))
-        return run
+        return serve(comps, **server)
 
-    yield start
-    for run, comps in started:
-        run.close()
-        comps.close()
+    return start
 
 
 class Player:
