@@ -118,9 +118,11 @@ def open_audio(cfg: Any) -> tuple[Any, Any, Any]:
     """Microphone and speaker for a local conversation, with the agent's echo handled.
 
     WebRTC AEC3 subtracts what the speaker plays from the mic (its reference is every block the
-    speaker sink hands to the device). On top of it, or alone when AEC3 is not installed, the
-    guard requires more speech before pausing the agent and ignores "interruptions" that
-    transcribe as its own words. Returns (source, sink, cfg with the guard set).
+    speaker sink hands to the device), and the canceller's double-talk detector pauses the agent
+    as soon as the mic holds more than that reference's echo. On top of them, or alone when AEC3
+    is not installed, the guard requires more speech before the VAD pauses the agent and ignores
+    "interruptions" that transcribe as its own words. Returns (source, sink, cfg with the guard
+    set).
     """
     from audio.echo import EchoCanceller
     from audio.sinks import SpeakerSink
@@ -131,9 +133,10 @@ def open_audio(cfg: Any) -> tuple[Any, Any, Any]:
         cfg.audio,
         on_played=echo.push_far if echo else None,
         on_restart=echo.reset if echo else None,
+        on_underrun=echo.slipped if echo else None,
     )
     mic = MicSource(cfg.audio)
-    source = echo.wrap(mic) if echo is not None and echo.mode == "aec" else mic
+    source = echo.wrap(mic) if echo is not None else mic
     if echo is not None and not cfg.conversation.echo_guard_ms:
         conv = dataclasses.replace(cfg.conversation, echo_guard_ms=ECHO_GUARD_MS)
         cfg = dataclasses.replace(cfg, conversation=conv)

@@ -71,6 +71,9 @@ class VoiceSession:
 
         self.c, self.cfg = components, cfg
         self.source, self.sink = source, sink
+        # Behind an echo canceller (python main.py's speakers) its double-talk decision pauses
+        # the agent before the VAD has heard an onset through the echo.
+        self.echo = getattr(source, "canceller", None)
         self.tracer = tracer or Tracer(None)
         self.on_event = on_event
         self.lm_session = components.lm.session()
@@ -175,6 +178,9 @@ class VoiceSession:
         frame_ms = 1000.0 * len(frame) / self.cfg.audio.sample_rate_hz
         self._arrivals.append((self.audio_ms, t - frame_ms))  # audio start of this frame
         self.audio_ms += frame_ms
+        if (echo := self.echo) is not None:
+            start = self.audio_ms - frame_ms
+            self._do(self.tm.on_near_end(start, echo.near_end, echo.near_end_sure))
         was_speaking = self.vad.in_speech
         events = self.vad.process(frame)
         if self.vad.last_voiced:
@@ -354,7 +360,7 @@ class VoiceSession:
             DropSpeculation: self._drop,
             ReleaseSpeculation: self._release,
             StartAnswer: self._answer,
-            HoldPlayback: lambda a: self._hold(a.gen),
+            HoldPlayback: self._hold,
             ResumePlayback: self._resume,
             CancelAnswer: lambda a: self._cut(a.gen, "barge_in"),
             ScoreEnd: self._score_end,
@@ -461,15 +467,19 @@ class VoiceSession:
             }
         )
 
-    def _hold(self, gen: int) -> None:
+    def _hold(self, a: HoldPlayback) -> None:
+        gen = a.gen
         ans = self.answers.get(gen)
         if ans is None:
             return
         was_playing = ans.base is not None and not ans.held
         ans.hold()
         t = now_ms()
-        onset = self._onset_t if self._onset_t is not None else t
-        self.trace("barge_in_hold", ans.turn, gen, onset_ms=onset)
+        if a.onset_ms is not None:  # double talk: the VAD has not started this speech
+            onset = self.t_of(a.onset_ms)
+        else:
+            onset = self._onset_t if self._onset_t is not None else t
+        self.trace("barge_in_hold", ans.turn, gen, onset_ms=onset, near_end=a.near_end)
         if was_playing:
             self.trace("playback_stopped", ans.turn, gen, stop_ms=round(t - onset, 1))
             self.emit({"type": "output_audio_buffer.cleared", "gen": gen})

@@ -22,6 +22,10 @@ message taken back, and the whole turn (one transcript) gets one answer.
 Barge-in (the user talks while the agent is thinking or speaking), in two steps so playback stops
 within ~100 ms yet a cough or "mm-hmm" does not throw the answer away:
   speech for ``barge_in_min_speech_ms`` (+ echo guard while audio plays) -> ``HoldPlayback``
+  behind an echo canceller, at once on its double talk (``on_near_end``) -> ``HoldPlayback``,
+                                          resumed without a speech_start within NEAR_END_WAIT_MS;
+                                          while it can tell (the echo's delay known), speech it
+                                          never called the user's is the agent's echo: ignored
   a transcript that is not a backchannel, once speech lasted ``barge_in_confirm_ms``
                                           -> ``CancelAnswer``: the user has the turn
   speech that ends (speech_end) before that, or transcribes as a backchannel -> ``ResumePlayback``
@@ -117,7 +121,12 @@ class StartAnswer(Action):
 
 @dataclass(frozen=True)
 class HoldPlayback(Action):
-    """Stop playing the answer now (flush the sink), keep its unplayed audio."""
+    """Stop playing the answer now (flush the sink), keep its unplayed audio. ``near_end``: on
+    the echo canceller's double talk; ``onset_ms``: audio time of the speech that stops it when
+    the VAD has not started that speech."""
+
+    near_end: bool = False
+    onset_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -281,6 +290,13 @@ class _Barge:
     onset_ms: float
     held: bool = False
     last_ms: float = 0.0
+    early: bool = False  # held on the echo canceller's double talk, before the VAD's onset
+    echo: bool = False  # speech the double-talk detector has not called the user's (yet)
+
+
+# A hold on double talk alone resumes when the VAD does not start speech within this: on a real
+# sound server speech_start (90 ms of voiced frames) came 80-210 ms after such a hold.
+NEAR_END_WAIT_MS = 300
 
 
 @dataclass
@@ -309,6 +325,7 @@ class TurnManager:
     reopened: bool = False  # the latest speech_start continued the previous turn
     spec: _Speculation | None = None
     barge: _Barge | None = None
+    near_end_sure: bool = False  # an echo canceller's double-talk detector can tell echo apart
     history: History = field(init=False)
 
     def __post_init__(self) -> None:
@@ -361,7 +378,32 @@ class TurnManager:
             return self._reopen()
         self.turn += 1
         if self.agent != "idle" and self.cfg.barge_in:
-            self.barge = _Barge(onset_ms, last_ms=onset_ms)
+            held = self.barge is not None and self.barge.held  # held on double talk
+            echo = self.agent == "speaking" and self.near_end_sure and not held
+            self.barge = _Barge(onset_ms, held=held, last_ms=onset_ms, echo=echo)
+        return []
+
+    def on_near_end(self, audio_ms: float, talking: bool, sure: bool) -> list[Action]:
+        """Every input frame behind an echo canceller; ``talking``: the mic holds speech the
+        agent's echo does not explain (audio.echo.DoubleTalkDetector); ``sure``: the detector
+        has measured the echo path, so speech it does not call the user's is the agent's own
+        voice (AEC3 lets the echo through after a reset or an underrun: on a real sound server
+        at 0 dB the VAD and the echo guard paused the agent once in each of two 15-answer
+        runs). While the agent's audio plays, ``talking`` holds it at once, without the VAD's
+        onset and the guard."""
+        self.near_end_sure = sure
+        b, gen = self.barge, self.answer_gen
+        if talking and self.cfg.barge_in and self.agent == "speaking" and gen is not None:
+            if b is None:
+                self.barge = _Barge(audio_ms, held=True, last_ms=audio_ms, early=True)
+                return [HoldPlayback(gen, near_end=True, onset_ms=audio_ms)]
+            b.echo = False
+            if not b.held:
+                b.held = True
+                return [HoldPlayback(gen, near_end=True)]
+        waited = b is not None and b.early and audio_ms - b.onset_ms >= NEAR_END_WAIT_MS
+        if waited and not self.user_speaking:
+            return self._reject_barge("no speech")
         return []
 
     def on_speech_progress(self, audio_ms: float) -> list[Action]:
@@ -371,7 +413,11 @@ class TurnManager:
             return []
         b.last_ms = audio_ms
         guard = self.cfg.echo_guard_ms if self.agent == "speaking" else 0
-        if not b.held and audio_ms - b.onset_ms >= self.cfg.barge_in_min_speech_ms + guard:
+        if (
+            not b.held
+            and not b.echo
+            and audio_ms - b.onset_ms >= self.cfg.barge_in_min_speech_ms + guard
+        ):
             b.held = True
             return [HoldPlayback(self.answer_gen)]
         return []
@@ -379,7 +425,8 @@ class TurnManager:
     def _barge_needs_transcript(self) -> bool:
         b = self.barge
         guard = self.cfg.echo_guard_ms if self.agent == "speaking" else 0
-        return b is not None and b.last_ms - b.onset_ms >= self.cfg.barge_in_confirm_ms + guard
+        long = b is not None and b.last_ms - b.onset_ms >= self.cfg.barge_in_confirm_ms + guard
+        return long and not b.echo
 
     def _reject_barge(self, reason: str) -> list[Action]:
         b, self.barge = self.barge, None

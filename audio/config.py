@@ -214,33 +214,13 @@ class EchoConfig:
         default=0,
         metadata={"min": 0, "max": 500, "help": "speaker-to-mic delay hint; 0 = AEC3 estimates it"},
     )
-    guard_margin_db: float = field(
-        default=6.0,
-        metadata={"min": 0.0, "max": 40.0, "help": "mic must beat the expected echo by this"},
-    )
-    echo_gain_db: float = field(
-        default=0.0,
-        metadata={"min": -60.0, "max": 20.0, "help": "start value of the speaker-to-mic gain"},
-    )
-
-
-@dataclass(frozen=True)
-class BargeInConfig:
-    """When user speech over the agent counts as an interruption."""
-
-    min_speech_ms: int = field(
-        default=240,
-        metadata={"min": 30, "max": 3000, "help": "speech needed to interrupt while quiet"},
-    )
-    guard_min_speech_ms: int = field(
-        default=360,
-        metadata={"min": 30, "max": 5000, "help": "speech needed while the agent is speaking"},
-    )
-    aec_min_speech_ms: int = field(
-        default=150,
+    double_talk_db: float = field(
+        default=10.0,
         metadata={
-            "min": 30,
-            "max": 5000,
-            "help": "speech needed while the agent speaks when AEC3 removes the echo",
+            "min": 0.0,
+            "max": 40.0,
+            "help": "the user talks over the agent when the mic beats the echo the speaker's "
+            "signal predicts by this in 10% of the 200-4000 or the 4000-7000 Hz bins: the agent "
+            "pauses at once (0 = off: only the VAD and conversation.echo_guard_ms)",
         },
     )

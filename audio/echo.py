@@ -9,10 +9,9 @@ Two layers:
    echo through in the answers after a barge-in (3 interruptions: 14-17 pauses of the agent
    by its own voice; with the reset, none after them).
    Without pywebrtc-audio (or mode="guard") frames pass through unchanged.
-2. `BargeInDetector`: while the agent speaks, a voiced frame counts as the user only when the
-   mic is louder than the expected echo (reference level + learned speaker-to-mic coupling,
-   the 75th percentile of recent echo-only frames) by guard_margin_db, and more such speech
-   is needed (guard_min_speech_ms; aec_min_speech_ms behind AEC3) than when it is silent.
+2. `DoubleTalkDetector`: per 10 ms, whether the raw mic holds more than the echo the reference
+   predicts (the user talking over the agent); `EchoCanceller.near_end` is its decision on the
+   latest frame, on which the turn manager pauses the agent at once.
 """
 
 import logging
@@ -23,15 +22,31 @@ from typing import Protocol
 
 import numpy as np
 
-from audio.config import BargeInConfig, EchoConfig
+from audio.config import EchoConfig
 from audio.errors import AudioFormatError
 from audio.resample import Resampler, to_float32, to_int16
 from audio.vad import rms_dbfs
 
 log = logging.getLogger(__name__)
 
-_FAR_ACTIVE_DBFS = -50.0  # reference quieter than this is treated as "agent silent"
 _MAX_FAR_S = 1.0  # reference FIFO cap: drift or a stalled mic cannot grow it without bound
+
+# DoubleTalkDetector: the speech band, judged per bin and learned per band
+_DT_LO_HZ, _DT_HI_HZ, _DT_BANDS = 200, 7000, 16
+_DT_SPLIT_HZ = 4000  # voiced sounds below, fricatives above: each range counts on its own
+_DT_MAX_LAG_MS = 500  # reference-to-mic delay searched (speaker buffer 120 + capture ~75 + room)
+_DT_SMEAR = (2, 3)  # blocks before / after the delay the echo may come from (pairing jitter)
+_DT_TAIL_DB = 1.5  # decay per block of the reverb the echo keeps after that (RT60 400 ms)
+_DT_SHARE = 0.1  # share of a range's bins above the echo that makes a block the user's
+_DT_NOISE_DB = 12.0  # a bin's noise floor is a low percentile: white noise crosses +6 dB (+10)
+_DT_BLOCKS = 2  # consecutive such blocks: a click lasts one
+_DT_CALM = 30  # blocks without a counting one before the echo path is learned again
+_DT_FAR_ACTIVE_DBFS = -50.0  # a reference block quieter than this is the agent silent
+_DT_GCC_WINDOW_MS = 1000  # mic audio each delay estimate correlates
+_DT_GCC_EVERY = 25  # blocks between delay estimates (twice as often while it is unknown)
+_DT_PEAK = 8.0  # GCC-PHAT peak over the correlation's standard deviation that counts
+_DT_GAIN_START_DB = 10.0  # echo assumed this much louder than the reference until learned
+_DT_GAIN_Q, _DT_GAIN_STEP_DB = 0.8, 0.5  # percentile the echo gain tracks, and its step
 
 
 def aec_available() -> bool:
@@ -43,7 +58,8 @@ def aec_available() -> bool:
 
 
 class EchoCanceller:
-    """Mic frames in, echo-reduced frames out; `far_dbfs` = level of this frame's reference."""
+    """Mic frames in, echo-reduced frames out; `far_dbfs` = level of this frame's reference,
+    `near_end` = the user talks over the agent in this frame (`DoubleTalkDetector`)."""
 
     def __init__(self, cfg: EchoConfig, sample_rate_hz: int = 16000) -> None:
         self.cfg = cfg
@@ -67,6 +83,11 @@ class EchoCanceller:
         self._lock = threading.Lock()
         self._resamplers: dict[int, Resampler] = {}
         self.far_dbfs = -120.0
+        self.double_talk = (
+            DoubleTalkDetector(cfg.double_talk_db, sample_rate_hz) if cfg.double_talk_db else None
+        )
+        self.near_end = False
+        self._slipped = False  # set from the audio thread, acted on in process()
         log.info("echo: mode %s", mode)
 
     def push_far(self, pcm: np.ndarray, rate_hz: int) -> None:
@@ -113,9 +134,21 @@ class EchoCanceller:
         near = to_int16(np.asarray(near).reshape(-1))
         far = self._take_far(len(near))
         self.far_dbfs = rms_dbfs(far)
+        if self.double_talk is not None:
+            if self._slipped:
+                self._slipped = False
+                self.double_talk.reset()
+            self.near_end = self.double_talk.update(far, near)
         if self._aec is None or len(near) == 0:
             return near
         return self._aec.process(near, far)
+
+    @property
+    def near_end_sure(self) -> bool:
+        """The double-talk detector has measured the echo path: what it does not call the user's
+        is the agent's own voice (with the delay lost, it still predicts the echo from the
+        loudest reference of the last 500 ms, deaf rather than wrong)."""
+        return self.double_talk is not None and self.double_talk.learned
 
     def wrap(self, source: "FrameSource") -> "EchoCancelledSource":
         """The source's frames with the echo removed: `ec.wrap(MicSource(cfg))`."""
@@ -127,6 +160,14 @@ class EchoCanceller:
             self._far_n = 0
         if self._aec is not None:
             self._aec.reset()
+        if self.double_talk is not None:
+            self.double_talk.reset()
+
+    def slipped(self) -> None:
+        """The speaker underran (any thread; it played a gap the reference does not have) or the
+        mic overflowed (it lost samples): the echo no longer comes after the delay the
+        double-talk detector measured (a callback was seen waiting up to 436 ms for the GIL)."""
+        self._slipped = True
 
 
 class FrameSource(Protocol):
@@ -139,7 +180,7 @@ class EchoCancelledSource:
     """A frame source seen through an EchoCanceller (local mic mode).
 
     Wiring: ec = EchoCanceller(cfg.echo); sink = SpeakerSink(cfg.audio, on_played=ec.push_far,
-    on_restart=ec.reset); source = ec.wrap(MicSource(cfg.audio)).
+    on_restart=ec.reset, on_underrun=ec.slipped); source = ec.wrap(MicSource(cfg.audio)).
     """
 
     def __init__(self, source: FrameSource, canceller: EchoCanceller) -> None:
@@ -149,57 +190,162 @@ class EchoCancelledSource:
         return self._iter()
 
     async def _iter(self) -> AsyncIterator[np.ndarray]:
+        overflows = 0
         async for frame in self.source:
+            if getattr(self.source, "overflows", 0) != overflows:  # the mic lost samples
+                overflows = self.source.overflows
+                self.canceller.slipped()
             yield self.canceller.process(frame)
 
     async def aclose(self) -> None:
         await self.source.aclose()
 
 
-class BargeInDetector:
-    """Per-frame barge-in decision: enough user speech, beyond what the echo explains."""
+class DoubleTalkDetector:
+    """Is the user talking over the agent? Decided per 10 ms block on the raw mic against the echo
+    the reference predicts, not on AEC3's output, whose suppressor lets the user's voice out in
+    pieces during double talk (a real sound server at 0 dB: 545 ms from the VAD's onset to a
+    pause behind a 250 ms echo guard).
 
-    def __init__(
-        self, cfg: BargeInConfig, echo: EchoConfig, frame_ms: int = 30, aec: bool = False
-    ) -> None:
-        self.cfg, self.echo = cfg, echo
-        self.frame_ms = frame_ms
-        self.aec = aec  # frames come out of AEC3: the echo is gone, the user's voice is choppy
-        self._need_quiet = max(1, -(-cfg.min_speech_ms // frame_ms))
-        self._need_guard = max(1, -(-cfg.guard_min_speech_ms // frame_ms))
-        self._need_aec = max(1, -(-cfg.aec_min_speech_ms // frame_ms))
+    - Delay: GCC-PHAT of the reference and the mic over the last second while the agent talks
+      (a sharp peak at 0 dB, through reverb too), every 250 ms; two estimates within 3 ms of each
+      other set it. Unknown (at start, after `reset`), the echo is predicted from the loudest
+      reference of the last 500 ms: the detector is then deaf rather than wrong.
+    - Gain per band: the 80th percentile of mic minus delayed reference over blocks the echo
+      explains (high: an echo taken for the user pauses the agent).
+    - Decision: a bin counts when the mic beats the predicted echo (the delayed reference's
+      loudest from 2 blocks before to 3 after, then a reverb decaying 1.5 dB per block) and its
+      noise floor by `threshold_db`; the user talks when 10 % of the 200-4000 Hz bins, or of
+      the 4000-7000 Hz ones (a "s" under the agent's vowels), count in 2 consecutive blocks.
+      Two voices at one level still own different bins (their harmonics), which the level of
+      the whole frame does not show.
+    """
+
+    def __init__(self, threshold_db: float = 10.0, rate_hz: int = 16000) -> None:
+        self.threshold_db = threshold_db
+        self.rate = rate_hz
+        self.n = rate_hz // 100
+        self.window = np.hanning(2 * self.n)
+        freqs = np.fft.rfftfreq(2 * self.n, 1 / rate_hz)
+        self.bins = (freqs >= _DT_LO_HZ) & (freqs < _DT_HI_HZ)
+        edges = np.geomspace(_DT_LO_HZ, _DT_HI_HZ, _DT_BANDS + 1)
+        self.band = np.searchsorted(edges, freqs[self.bins], side="right") - 1
+        self.high = freqs[self.bins] >= _DT_SPLIT_HZ
+        self.band_size = np.bincount(self.band, minlength=_DT_BANDS)
+        self.max_lag = _DT_MAX_LAG_MS // 10  # in blocks
+        self.gcc_near = rate_hz * _DT_GCC_WINDOW_MS // 1000
+        self.gcc_far = self.gcc_near + self.max_lag * self.n
+        total = self.gcc_far + self.gcc_near
+        self.gcc_size = min(m << int(np.ceil(np.log2(total / m))) for m in (1, 3, 5))
+        self.gain_db = np.full(_DT_BANDS, _DT_GAIN_START_DB)
+        self.learned = False  # the echo path was measured once: unknown delays are covered
+        self.noise_db = np.zeros(int(self.bins.sum()))  # falls to the mic's floor in ~0.5 s
+        self.tail_db = np.full(len(self.noise_db), -120.0)
+        self.far_db = np.full((self.max_lag + _DT_SMEAR[1] + 1, len(self.noise_db)), -120.0)
+        self.prev_far = np.zeros(self.n)
+        self.prev_near = np.zeros(self.n)
         self.reset()
 
     def reset(self) -> None:
-        self._recent: deque[bool] = deque(maxlen=2 * max(self._need_guard, self._need_quiet))
-        self.coupling_db = self.echo.echo_gain_db  # mic level minus reference level, for echo
-        self._observed: deque[float] = deque(maxlen=max(10, 3000 // self.frame_ms))
+        """Forget the delay: the reference no longer lines up with the mic (a flush restarted the
+        speaker, or an underrun played a gap the reference does not have). The gain stays, and
+        the reference heard so far: its echo is still on its way to the mic."""
+        self.far_pcm = np.zeros(self.gcc_far)  # rings, oldest at the write position
+        self.near_pcm = np.zeros(self.gcc_near)
+        self.far_on = np.zeros(self.gcc_near // self.n, bool)
+        self.pos = 0  # blocks written
+        self.lag: int | None = None  # samples
+        self.estimates: list[int] = []
+        self.run = 0  # consecutive blocks that counted
+        self.calm = 0  # blocks since one counted
+        self.share = 0.0  # share of bins above the echo in the latest block
 
-    def update(
-        self, frame: np.ndarray, voiced: bool, far_dbfs: float, agent_speaking: bool
-    ) -> bool:
-        """Feed one (echo-cancelled) mic frame; True when this frame completes a barge-in."""
-        mic_db = rms_dbfs(np.asarray(frame))
-        far_active = far_dbfs > _FAR_ACTIVE_DBFS
-        expected_echo = far_dbfs + self.coupling_db if far_active else -120.0
-        user = voiced and mic_db >= expected_echo + self.echo.guard_margin_db
-        observed = mic_db - far_dbfs
-        plausible_echo = observed <= self.coupling_db + self.echo.guard_margin_db / 2
-        if far_active and not user and plausible_echo and not any(list(self._recent)[-3:]):
-            # Echo-only frame: the coupling is a high percentile of the last ~3 s of them.
-            # Frames well above the estimate are left out: they are likely the user talking
-            # too softly to qualify, and learning from them would lock the user out.
-            self._observed.append(observed)
-            if len(self._observed) >= 10:
-                self.coupling_db = float(np.percentile(self._observed, 75))
-        self._recent.append(user)
-        need = self._need_quiet
-        if agent_speaking:
-            # With AEC3 the echo is gone (0 false barge-ins in the loopback bench at 150 ms),
-            # but it gates the user's voice in double talk: a 360 ms need took ~700 ms.
-            need = self._need_aec if self.aec else self._need_guard
-        # Evidence = qualifying frames among the last 2 x need (speech has short gaps).
-        if sum(list(self._recent)[-2 * need :]) >= need:
-            self._recent.clear()
-            return True
-        return False
+    def update(self, far: np.ndarray, near: np.ndarray) -> bool:
+        """A mic frame and its reference (whole 10 ms blocks); True when the user talks."""
+        whole = len(near) // self.n * self.n
+        if whole == 0:
+            return False
+        far = far[:whole].astype(np.float64)
+        near = near[:whole].astype(np.float64)
+        far_db = self._spectra(self.prev_far, far)
+        near_db = self._spectra(self.prev_near, near)
+        self.prev_far, self.prev_near = far[-self.n :], near[-self.n :]
+        talking = False
+        for i in range(len(far_db)):
+            cut = slice(i * self.n, (i + 1) * self.n)
+            talking |= self._block(far[cut], near[cut], far_db[i], near_db[i])
+        return talking
+
+    def _spectra(self, prev: np.ndarray, pcm: np.ndarray) -> np.ndarray:
+        """dB per bin of each 10 ms block, over 20 ms Hann windows (it and the block before)."""
+        x = np.concatenate([prev, pcm]).reshape(-1, self.n)
+        frames = np.concatenate([x[:-1], x[1:]], axis=1) * self.window
+        power = np.abs(np.fft.rfft(frames, axis=1)[:, self.bins]) ** 2
+        return 10 * np.log10(power / (32768.0**2 * len(self.window)) + 1e-12)
+
+    def _bands(self, db: np.ndarray) -> np.ndarray:
+        power = np.bincount(self.band, 10 ** (db / 10), _DT_BANDS) / self.band_size
+        return 10 * np.log10(power + 1e-12)
+
+    def _echo_db(self) -> np.ndarray:
+        if self.lag is None:
+            return self.far_db[: self.max_lag + 1].max(axis=0)
+        d = round(self.lag / self.n)
+        self.tail_db = np.maximum(self.far_db[d + _DT_SMEAR[1]], self.tail_db - _DT_TAIL_DB)
+        near = self.far_db[max(0, d - _DT_SMEAR[0]) : d + _DT_SMEAR[1] + 1].max(axis=0)
+        return np.maximum(near, self.tail_db)
+
+    def _block(self, far: np.ndarray, near: np.ndarray, far_db: np.ndarray, near_db: np.ndarray):
+        self.far_db = np.roll(self.far_db, 1, axis=0)
+        self.far_db[0] = far_db
+        ring = self.pos % (self.gcc_far // self.n)
+        self.far_pcm[ring * self.n : (ring + 1) * self.n] = far
+        ring = self.pos % (self.gcc_near // self.n)
+        self.near_pcm[ring * self.n : (ring + 1) * self.n] = near
+        self.far_on[ring] = rms_dbfs(far) > _DT_FAR_ACTIVE_DBFS
+        self.pos += 1
+        fall = near_db < self.noise_db  # the floor follows dips at once, rises 2 dB/s
+        self.noise_db = np.where(fall, 0.9 * self.noise_db + 0.1 * near_db, self.noise_db + 0.02)
+        echo = self._echo_db() + self.gain_db[self.band]
+        excess = near_db - np.maximum(echo, self.noise_db + _DT_NOISE_DB)
+        over = (excess > self.threshold_db) & (near_db > -80.0)
+        self.share = max(float(np.mean(over[~self.high])), float(np.mean(over[self.high])))
+        counts = self.share >= _DT_SHARE
+        self.run = self.run + 1 if counts else 0
+        self.calm = 0 if counts else self.calm + 1
+        if self.calm >= _DT_CALM:  # the user has been quiet for 300 ms: learn the echo path
+            self._learn(near_db)
+        return self.run >= _DT_BLOCKS
+
+    def _learn(self, near_db: np.ndarray) -> None:
+        every = _DT_GCC_EVERY if self.lag is not None else _DT_GCC_EVERY // 2
+        if self.pos % every == 0 and self.far_on.mean() > 0.4:
+            self._estimate_delay()
+        if self.lag is None:
+            return
+        ref = self._bands(self.far_db[round(self.lag / self.n)])
+        mic = self._bands(near_db)
+        seen = mic - ref
+        echo_only = (ref > -65.0) & (mic > self._bands(self.noise_db) + 10.0)
+        echo_only &= seen < self.gain_db + 6.0  # far above: the user, too soft to count
+        step = np.where(seen > self.gain_db, _DT_GAIN_Q, _DT_GAIN_Q - 1.0) * _DT_GAIN_STEP_DB
+        self.gain_db = np.where(echo_only, self.gain_db + step, self.gain_db)
+
+    def _estimate_delay(self) -> None:
+        shift = self.pos % (self.gcc_far // self.n) * self.n
+        far = np.roll(self.far_pcm, -shift)
+        near = np.roll(self.near_pcm, -(self.pos % (self.gcc_near // self.n)) * self.n)
+        size = self.gcc_size
+        cross = np.fft.rfft(near, size) * np.conj(np.fft.rfft(far, size))
+        corr = np.fft.irfft(cross / (np.abs(cross) + 1e-9), size)
+        # near[i] is far[i + window lead - lag]: lag L sits at index L - window lead
+        lead = self.gcc_far - self.gcc_near
+        scores = corr[(np.arange(lead) - lead) % size]
+        best = int(np.argmax(scores))
+        if scores[best] < _DT_PEAK * np.std(scores):
+            return
+        self.estimates = [*self.estimates[-1:], best]
+        if len(self.estimates) == 2 and abs(self.estimates[0] - best) <= 3 * self.n // 10:
+            if self.lag is None:
+                log.info("echo: delay %.0f ms behind the speaker's signal", best * 1000 / self.rate)
+            self.lag, self.learned = best, True

@@ -409,7 +409,8 @@ class SpeakerSink:
     handed before it are not all what played). played_samples counts what was handed to the
     device minus the speech still in its buffer, so it follows the ear. on_played(block,
     rate_hz) is called from the audio thread with every block sent to the device, silence
-    included, so an echo canceller gets a time-aligned reference.
+    included, so an echo canceller gets a time-aligned reference; on_underrun() when the device
+    ran dry (it played a gap that reference does not have).
     """
 
     def __init__(
@@ -417,11 +418,13 @@ class SpeakerSink:
         cfg: AudioConfig,
         on_played: Callable[[np.ndarray, int], None] | None = None,
         on_restart: Callable[[], None] | None = None,
+        on_underrun: Callable[[], None] | None = None,
     ) -> None:
         sd = sounddevice()
         self.device, info = resolve_device(cfg.output_device, "output")
         self.sample_rate_hz = cfg.output_rate_hz or int(info["default_samplerate"])
         self._on_played, self._on_restart = on_played, on_restart
+        self._on_underrun = on_underrun
         self._queue: deque[np.ndarray] = deque()
         self._lock = threading.Lock()
         self._handed = 0  # speech samples handed to the device since open, net of flushes
@@ -470,6 +473,8 @@ class SpeakerSink:
             self.underruns += 1
             if self._queued > 0 or (self._in_device and self._in_device[-1]):
                 self.underruns_speaking += 1  # a gap in the agent's voice, not in silence
+            if self._on_underrun is not None:
+                self._on_underrun()
         out = outdata[:, 0]
         filled = 0
         with self._lock:

@@ -405,3 +405,4 @@ class MicSource:
         self._stream.stop()
         self._stream.close()
         self._blocks.put_nowait(None)
+        log.info("mic: %d overflows", self.overflows)

@@ -12,7 +12,10 @@ a fresh main.py in a tmux terminal):
    (cancelled) or paused (held), or a turn started by the echo alone.
 2. --interruptions: a question, then 1 s into the answer an interruption played over the agent:
    stop time from the interruption's onset in the microphone (found by cross-correlation, so
-   the echo mixed in does not move it) to the end of the agent's last sound before it is quiet.
+   the echo mixed in does not move it) to the end of the agent's last sound before it is quiet
+   (an answer already quiet at the onset, finished or paused, has none), and pause time from
+   that onset to main.py's barge_in_hold (the trace's clock is the recordings' monotonic clock):
+   the stop time reads short when the pause falls between two of the agent's words.
 
 Also counted: speaker underruns (main.py's log) and sound-library lines on the terminal.
 
@@ -82,21 +85,21 @@ def _run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict:
         echo_gain_db=args.echo_gain_db,
         echo_delay_ms=args.echo_delay_ms,
     )
-    v2v, v2v_trace, stops, trace_stops, missed = [], [], [], [], 0
+    v2v, v2v_trace, stops, trace_stops, missed, quiet = [], [], [], [], 0, 0
+    # Times are read off the recordings once they are whole: a recorder's clock offset (the
+    # least transport delay seen so far) still moves by tens of ms during the run, so a clip is
+    # also looked for from 0.5 s before it was played.
+    asked, interrupted = [], []  # (clip, when it was played) of the questions, interruptions
     turns = 0
     try:
         time.sleep(1.0)
         for i in range(args.answers):
             text = QUESTIONS[i % len(QUESTIONS)]
             clip = speech_pcm(text, VOICES[i % len(VOICES)])
-            started = live.say(clip)
+            asked.append((clip, live.say(clip)))
             turns += 1
             live.wait_idle(turns, timeout_s=90)
             turns = live.turns()
-            _, end = live.heard(clip, started)
-            first = live.agent_sound(end)
-            if first is not None:
-                v2v.append(1000 * (first - end))
         answers_events = live.chat.events()
         for b in range(args.interruptions):
             text = QUESTIONS[(b + 2) % len(QUESTIONS)]
@@ -105,20 +108,38 @@ def _run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict:
             first = live.wait_agent_sound(started, timeout_s=60)
             stop = speech_pcm(INTERRUPTIONS[b % len(INTERRUPTIONS)], VOICES[(b + 1) % len(VOICES)])
             time.sleep(max(0.0, first + 1.0 - time.monotonic()))
-            said = live.say(stop)
+            interrupted.append((clip, started, stop, live.say(stop)))
             turns += 2
             live.wait_idle(turns, timeout_s=90)
             turns = live.turns()
-            onset, stop_end = live.heard(stop, said)
-            last = live.agent_last_sound(first, stop_end)
-            if last is None or last >= stop_end - 0.05:
-                missed += 1  # the agent talked through the whole interruption
-            else:
-                stops.append(1000 * (last - onset))
         screen = live.chat.screen()
     finally:
         code = live.close()
     events = live.chat.events()
+    holds = [e["t_ms"] / 1000 for e in events if e["event"] == "barge_in_hold"]
+    for clip, started in asked:
+        _, end = live.heard(clip, started - 0.5)
+        first = live.agent_sound(end)
+        if first is not None:
+            v2v.append(1000 * (first - end))
+    pauses, early = [], 0
+    for clip, started, stop, said in interrupted:
+        _, asked_end = live.heard(clip, started - 0.5)
+        first = live.agent_sound(asked_end) or asked_end
+        onset, stop_end = live.heard(stop, said - 0.5)
+        window_end = min(stop_end, onset + 1.0)  # the next answer may start at stop_end
+        last = live.agent_last_sound(first, window_end)
+        if last is None or last >= window_end - 0.05:
+            missed += 1  # the agent talked through the whole interruption
+        elif last <= onset:
+            quiet += 1
+        else:
+            stops.append(1000 * (last - onset))
+        held = [t for t in holds if first <= t <= window_end]
+        if held and held[0] < onset:
+            early += 1  # paused by its own echo before the user spoke
+        elif held:
+            pauses.append(1000 * (held[0] - onset))
     for ev in answers_events:
         if ev["event"] == "audio_out_first" and ev.get("v2v_ms") is not None:
             v2v_trace.append(ev["v2v_ms"])
@@ -138,13 +159,18 @@ def _run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict:
             ),
             "paused": sum(e["event"] == "barge_in_hold" for e in answers_events),
             "turns_from_echo": max(0, len(finals) - args.answers),
+            "paused_before_an_interruption": early,
         },
         "v2v_ms_sound_server": _stats(v2v),
         "v2v_ms_trace": _stats(v2v_trace),
         "interruptions": args.interruptions,
         "interruption_missed": missed,
+        "interruption_agent_quiet": quiet,
+        "stops_ms_sound_server": [round(s) for s in stops],
         "stop_ms_sound_server": _stats(stops),
         "stop_ms_trace": _stats(trace_stops),
+        "pauses_ms_sound_server": [round(p) for p in pauses],
+        "pause_ms_sound_server": _stats(pauses),
         "speaker_underruns": underruns[0] if underruns else None,
         "speaker_underruns_while_speaking": speaking[0] if speaking else None,
         "terminal_noise_lines": len([ln for ln in screen.splitlines() if NOISE.search(ln)]),

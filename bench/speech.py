@@ -229,9 +229,15 @@ def bench_vad(seconds: int) -> dict:
 
 
 def bench_echo() -> dict:
+    """The agent's own echo and a user talking over it, through `python main.py`'s decisions
+    (tests.speech.loopback_run): when the echo alone first pauses the agent, and otherwise how
+    long after the user's first sound (-50 dBFS) the agent is paused."""
+    from tests.pulse import first_sound
+
     agent = speech_pcm(
-        "Sure. The capital of France is Paris. It is a large city on the river Seine, "
-        "famous for the Eiffel tower and its museums.",
+        "Sure. The capital of France is Paris. It is a large city on the river Seine, famous "
+        "for the Eiffel tower and its museums. Many people visit it every year, and the food "
+        "there is excellent.",
         lead_ms=200,
         tail_ms=300,
     )
@@ -246,16 +252,20 @@ def bench_echo() -> dict:
     raw = mic[16000 : 16000 + len(after_1s)].astype(np.float64)
     reduction = 10 * np.log10(np.mean(raw**2) / max(np.mean(after_1s**2), 1e-9))
     out["aec_echo_reduction_db_after_1s"] = round(float(reduction), 1)
-    for mode in ("off", "guard", "aec"):
-        row: dict = {"false_barge_ins_echo_only": len(loopback_run(agent, None, 0, mode))}
-        for gain in (1.0, 2.0):
-            user = speech_pcm("Stop, wait a second please.", "espeak", gain=gain)
-            lat = []
-            for at in (1000, 2000, 4000):
-                hits = [h for h in loopback_run(agent, user, at, mode) if h >= at]
-                lat.append(round(hits[0] - at) if hits else None)
-            row[f"barge_in_latency_ms_user_x{gain:g}"] = lat
-        out[mode] = row
+    users = [speech_pcm("Stop, wait a second please.", v) for v in ("espeak", "piper")]
+    for gain_db in (-10.0, 0.0):
+        for mode in ("off", "guard", "aec"):
+            kw = {"delay_ms": 150, "gain_db": gain_db}
+            paused = loopback_run(agent, None, 0, mode, **kw)
+            row: dict = {"echo_alone_paused_at_ms": paused[0] if paused else None}
+            waits = []
+            for clip in users if not paused else []:  # paused already: the user goes unheard
+                onset = first_sound(clip) / 16
+                for at in (2000, 3000, 4500, 6000):
+                    holds = [h for h in loopback_run(agent, clip, at, mode, **kw) if h >= at]
+                    waits.append(round(holds[0] - at - onset) if holds else None)
+            row["user_paused_after_ms"] = waits
+            out[f"{mode}_{gain_db:g}dB"] = row
     return out
 
 

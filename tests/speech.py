@@ -125,37 +125,59 @@ def loopback_run(
     user_at_ms: int,
     mode: str,
     noise_dbfs: float = -60.0,
+    delay_ms: int = 40,
+    gain_db: float = -10.0,
 ) -> list[float]:
-    """Play `far` (agent, 16 kHz) into a simulated room; returns barge-in times (audio ms).
+    """Play `far` (the agent, 16 kHz) into a simulated room; returns the audio ms at which
+    `python main.py`'s decisions would pause the agent (HoldPlayback, the playback not stopped).
 
-    mode: "off" (plain VAD, no echo handling), "guard", or "aec" (AEC3 + guard).
-    The mic hears the echo, optional `user` speech starting at user_at_ms, and white noise.
+    mode: "off" (no echo handling: the VAD on the raw mic), "guard" (the double-talk detector,
+    frames unchanged) or "aec" (AEC3 + the detector); "guard" and "aec" add the echo guard on the
+    VAD path, as chat.open_audio does. The mic hears the echo (`echo_path` at delay_ms, gain_db),
+    optional `user` speech starting at user_at_ms, and white noise.
     """
-    from audio.config import BargeInConfig, EchoConfig, VADConfig
-    from audio.echo import BargeInDetector, EchoCanceller
+    from app.chat import ECHO_GUARD_MS
+    from app.pipeline_config import ConversationConfig
+    from app.turns import HoldPlayback, TurnManager
+    from audio.config import EchoConfig, VADConfig
+    from audio.echo import EchoCanceller
     from audio.vad import Endpointer
 
     rng = np.random.default_rng(1)
     n = len(far)
-    mic = echo_path(far) + rng.standard_normal(n) * 32768 * 10 ** (noise_dbfs / 20)
+    noise = rng.standard_normal(n) * 32768 * 10 ** (noise_dbfs / 20)
+    mic = echo_path(far, delay_ms, gain_db) + noise
     if user is not None:
         start = 16 * user_at_ms
         seg = user[: max(0, n - start)].astype(np.float64)
         mic[start : start + len(seg)] += seg
     mic = np.clip(mic, -32768, 32767).astype(np.int16)
-    echo_cfg = EchoConfig(mode="aec" if mode == "aec" else "guard")
-    ec = EchoCanceller(echo_cfg)
+    ec = EchoCanceller(EchoConfig(mode=mode)) if mode != "off" else None
+    tm = TurnManager(ConversationConfig(echo_guard_ms=ECHO_GUARD_MS if ec else 0))
+    tm.on_speech_start(-1000.0)  # the question, answered: the agent is speaking
+    tm.on_speech_end()
+    (answer,) = tm.on_final("Tell me about Paris.")
+    tm.on_audio_started(answer.gen)
     vad = Endpointer(VADConfig())
-    barge = BargeInDetector(
-        BargeInConfig() if mode != "off" else BargeInConfig(guard_min_speech_ms=240),
-        echo_cfg if mode != "off" else EchoConfig(guard_margin_db=0.0, echo_gain_db=-120.0),
-        aec=ec.mode == "aec",
-    )
-    hits = []
+    events = {
+        "speech_start": tm.on_speech_start,
+        "pause": tm.on_pause,
+        "resume": tm.on_resume,
+        "speech_end": tm.on_speech_end,
+    }
+    holds = []
     for i in range(0, n - 479, 480):
-        ec.push_far(far[i : i + 480], 16000)
-        clean = ec.process(mic[i : i + 480])
-        voiced = vad.is_voiced(clean)
-        if barge.update(clean, voiced, ec.far_dbfs, agent_speaking=True):
-            hits.append(i / 16.0)
-    return hits
+        now = (i + 480) / 16.0
+        actions = []
+        frame = mic[i : i + 480]
+        if ec is not None:
+            ec.push_far(far[i : i + 480], 16000)
+            frame = ec.process(frame)
+            actions += tm.on_near_end(i / 16.0, ec.near_end, ec.near_end_sure)
+        for ev in vad.process(frame):
+            if ev.kind in events:
+                actions += events[ev.kind](ev.audio_ms)
+        if vad.in_speech:
+            actions += tm.on_speech_progress(now)
+        holds += [now for a in actions if isinstance(a, HoldPlayback)]
+    return holds

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from app.pipeline import VoiceSession
 from app.runner import Segment, TimelineSource, run_session
 from app.scheduler import LATER
 from app.trace import Tracer
+from audio.vad import rms_dbfs
 from tests.app.fakes import ClockSink, FakeComponents, FakeTranscriber, buzz, silence
 
 # The buzz is speech to webrtcvad but not to Silero: these tests are about pipeline logic.
@@ -114,6 +116,36 @@ def test_barge_in_stops_audio_truncates_history_and_answers_next():
     assert prompt[-2] == {"role": "assistant", "content": first["heard_text"] + "..."}
     assert prompt[-1]["content"] == "Wait, what about Spain?"
     assert names(trace).count("barge_in") == 1
+
+
+class DoubleTalkSource(TimelineSource):
+    """A timeline behind a stand-in echo canceller: with no echo, every loud frame is the user."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.canceller = SimpleNamespace(near_end=False, near_end_sure=True)
+
+    async def frames(self):
+        async for frame in super().frames():
+            self.canceller.near_end = rms_dbfs(frame) > -40.0
+            yield frame
+
+
+def test_double_talk_pauses_the_agent_before_the_vad_onset():
+    cfg = replace(CFG, conversation=replace(CFG.conversation, echo_guard_ms=250))
+    segments = [Segment(buzz(700)), Segment(buzz(900), barge_in_at_ms=800)]
+    comps = FakeComponents(["Hi", "Wait, what about Spain?"], **LONG)
+    tracer = Tracer(None, session="t")
+    source = DoubleTalkSource(segments, realtime=True, tail_ms=800)
+    sink = ClockSink(comps.tts.sample_rate_hz)
+    try:
+        asyncio.run(asyncio.wait_for(run_session(comps, cfg, source, sink, tracer), 30))
+    finally:
+        comps.close()
+    (hold,) = [e for e in tracer.events if e["event"] == "barge_in_hold"]
+    (stop,) = [e for e in tracer.events if e["event"] == "playback_stopped"]
+    assert hold["near_end"] and stop["stop_ms"] <= 60  # the VAD path: 90 + 250 ms of speech
+    assert names(tracer.events).count("barge_in") == 1
 
 
 @pytest.mark.parametrize(

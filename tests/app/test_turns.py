@@ -394,3 +394,69 @@ def test_short_empty_words_are_backchannels_but_commands_and_questions_are_not()
         assert tm.is_backchannel(text), text
     for text in ("Stop.", "Wait.", "No.", "And then?", "So what?", "Tell me about castles."):
         assert not tm.is_backchannel(text), text
+
+
+def test_double_talk_holds_at_once_and_resumes_without_speech():
+    tm = TurnManager(replace(CFG, echo_guard_ms=250))
+    gen = start_speaking(tm)
+    assert tm.on_near_end(5000, False, True) == []
+    assert tm.on_near_end(5030, True, True) == [HoldPlayback(gen, near_end=True, onset_ms=5030)]
+    assert tm.on_near_end(5060, True, True) == []  # held already
+    assert tm.on_near_end(5300, False, True) == []
+    # No speech_start from the VAD: a knock, a cough, the echo taken for the user.
+    assert tm.on_near_end(5330, False, True) == [ResumePlayback(gen, "no speech")]
+    assert tm.barge is None and tm.answer_gen == gen
+
+
+def test_double_talk_hold_stays_when_the_vad_hears_the_speech():
+    tm = TurnManager(replace(CFG, echo_guard_ms=250), heard=lambda gen: "Paris is")
+    gen = start_speaking(tm)
+    assert tm.on_near_end(5000, True, True) == [HoldPlayback(gen, near_end=True, onset_ms=5000)]
+    tm.on_near_end(5030, True, True)
+    assert tm.on_speech_start(4990) == []
+    assert tm.on_near_end(5400, False, True) == []  # the VAD's speech: no time limit
+    assert tm.on_speech_progress(5400) == []  # held already: no second hold
+    tm.on_speech_progress(5600)
+    assert tm.on_partial("Wait, tell me about Spain") == [CancelAnswer(gen)]
+
+
+def test_double_talk_holds_a_barge_the_echo_guard_still_waits_on():
+    tm = TurnManager(replace(CFG, echo_guard_ms=250))
+    gen = start_speaking(tm)
+    tm.on_speech_start(5000)
+    assert tm.on_speech_progress(5150) == []  # 90 + 250 ms not reached
+    assert tm.on_near_end(5150, True, True) == [HoldPlayback(gen, near_end=True)]
+    assert tm.on_speech_progress(5400) == []
+    assert tm.on_speech_end(5420) == [ResumePlayback(gen, "short")]
+
+
+def test_double_talk_only_while_the_agent_plays():
+    tm = TurnManager(CFG)
+    (ans,) = user_turn(tm, "Hello")  # thinking: nothing plays yet
+    assert tm.on_near_end(100, True, True) == []
+    tm.on_audio_started(ans.gen)
+    assert tm.on_near_end(130, True, True) == [HoldPlayback(ans.gen, near_end=True, onset_ms=130)]
+    off = TurnManager(replace(CFG, barge_in=False))
+    start_speaking(off)
+    assert off.on_near_end(100, True, True) == []
+
+
+def test_speech_the_sure_detector_never_called_the_users_is_echo():
+    tm = TurnManager(replace(CFG, echo_guard_ms=250), heard=lambda gen: "Paris is")
+    gen = start_speaking(tm)
+    tm.on_near_end(5000, False, True)
+    tm.on_speech_start(5000)  # AEC3 let the agent's voice through
+    assert tm.on_speech_progress(5600) == []  # no hold on the VAD and the echo guard
+    assert tm.on_pause(5600) == []  # nor a transcript
+    assert tm.on_partial("before you complete") == []
+    assert tm.on_speech_end(5700) == []
+    assert tm.on_final("before you complete.") == []
+    assert tm.agent == "speaking" and tm.answer_gen == gen and tm.barge is None
+
+
+def test_until_the_detector_has_measured_the_echo_the_vad_and_echo_guard_decide():
+    tm = TurnManager(replace(CFG, echo_guard_ms=250))
+    gen = start_speaking(tm)
+    tm.on_near_end(5000, False, False)
+    tm.on_speech_start(5000)
+    assert tm.on_speech_progress(5340) == [HoldPlayback(gen)]

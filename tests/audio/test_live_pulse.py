@@ -119,7 +119,8 @@ def test_interruption_stops_the_agent_over_a_real_echo(tmp_path) -> None:
     held = [e["t_ms"] / 1000 for e in events if e["event"] == "barge_in_hold"]
     assert held and min(held) >= onset, (held, onset)
     print(f"agent silent {stop_ms:.0f} ms after the interruption's onset (sound server)")
-    # p50 826 ms, p95 1067 on a shared CPU: the echo guard wants 340 ms of speech while the
-    # agent talks (BENCHMARKS.md); the bound catches an agent that talks on.
-    assert stop_ms < 2000, stop_ms
+    # p50 89 ms, p95 187 at -10 dB with the double-talk detector (BENCHMARKS.md); the VAD and
+    # the echo guard alone took 750-1067 ms at p95 (the first answer of a session, whose echo
+    # path is not measured yet, may still go that way; the bound catches an agent that talks on).
+    assert stop_ms < 1000, stop_ms
     assert not any(w in screen.lower() for w in NOISE), screen
