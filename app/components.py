@@ -56,7 +56,8 @@ class Components:
         """Per-utterance streaming ASR state over the shared Whisper model."""
         from audio.asr import StreamingTranscriber
 
-        return StreamingTranscriber(self.asr, cfg)
+        refiner = self.asr.refiner if cfg.refine_long_turns else None
+        return StreamingTranscriber(self.asr, cfg, refiner)
 
     def new_chunker(self, cfg: Any) -> Any:
         """Cuts the LM's text stream into speakable clauses."""

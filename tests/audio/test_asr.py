@@ -1,5 +1,7 @@
 """Streaming Whisper: real speech through VAD + ASR, no words from non-speech, bad input."""
 
+from concurrent.futures import Future
+
 import numpy as np
 import pytest
 
@@ -218,6 +220,71 @@ def test_long_turn_through_vad_segments_loses_no_speech(asr) -> None:
     assert longest <= 4.9 * 16000  # 4 s, the pre-roll and what a cut carries over
     got = set(words(final.text))
     assert {"fox", "dog", "sells", "peter", "peppers", "wood"} <= got, final.text
+
+
+class HeldRefiner:
+    """Fake Refiner: one pass is the words of the audio in capitals; it finishes on release()."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[Future[str], str]] = []
+
+    def submit(self, pcm16k: np.ndarray) -> Future[str]:
+        fut: Future[str] = Future()
+        self.asked.append((fut, WordsASR().transcribe(pcm16k, final=True).text.upper()))
+        return fut
+
+    def release(self) -> None:
+        for fut, text in self.asked:
+            if fut.set_running_or_notify_cancel():
+                fut.set_result(text)
+
+
+def test_a_finished_refinement_replaces_the_segments_it_covers() -> None:
+    refiner = HeldRefiner()
+    st = StreamingTranscriber(WordsASR(), ASRConfig(), refiner)
+    gap = np.zeros(4000, np.int16)
+    for value in (1, 2, 3):  # three segments of two words
+        st.feed(np.concatenate([np.full(8000, value, np.int16), gap, np.full(8000, 10 + value,
+                                np.int16), gap]))  # fmt: skip
+        st.close_segment()
+    # One pass asked for after the second and the third segment; the first is still queued,
+    # so the second request dropped it.
+    assert [f.cancelled() for f, _ in refiner.asked] == [True, False]
+    assert refiner.asked[1][1] == "W1 W11 W2 W12 W3 W13"
+    st.feed(np.full(8000, 4, np.int16))
+    assert st.partial().text == "w1 w11 w2 w12 w3 w13 w4"  # not done yet: the segments' text
+    refiner.release()
+    # The refined text, then the open segment's from where they overlap ("w3 w13" heard again).
+    assert st.final().text == "W1 W11 W2 W12 w3 w13 w4"
+    st.reset()
+    st.feed(np.full(8000, 5, np.int16))
+    assert st.final().text == "w5"
+
+
+@pytest.mark.slow  # the refinement runs when the CPU is idle: seconds, more when it is not
+def test_refined_long_turn_is_one_pass_over_the_closed_segments(asr) -> None:
+    # Four sentences in 4 s segments: the closed ones are transcribed again as one pass on the
+    # refiner's own model, and the final carries that text, every sentence once.
+    sentences = (
+        "The quick brown fox jumps over the lazy dog.",
+        "She sells sea shells by the sea shore.",
+        "Peter Piper picked a peck of pickled peppers.",
+        "How much wood would a woodchuck chuck.",
+    )
+    gap = np.zeros(1600, np.int16)
+    pcm = np.concatenate([np.concatenate([speech_pcm(s, "piper"), gap]) for s in sentences])
+    st = StreamingTranscriber(asr, ASRConfig(), asr.refiner)
+    for k, f in enumerate(frames(pcm)):
+        st.feed(f)
+        if k % 133 == 132:  # every 4 s
+            st.close_segment()
+    assert st._refining, "no refinement asked for"
+    refined = st._refining[-1][2].result(timeout=600)
+    final = st.final()
+    assert refined.split()[:3] == final.text.split()[:3], (refined, final.text)
+    got = words(final.text)
+    for w in ("fox", "dog", "sells", "peter", "peppers", "wood"):
+        assert got.count(w) == 1, final.text
 
 
 def test_merge_overlap_never_joins_on_an_earlier_repeat_of_the_phrase() -> None:
