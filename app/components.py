@@ -26,6 +26,7 @@ class Components:
     lm: Any
     asr: Any
     tts: Any
+    turn_audio: Any = None  # audio.prosody.TurnEndAudio: the end of turn heard in the speech
     asr_worker: Worker = field(default_factory=lambda: Worker("asr"))
     tts_worker: Worker = field(default_factory=lambda: Worker("tts"))
 
@@ -35,10 +36,13 @@ class Components:
         onnxruntime / CTranslate2 / torch are 2-5x slower and would land in the first turn).
         ``tts_rate_hz``: synthesize at this rate (the speaker's), 0 = the voice's own."""
         from audio.asr import WhisperASR
+        from audio.prosody import TurnEndAudio
         from audio.tts import PiperTTS
         from model.engine import LM
 
         comps = cls(lm=LM.load(cfg.lm), asr=WhisperASR(cfg.asr), tts=PiperTTS(cfg.tts, tts_rate_hz))
+        if cfg.conversation.end_audio:
+            comps.turn_audio = TurnEndAudio()
         if warmup:
             comps.warmup()
         return comps

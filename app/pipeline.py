@@ -52,6 +52,9 @@ from app.turns import (
 __all__ = ["Components", "VoiceSession"]
 log = logging.getLogger(__name__)
 EventFn = Callable[[dict[str, Any]], None]
+# Input kept for the end of turn heard in the speech: its 1.6 s window, and the pause's silence
+# until the score starts (the pause's ASR pass is done ~200 ms after the speech ends, p95 ~1 s).
+RECENT_MS = 3000
 ONSET_PASS_MIN_MS = 100  # new audio a pass in a silence needs (a pass costs ~100 ms of a core)
 
 
@@ -104,6 +107,9 @@ class VoiceSession:
         self._final_pending = False
         self._onset_t: float | None = None
         self._pause_end: float | None = None  # audio ms where the current pause began
+        # The latest input, for the end of turn heard in the speech (audio/prosody.py reads
+        # its last 1.6 s of speech; the rest covers the pause's silence).
+        self._recent: deque[np.ndarray] = deque(maxlen=RECENT_MS // cfg.audio.frame_ms + 1)
         self._end_t: float | None = None
         self._speculation_t: dict[int, float] = {}
         self._refines: dict[int, float] = {}  # refined gen -> ttft of the dropped speculation
@@ -178,6 +184,7 @@ class VoiceSession:
         frame_ms = 1000.0 * len(frame) / self.cfg.audio.sample_rate_hz
         self._arrivals.append((self.audio_ms, t - frame_ms))  # audio start of this frame
         self.audio_ms += frame_ms
+        self._recent.append(frame)
         if (echo := self.echo) is not None:
             start = self.audio_ms - frame_ms
             self._do(self.tm.on_near_end(start, echo.near_end, echo.near_end_sure))
@@ -373,17 +380,25 @@ class VoiceSession:
         decision sets the silence that ends this pause's turn."""
         loop = asyncio.get_running_loop()
         utt, pause, turn, t0 = self._utt, self._pause_end, self.tm.turn, now_ms()
-        fut = loop.run_in_executor(self.lm_executor, self.lm_session.end_of_turn, a.messages)
+        heard = self._speech_before_pause()
+        prosody, end_of_turn = self.c.turn_audio, self.lm_session.end_of_turn
 
-        def done(f: asyncio.Future[float | None]) -> None:
+        def score() -> tuple[float | None, float | None, float]:
+            t = now_ms()
+            p_audio = None if heard is None else prosody.score(heard)
+            return end_of_turn(a.messages), p_audio, now_ms() - t
+
+        fut = loop.run_in_executor(self.lm_executor, score)
+
+        def done(f: asyncio.Future[tuple[float | None, float | None, float]]) -> None:
             self._lm_jobs.discard(f)
             if f.cancelled() or utt != self._utt or pause != self._pause_end:
                 return  # the user spoke again: this pause is over
             if f.exception() is not None:
                 log.error("end-of-turn score failed: %s", f.exception())
                 return
-            p = f.result()
-            decision = self.tm.on_end_score(a.text, p)
+            p, p_audio, audio_ms = f.result()
+            decision = self.tm.on_end_score(a.text, p, p_audio)
             if decision is None:
                 return
             conv = self.cfg.conversation
@@ -393,13 +408,26 @@ class VoiceSession:
             }.get(decision, self.cfg.vad.speech_end_ms)
             self.trace(
                 "end_of_turn", turn, a.gen, p_end=None if p is None else round(p, 4),
-                decision=decision, wait_ms=wait, compute_ms=round(now_ms() - t0, 1), text=a.text,
+                p_audio=None if p_audio is None else round(p_audio, 4),
+                decision=decision, wait_ms=wait, compute_ms=round(now_ms() - t0, 1),
+                audio_compute_ms=round(audio_ms, 2), text=a.text,
             )  # fmt: skip
             for ev in self.vad.end_after(wait):
                 self._on_vad(ev.kind, ev.audio_ms, ev.detected_ms)
 
         self._lm_jobs.add(fut)
         fut.add_done_callback(done)
+
+    def _speech_before_pause(self) -> np.ndarray | None:
+        """The latest input up to the current pause's start, for the end heard in the speech;
+        None when that is off or there is no pause."""
+        if self.c.turn_audio is None or not self.cfg.conversation.end_audio:
+            return None
+        if self._pause_end is None or not self._recent:
+            return None
+        pcm = np.concatenate(self._recent)
+        after = int((self.audio_ms - self._pause_end) * self.cfg.audio.sample_rate_hz / 1000)
+        return pcm[: max(0, len(pcm) - after)]
 
     def _speculate(self, a: StartSpeculation) -> None:
         ans = Answer(self, a.gen, self.tm.turn, a.messages, speculative=True)

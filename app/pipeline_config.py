@@ -111,6 +111,24 @@ class ConversationConfig:
             "help": "P(end of turn) below which the endpointer waits end_incomplete_ms",
         },
     )
+    end_audio: bool = field(
+        default=False,
+        metadata={
+            "help": "adaptive end of turn also hears the speech: a last word that does not "
+            "sound like a sentence's end (audio/prosody.py, ~4 ms a pause) makes the turn "
+            "incomplete whatever its transcript reads; off: on unseen voices and sentences "
+            "it calls 8-15% of complete questions cut (BENCHMARKS.md)"
+        },
+    )
+    end_audio_cut: float = field(
+        default=0.15,
+        metadata={
+            "min": 0.0,
+            "max": 1.0,
+            "help": "with end_audio, the speech's P(end of turn) below which the endpointer "
+            "waits end_incomplete_ms (0.15: 2% of the training set's complete clips)",
+        },
+    )
     end_complete_ms: int = field(
         default=200,
         metadata={

@@ -16,9 +16,10 @@ Speculation (the user pauses ~200 ms mid-turn):
 End of turn (``end_of_turn: adaptive``): the pause's fresh transcript also gets ``ScoreEnd``: the
 LM's P(the turn is complete) (``end_decision``) sets how much silence ends this pause's turn:
 ``end_complete_ms`` when likely complete, ``end_incomplete_ms`` when likely not ("What is the
-capital of"), vad.speech_end_ms when unsure. Speech within ``reopen_ms`` of a turn that ended
-after such a decision continues that turn (``ReopenTurn``): its answer is cancelled, its user
-message taken back, and the whole turn (one transcript) gets one answer.
+capital of"), vad.speech_end_ms when unsure; speech that sounds cut mid-sentence
+(``end_audio_cut``) is incomplete whatever its transcript reads. Speech within ``reopen_ms`` of
+a turn that ended after such a decision continues that turn (``ReopenTurn``): its answer is
+cancelled, its user message taken back, and the whole turn (one transcript) gets one answer.
 Barge-in (the user talks while the agent is thinking or speaking), in two steps so playback stops
 within ~100 ms yet a cough or "mm-hmm" does not throw the answer away:
   speech for ``barge_in_min_speech_ms`` (+ echo guard while audio plays) -> ``HoldPlayback``
@@ -59,14 +60,23 @@ _SENTENCE_BREAK = re.compile(r"[.!?]\s+\S")
 STORY_WORDS = 20  # a turn this long with several sentences is someone telling something
 
 
-def end_decision(p_end: float | None, cfg: ConversationConfig, text: str = "") -> str:
-    """ "complete", "unsure" or "incomplete" from the LM's P(end of turn) (None: not scored).
+def end_decision(
+    p_end: float | None, cfg: ConversationConfig, text: str = "", p_audio: float | None = None
+) -> str:
+    """ "complete", "unsure" or "incomplete" from the LM's P(end of turn) (None: not scored)
+    and the speech's own P(end) (audio/prosody.py; None: not heard).
 
+    Speech that sounds cut (``p_audio`` below ``end_audio_cut``: no final lengthening or pitch
+    movement on the last word) is "incomplete" whatever its transcript says: Whisper completes
+    a cut sentence on its own ("Tell me a fun fact about" -> "Tell me a fun fact to mount."),
+    and the LM then reads it as complete.
     A long turn (20+ words, several sentences) that ends in a statement is at most "unsure":
     someone telling a story pauses ~300 ms between sentences, and each of them reads as a
     complete message (in bench/conversation.py's monologues every sentence ended the turn and
     was reopened); "Never mind that. Tell me about dragons." is not a story.
     """
+    if p_audio is not None and p_audio < cfg.end_audio_cut:
+        return "incomplete"
     if p_end is None:
         return "unsure"
     if p_end < cfg.end_unlikely:
@@ -503,12 +513,15 @@ class TurnManager:
             actions.append(ScoreEnd(self.gen, text, prompt))
         return actions + (self._speculate(text) if self.cfg.speculation else [])
 
-    def on_end_score(self, text: str, p_end: float | None) -> str | None:
-        """The LM's P(end of turn) for ``text``; returns the decision ("complete", "unsure",
-        "incomplete"), or None when the user has spoken again since (nothing to decide)."""
+    def on_end_score(
+        self, text: str, p_end: float | None, p_audio: float | None = None
+    ) -> str | None:
+        """The LM's P(end of turn) for ``text`` and the speech's (``p_audio``, None: not
+        heard); returns the decision ("complete", "unsure", "incomplete"), or None when the
+        user has spoken again since (nothing to decide)."""
         if not self.paused or self.scored is None or normalize(self.scored) != normalize(text):
             return None
-        self.decision = end_decision(p_end, self.cfg, text)
+        self.decision = end_decision(p_end, self.cfg, text, p_audio)
         return self.decision
 
     def _speculate(self, text: str) -> list[Action]:
