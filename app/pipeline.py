@@ -348,7 +348,10 @@ class VoiceSession:
         if tr is None:
             return
         turn = self.tm.turn
-        self.trace("asr_final", turn, self.tm.gen, text=tr.text, compute_ms=round(tr.compute_ms, 1))
+        self.trace(
+            "asr_final", turn, self.tm.gen, text=tr.text, compute_ms=round(tr.compute_ms, 1),
+            refined_ms=round(tr.refined_ms),
+        )  # fmt: skip
         self.emit(
             {"type": "conversation.item.input_audio_transcription.completed", "transcript": tr.text}
         )

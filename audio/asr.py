@@ -67,6 +67,7 @@ class Transcript:
     final: bool
     audio_ms: float  # audio covered, ms of the turn (closed segments + this pass)
     compute_ms: float  # wall time of the pass
+    refined_ms: float = 0.0  # of audio_ms, what a Refiner's one pass transcribed (long turns)
 
 
 EMPTY = Transcript("", "", False, 0.0, 0.0)
@@ -333,11 +334,12 @@ def _run_when_idle(tids: set[str]) -> None:
 class Refiner:
     """Whole passes over long turns' closed segments, one at a time, off the critical path.
 
-    A second copy of the Whisper model (tiny.en int8: ~40 MB) with one CTranslate2 thread in
+    A second copy of the Whisper model (tiny.en int8: ~40 MB) whose CTranslate2 threads are in
     the idle class: a refinement never delays a pass a user is waiting on, and when the CPU is
-    busy it simply finishes later (the turn keeps the segments' own text until then). Only the
-    CTranslate2 worker is idle-class; the Python thread that drives it keeps its priority, as a
-    descheduled GIL holder would stall every other thread.
+    busy it simply finishes later (the turn keeps the segments' own text until then). Only
+    CTranslate2's threads are idle-class (its compute threads, started at the first pass,
+    inherit the class from its worker); the Python thread that drives them keeps its priority,
+    as a descheduled GIL holder would stall every other thread.
     """
 
     def __init__(self, asr: WhisperASR) -> None:
@@ -349,7 +351,10 @@ class Refiner:
         # Python's are CTranslate2's for this model.
         before = _native_threads()
         self._model = WhisperModel(
-            asr.model_dir, device=asr.device, compute_type=asr.compute_type, cpu_threads=1
+            asr.model_dir,
+            device=asr.device,
+            compute_type=asr.compute_type,
+            cpu_threads=asr.cfg.cpu_threads,
         )
         if asr.device == "cpu":
             python = {str(t.native_id) for t in threading.enumerate()}
@@ -403,6 +408,7 @@ class StreamingTranscriber:
         for _, _, fut in self._refining:
             fut.cancel()
         self._refining = []
+        self._refined_len: dict[int, int] = {}  # refinement's end segment -> its audio samples
         self._segs: list[str] = []  # the closed segments' texts
         self._seg_starts: list[int] = []  # where each begins in the turn's audio (samples)
         self._closed = 0  # where the last closed segment ends in the turn's audio
@@ -412,6 +418,7 @@ class StreamingTranscriber:
         self._kept: list[np.ndarray] = []
         self._kept_from = 0
         self._head = ""  # the closed segments' text, overlaps merged
+        self._refined_ms = 0.0  # the closed audio the refinement in _head covers
         self._closed_ms = 0.0  # their audio
         self._chunks: list[np.ndarray] = []  # the current segment's audio
         self._n = 0  # samples fed to the current segment
@@ -472,7 +479,7 @@ class StreamingTranscriber:
         self._chunks = [rest.copy()] if len(rest) else []
         self._n, self._n_at_pass, self._seg = len(rest), 0, EMPTY
         ms = 1000.0 * (time.perf_counter() - t0)
-        return Transcript(self._head, self._head, False, self._closed_ms, ms)
+        return Transcript(self._head, self._head, False, self._closed_ms, ms, self._refined_ms)
 
     def _refine(self) -> None:
         """Ask for one pass over the last closed segments that fit in _REFINE_MAX: the text the
@@ -490,14 +497,16 @@ class StreamingTranscriber:
             fut.cancel()
         self._refining = [r for r in self._refining if not r[2].cancelled()]
         self._refining.append((first, len(self._segs), self.refiner.submit(audio)))
+        self._refined_len[len(self._segs)] = len(audio)
 
     def _merged_head(self) -> str:
         """The closed segments' text: the latest finished refinement in place of the segments
         it covers, the segments' own text elsewhere, joined where the overlaps agree."""
-        parts = self._segs
+        parts, self._refined_ms = self._segs, 0.0
         for first, end, fut in reversed(self._refining):
             if fut.done() and not fut.cancelled() and fut.exception() is None and fut.result():
                 parts = [*self._segs[:first], fut.result(), *self._segs[end:]]
+                self._refined_ms = 1000.0 * self._refined_len[end] / RATE_HZ
                 break
         head = ""
         for text in parts:
@@ -512,7 +521,7 @@ class StreamingTranscriber:
             self._n_at_pass = self._n
         last = self._joined(self._seg)
         ms = 1000.0 * (time.perf_counter() - t0)
-        return Transcript(last.text, last.text, True, last.audio_ms, ms)
+        return Transcript(last.text, last.text, True, last.audio_ms, ms, last.refined_ms)
 
     def _joined(self, seg: Transcript) -> Transcript:
         """A pass over the current segment preceded by the closed segments' text."""
@@ -521,7 +530,8 @@ class StreamingTranscriber:
             return seg
         text = merge_overlap(self._head, seg.text)
         stable = merge_overlap(self._head, seg.stable)
-        return Transcript(text, stable, seg.final, self._closed_ms + seg.audio_ms, seg.compute_ms)
+        audio_ms = self._closed_ms + seg.audio_ms
+        return Transcript(text, stable, seg.final, audio_ms, seg.compute_ms, self._refined_ms)
 
     def _reusable(self) -> bool:
         """The last pass covers all the speech fed: nothing new, or only silence after it."""

@@ -226,15 +226,15 @@ class HeldRefiner:
     """Fake Refiner: one pass is the words of the audio in capitals; it finishes on release()."""
 
     def __init__(self) -> None:
-        self.asked: list[tuple[Future[str], str]] = []
+        self.asked: list[tuple[Future[str], str, np.ndarray]] = []
 
     def submit(self, pcm16k: np.ndarray) -> Future[str]:
         fut: Future[str] = Future()
-        self.asked.append((fut, WordsASR().transcribe(pcm16k, final=True).text.upper()))
+        self.asked.append((fut, WordsASR().transcribe(pcm16k, final=True).text.upper(), pcm16k))
         return fut
 
     def release(self) -> None:
-        for fut, text in self.asked:
+        for fut, text, _ in self.asked:
             if fut.set_running_or_notify_cancel():
                 fut.set_result(text)
 
@@ -249,13 +249,16 @@ def test_a_finished_refinement_replaces_the_segments_it_covers() -> None:
         st.close_segment()
     # One pass asked for after the second and the third segment; the first is still queued,
     # so the second request dropped it.
-    assert [f.cancelled() for f, _ in refiner.asked] == [True, False]
+    assert [f.cancelled() for f, _, _ in refiner.asked] == [True, False]
     assert refiner.asked[1][1] == "W1 W11 W2 W12 W3 W13"
     st.feed(np.full(8000, 4, np.int16))
-    assert st.partial().text == "w1 w11 w2 w12 w3 w13 w4"  # not done yet: the segments' text
+    partial = st.partial()  # not done yet: the segments' text
+    assert partial.text == "w1 w11 w2 w12 w3 w13 w4" and partial.refined_ms == 0
     refiner.release()
     # The refined text, then the open segment's from where they overlap ("w3 w13" heard again).
-    assert st.final().text == "W1 W11 W2 W12 w3 w13 w4"
+    final = st.final()
+    assert final.text == "W1 W11 W2 W12 w3 w13 w4"
+    assert final.refined_ms == 1000 * len(refiner.asked[1][2]) / 16000
     st.reset()
     st.feed(np.full(8000, 5, np.int16))
     assert st.final().text == "w5"
