@@ -1,4 +1,5 @@
-"""Audio benchmarks: ASR latency/cadence/RTF, TTS first audio/RTF, VAD false triggers, echo.
+"""Audio benchmarks: ASR latency/cadence/RTF, TTS first audio/RTF, VAD false triggers, echo
+(AEC3 and the decisions over a simulated room; the double-talk detector on interruptions).
 
 Prints one JSON object. Speech is synthesized at run time (Piper and espeak-ng voices).
 Usage: .venv/bin/python bench/speech.py [--reps N] [--quick] [--sections asr,tts,vad,echo]
@@ -269,6 +270,76 @@ def bench_echo() -> dict:
     return out
 
 
+def bench_echo_onsets() -> dict:
+    """The double-talk detector alone (no AEC3, no VAD) on the interruptions bench/live.py plays,
+    in four voices, over two Piper answers 2-6 s in, the echo 40 or 150 ms late at 0 or -10 dB:
+    from the interruption's first sound (-50 dBFS) to the end of the 30 ms frame whose decision
+    pauses the agent, and the frames the echo alone is called the user's."""
+    import copy
+
+    from audio.echo import DoubleTalkDetector
+    from tests.pulse import first_sound
+
+    answers = [
+        speech_pcm(text, "piper", lead_ms=200, tail_ms=300)
+        for text in (
+            "Sure. The capital of France is Paris. It is a large city on the river Seine, famous "
+            "for the Eiffel tower and its museums. Many people visit it every year, and the food "
+            "there is excellent.",
+            "A spider has eight legs. Most spiders also have eight eyes, although some species "
+            "have fewer, and they use silk to build webs and catch their food.",
+        )
+    ]
+    clips = [
+        speech_pcm(text, voice)
+        for text in (
+            "Wait, tell me about Spain instead.",
+            "Stop, I have another question.",
+            "Sorry, can you say that more simply?",
+        )
+        for voice in ("piper", "espeak:en-us", "espeak:en-gb", "espeak:en-us+f3")
+    ]
+
+    def decisions(det, agent, mic, start, stop, keep=None):
+        hits = []
+        for i in range(start, stop - 479, 480):
+            if keep is not None and i // 16 in keep:  # the state an interruption starts from
+                keep[i // 16] = copy.deepcopy(det)
+            if det.update(agent[i : i + 480], mic[i : i + 480]):
+                hits.append((i + 480) / 16)
+        return hits
+
+    out: dict = {}
+    noise = np.random.default_rng(1).standard_normal(max(len(a) for a in answers)) * 32.8
+    for gain_db in (0.0, -10.0):
+        waits, echo_frames = [], 0
+        for agent in answers:
+            for delay_ms in (40, 150):
+                room = echo_path(agent, delay_ms, gain_db) + noise[: len(agent)]
+                keep = dict.fromkeys((2010, 3120, 4500, 6210))  # ms, whole 30 ms frames
+                mic = np.clip(room, -32768, 32767).astype(np.int16)
+                echo_frames += len(decisions(DoubleTalkDetector(), agent, mic, 0, len(mic), keep))
+                for clip in clips:
+                    onset = first_sound(clip) / 16
+                    for at, det in keep.items():
+                        mic = room.copy()
+                        mic[16 * at : 16 * at + len(clip)] += clip[: len(mic) - 16 * at]
+                        mic = np.clip(mic, -32768, 32767).astype(np.int16)
+                        hits = decisions(copy.deepcopy(det), agent, mic, 16 * at, 16 * at + 16000)
+                        waits.append(hits[0] - at - onset if hits else 1000.0)
+        waits.sort()
+        out[f"{gain_db:g}dB"] = {
+            "interruptions": len(waits),
+            "paused_after_ms_p50_p95_max": [
+                statistics.median(waits),
+                waits[int(0.95 * len(waits))],
+                waits[-1],
+            ],
+            "echo_alone_frames_called_the_user": echo_frames,
+        }
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=5)
@@ -281,6 +352,7 @@ def main() -> None:
         "tts": lambda: bench_tts(reps),
         "vad_on_noise": lambda: bench_vad(20 if args.quick else 60),
         "echo_loopback": bench_echo,
+        "echo_onsets": bench_echo_onsets,
     }
     wanted = args.sections.split(",")
     result: dict = {"load_avg_1m_start": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}

@@ -96,6 +96,35 @@ def test_user_over_the_agent_pauses_it_at_once(agent: np.ndarray, gain_db: float
     assert np.median(waits) <= 60, waits
 
 
+def test_a_voiced_onset_under_the_echo_is_heard_by_the_bins_it_holds(agent: np.ndarray) -> None:
+    # "Wait" (espeak-ng) starts 3.1 s in, under the agent's loudest syllables at 0 dB: few of
+    # its bins beat the echo by the full 10 dB, but the same ones beat it by 4 dB block after
+    # block. With the full margin alone the agent paused 360 ms after the onset.
+    clip = speech_pcm("Wait, tell me about Spain instead.", "espeak:en-us")
+    mic = echo_path(agent, 40, 0.0) + np.random.default_rng(1).standard_normal(len(agent)) * 32.8
+    mic[16 * 3120 : 16 * 3120 + len(clip)] += clip
+    mic = np.clip(mic, -32768, 32767).astype(np.int16)
+    onset = 3120 + first_sound(clip) / 16
+    heard = near_end_times(agent, mic)
+    assert heard and onset <= heard[0] <= onset + 200, (onset, heard[:3])
+
+
+@pytest.mark.parametrize("rt60_s, drr_db", [(0.4, 0.0), (0.6, -5.0)])
+def test_echo_in_a_reverberant_room_is_not_the_user(agent, rt60_s: float, drr_db: float) -> None:
+    # A reverb tail holds the agent's bins for a while too: as loud as the direct sound (or 5 dB
+    # louder) and 0.4-0.6 s long, it must not pass for the user's held harmonics.
+    rng = np.random.default_rng(0)
+    n = int(rt60_s * 16000)
+    taps = rng.standard_normal(n) * np.exp(-np.arange(n) * 6.9 / n)  # -60 dB at the end
+    taps *= 10 ** (-drr_db / 20) / np.sqrt(np.sum(taps**2))
+    taps[0] = 1.0
+    taps /= np.sqrt(np.sum(taps**2))  # the echo as loud as the agent (0 dB)
+    wet = np.convolve(agent.astype(np.float64), taps)[: len(agent)]
+    mic = np.concatenate([np.zeros(16 * 40), wet[: len(agent) - 16 * 40]])
+    mic += np.random.default_rng(1).standard_normal(len(agent)) * 32.8
+    assert near_end_times(agent, np.clip(mic, -32768, 32767).astype(np.int16)) == []
+
+
 @pytest.mark.parametrize("shift_ms", [-60, 60])
 def test_after_a_flush_the_detector_is_deaf_rather_than_wrong(agent, shift_ms: int) -> None:
     # A flush restarts the speaker and empties the reference FIFO: the echo's delay against
