@@ -400,25 +400,27 @@ class StreamingTranscriber:
         self.cfg = cfg
         self.refiner = refiner
         self._interval = RATE_HZ * cfg.partial_interval_ms // 1000
-        # Refinements asked for: (first segment, end segment, one pass over their audio).
-        self._refining: list[tuple[int, int, Future[str]]] = []
+        # Refinements asked for, over consecutive runs of closed segments that follow each other:
+        # (first segment, end segment, one pass over their audio, its length in samples).
+        self._spans: list[tuple[int, int, Future[str], int]] = []
         self.reset()
 
     def reset(self) -> None:
-        for _, _, fut in self._refining:
-            fut.cancel()
-        self._refining = []
-        self._refined_len: dict[int, int] = {}  # refinement's end segment -> its audio samples
+        for span in self._spans:
+            span[2].cancel()
+        self._spans = []
         self._segs: list[str] = []  # the closed segments' texts
-        self._seg_starts: list[int] = []  # where each begins in the turn's audio (samples)
+        # Where each begins and ends in the turn's audio (samples; each begins before the
+        # previous one ends: the overlap).
+        self._seg_starts: list[int] = []
+        self._seg_ends: list[int] = []
         self._closed = 0  # where the last closed segment ends in the turn's audio
         self._origin = 0  # where the current segment's audio begins in the turn's
-        # The turn's audio from _kept_from to _closed, kept for refinements only (a later one
-        # starts no earlier than the last did).
+        # The turn's audio from _kept_from to _closed, kept for refinements only.
         self._kept: list[np.ndarray] = []
         self._kept_from = 0
         self._head = ""  # the closed segments' text, overlaps merged
-        self._refined_ms = 0.0  # the closed audio the refinement in _head covers
+        self._refined_ms = 0.0  # the closed audio that refinements in _head cover
         self._closed_ms = 0.0  # their audio
         self._chunks: list[np.ndarray] = []  # the current segment's audio
         self._n = 0  # samples fed to the current segment
@@ -445,6 +447,7 @@ class StreamingTranscriber:
     def partial(self) -> Transcript:
         """Transcribe the current segment (blocking; run in a worker); text is the turn's."""
         n = self._n
+        self._refine()  # the one running may have finished since the last close
         self._seg = self.asr.transcribe(self.audio()[:n], final=False, prev=self._seg)
         self._n_at_pass = n
         return self._joined(self._seg)
@@ -472,6 +475,7 @@ class StreamingTranscriber:
             if self.refiner is not None:
                 self._kept.append(pcm[self._closed - self._origin : closed].copy())
             self._closed = self._origin + closed
+        self._seg_ends.append(self._closed)
         self._refine()
         self._head = self._merged_head()
         self._closed_ms += 1000.0 * (len(pcm) - len(rest)) / RATE_HZ
@@ -482,35 +486,39 @@ class StreamingTranscriber:
         return Transcript(self._head, self._head, False, self._closed_ms, ms, self._refined_ms)
 
     def _refine(self) -> None:
-        """Ask for one pass over the last closed segments that fit in _REFINE_MAX: the text the
-        turn keeps for them once it is done. Earlier requests still queued are dropped."""
-        if self.refiner is None or len(self._segs) < 2:
+        """When no refinement is running, ask for one pass over the closed segments no earlier
+        one covers (two or more; the last _REFINE_MAX of them): a pass that restarted from the
+        turn's beginning at every close would never catch up (30 s: ~9 s on a 2-core Zen 1).
+        """
+        if self.refiner is None or (self._spans and not self._spans[-1][2].done()):
             return
-        first = next(i for i, a in enumerate(self._seg_starts) if self._closed - a <= _REFINE_MAX)
-        if first == len(self._segs) - 1:
-            return  # the last segment alone: already one pass
+        first = self._spans[-1][1] if self._spans else 0
+        end = len(self._segs)
+        while first < end and self._seg_ends[-1] - self._seg_starts[first] > _REFINE_MAX:
+            first += 1
+        if end - first < 2:
+            return  # one segment alone: already one pass
         start = self._seg_starts[first]
         kept = np.concatenate(self._kept)[start - self._kept_from :]
         self._kept, self._kept_from = [kept], start
-        audio = kept
-        for _, _, fut in self._refining:
-            fut.cancel()
-        self._refining = [r for r in self._refining if not r[2].cancelled()]
-        self._refining.append((first, len(self._segs), self.refiner.submit(audio)))
-        self._refined_len[len(self._segs)] = len(audio)
+        audio = kept[: self._seg_ends[-1] - start]
+        self._spans.append((first, end, self.refiner.submit(audio), len(audio)))
 
     def _merged_head(self) -> str:
-        """The closed segments' text: the latest finished refinement in place of the segments
-        it covers, the segments' own text elsewhere, joined where the overlaps agree."""
-        parts, self._refined_ms = self._segs, 0.0
-        for first, end, fut in reversed(self._refining):
+        """The closed segments' text: each finished refinement in place of the segments it
+        covers, the segments' own text elsewhere, joined where the overlaps agree."""
+        refined = {}
+        for first, end, fut, n in self._spans:
             if fut.done() and not fut.cancelled() and fut.exception() is None and fut.result():
-                parts = [*self._segs[:first], fut.result(), *self._segs[end:]]
-                self._refined_ms = 1000.0 * self._refined_len[end] / RATE_HZ
-                break
-        head = ""
-        for text in parts:
-            head = merge_overlap(head, text)
+                refined[first] = (end, fut.result(), n)
+        head, i, self._refined_ms = "", 0, 0.0
+        while i < len(self._segs):
+            if i in refined:
+                end, text, n = refined[i]
+                head, i = merge_overlap(head, text), end
+                self._refined_ms += 1000.0 * n / RATE_HZ
+            else:
+                head, i = merge_overlap(head, self._segs[i]), i + 1
         return head
 
     def final(self) -> Transcript:

@@ -44,6 +44,30 @@ def words(text: str) -> list[str]:
     return [w.strip("'") for w in text.split() if w.strip("'")]
 
 
+# Contractions spelled out before WER, as Whisper's English normalizer does: "I'm" and "I am"
+# are the same words, and the recognizer writes either for the same audio. ("'s" stays: is,
+# has or a possessive.)
+_CONTRACTIONS = (
+    (re.compile(r"\bwon't\b"), "will not"),
+    (re.compile(r"\bcan't\b"), "can not"),
+    (re.compile(r"\blet's\b"), "let us"),
+    (re.compile(r"n't\b"), " not"),
+    (re.compile(r"'m\b"), " am"),
+    (re.compile(r"'re\b"), " are"),
+    (re.compile(r"'ve\b"), " have"),
+    (re.compile(r"'ll\b"), " will"),
+    (re.compile(r"'d\b"), " would"),
+)
+
+
+def wer_words(text: str) -> list[str]:
+    """``words`` with contractions spelled out: "I'm" -> ['i', 'am']."""
+    text = text.lower().replace("\u2019", "'")
+    for pattern, full in _CONTRACTIONS:
+        text = pattern.sub(full, text)
+    return words(text)
+
+
 def edit_distance(ref: Sequence[str], hyp: Sequence[str]) -> int:
     """Word-level Levenshtein distance."""
     prev = list(range(len(hyp) + 1))
@@ -57,16 +81,16 @@ def edit_distance(ref: Sequence[str], hyp: Sequence[str]) -> int:
 
 def wer(ref: str, hyp: str) -> float | None:
     """Word error rate of ``hyp`` against ``ref``; None for an empty reference."""
-    r = words(ref)
-    return edit_distance(r, words(hyp)) / len(r) if r else None
+    r = wer_words(ref)
+    return edit_distance(r, wer_words(hyp)) / len(r) if r else None
 
 
 def corpus_wer(pairs: Sequence[tuple[str, str]]) -> float | None:
     """Total word errors over total reference words of (reference, hypothesis) pairs."""
     errors = total = 0
     for ref, hyp in pairs:
-        r = words(ref)
-        errors += edit_distance(r, words(hyp))
+        r = wer_words(ref)
+        errors += edit_distance(r, wer_words(hyp))
         total += len(r)
     return round(errors / total, 4) if total else None
 

@@ -22,6 +22,9 @@ def test_words_and_wer():
     assert m.wer("tell me a joke", "tell me that joe") == 0.5
     assert m.wer("a b", "") == 1.0 and m.wer("", "x") is None
     assert m.corpus_wer([("a b c d", "a b c d"), ("e f", "")]) == round(2 / 6, 4)
+    # Contractions count as the words they stand for; "'s" (is, has or a possessive) stays.
+    assert m.wer("I am sure we will not", "I'm sure we won't") == 0.0
+    assert m.wer("it is", "it's") == 1.0
 
 
 def test_repeats():

@@ -235,33 +235,42 @@ class HeldRefiner:
 
     def release(self) -> None:
         for fut, text, _ in self.asked:
-            if fut.set_running_or_notify_cancel():
+            if not fut.done() and fut.set_running_or_notify_cancel():
                 fut.set_result(text)
 
 
-def test_a_finished_refinement_replaces_the_segments_it_covers() -> None:
+def test_finished_refinements_replace_the_segments_they_cover() -> None:
     refiner = HeldRefiner()
     st = StreamingTranscriber(WordsASR(), ASRConfig(), refiner)
     gap = np.zeros(4000, np.int16)
-    for value in (1, 2, 3):  # three segments of two words
-        st.feed(np.concatenate([np.full(8000, value, np.int16), gap, np.full(8000, 10 + value,
-                                np.int16), gap]))  # fmt: skip
+
+    def segment(value: int) -> None:  # two words, then the VAD's segment event
+        word = np.full(8000, value, np.int16)
+        st.feed(np.concatenate([word, gap, word + 10, gap]))
         st.close_segment()
-    # One pass asked for after the second and the third segment; the first is still queued,
-    # so the second request dropped it.
-    assert [f.cancelled() for f, _, _ in refiner.asked] == [True, False]
-    assert refiner.asked[1][1] == "W1 W11 W2 W12 W3 W13"
-    st.feed(np.full(8000, 4, np.int16))
-    partial = st.partial()  # not done yet: the segments' text
-    assert partial.text == "w1 w11 w2 w12 w3 w13 w4" and partial.refined_ms == 0
+
+    segment(1)
+    assert not refiner.asked  # one segment alone is already one pass
+    segment(2)
+    assert [text for _, text, _ in refiner.asked] == ["W1 W11 W2 W12"]
+    segment(3)  # the first refinement still runs: nothing more is asked
+    assert len(refiner.asked) == 1
+    assert st.partial().text == "w1 w11 w2 w12 w3 w13" and st.partial().refined_ms == 0
     refiner.release()
-    # The refined text, then the open segment's from where they overlap ("w3 w13" heard again).
-    final = st.final()
-    assert final.text == "W1 W11 W2 W12 w3 w13 w4"
-    assert final.refined_ms == 1000 * len(refiner.asked[1][2]) / 16000
-    st.reset()
+    segment(4)  # the segments no refinement covers yet
+    assert [text for _, text, _ in refiner.asked][1] == "W2 W12 W3 W13 W4 W14"  # the overlap
     st.feed(np.full(8000, 5, np.int16))
-    assert st.final().text == "w5"
+    partial = st.partial()
+    # The refined text, then the next segment's from where they overlap ("w2 w12" again).
+    assert partial.text == "W1 W11 w2 w12 w3 w13 w4 w14 w5"
+    assert partial.refined_ms == 1000 * len(refiner.asked[0][2]) / 16000
+    refiner.release()
+    final = st.final()
+    assert final.text == "W1 W11 W2 W12 W3 W13 w4 w14 w5"
+    assert final.refined_ms == 1000 * sum(len(a) for _, _, a in refiner.asked) / 16000
+    st.reset()
+    st.feed(np.full(8000, 6, np.int16))
+    assert st.final().text == "w6" and st.final().refined_ms == 0
 
 
 @pytest.mark.slow  # the refinement runs when the CPU is idle: seconds, more when it is not
@@ -281,8 +290,8 @@ def test_refined_long_turn_is_one_pass_over_the_closed_segments(asr) -> None:
         st.feed(f)
         if k % 133 == 132:  # every 4 s
             st.close_segment()
-    assert st._refining, "no refinement asked for"
-    refined = st._refining[-1][2].result(timeout=600)
+    assert st._spans, "no refinement asked for"
+    refined = st._spans[0][2].result(timeout=600)
     final = st.final()
     assert refined.split()[:3] == final.text.split()[:3], (refined, final.text)
     got = words(final.text)
