@@ -40,10 +40,14 @@ from audio.resample import resample  # noqa: E402
 TRAIN_VOICES = (
     "piper",
     "piper:0.9",
+    "piper:1.1",
     "espeak:en-us",
     "espeak:en-gb",
     "espeak:en+m3",
     "espeak:en-029",
+    "espeak:en+f2",
+    "espeak:en-us+f4",
+    "espeak:en-gb+Annie",
 )
 HELD_OUT_VOICES = ("piper:1.2", "espeak:en-us+f3", "espeak:en-gb-x-rp")
 BENCH_VOICES = ("piper", "espeak:en-us", "piper:1.2", "espeak:en-gb", "espeak:en-us+f3")
@@ -205,12 +209,12 @@ def report(y, p, kind, threshold) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clips", default="/tmp/turn_audio_clips.npz", help="clip cache")
+    ap.add_argument("--cut", type=float, default=0.15, help="conversation.end_audio_cut")
     ap.add_argument(
         "--complete-cut",
         type=float,
         default=0.02,
-        help="share of training complete clips the "
-        "reported threshold calls cut (conversation.end_audio_cut)",
+        help="share of training complete clips that --cut calls cut",
     )
     ap.add_argument("--out", default=str(WEIGHTS))
     args = ap.parse_args()
@@ -223,6 +227,10 @@ def main() -> int:
     mean, std = feats[tr].mean(axis=0), feats[tr].std(axis=0) + 1e-6
     z = (feats - mean) / std
     w = fit_logistic(z[tr], y[tr].astype(np.float64))
+    # Move the bias so that conversation.end_audio_cut calls args.complete_cut of the training
+    # set's complete clips cut: the config's threshold then means the same after retraining.
+    logit = z[tr & (y == 1)] @ w[:-1] + w[-1]
+    w[-1] += np.log(args.cut / (1 - args.cut)) - np.quantile(logit, args.complete_cut)
     np.savez(
         args.out,
         names=np.array(FEATURE_NAMES),
