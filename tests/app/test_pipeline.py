@@ -28,8 +28,9 @@ SHORT = {"lm": {"tail": "Fine, thanks."}, "ms_per_word": 100}
 LONG = {"lm": {"tail": "That is a fine question, and here is the answer."}, "ms_per_word": 180}
 
 
-def run(script, segments, realtime=True, cfg=CFG, **kw):
+def run(script, segments, realtime=True, cfg=CFG, turn_audio=None, **kw):
     comps = FakeComponents(script, **(kw or SHORT))
+    comps.turn_audio = turn_audio
     events: list[dict] = []
     tracer = Tracer(None, session="t")
     sink = ClockSink(comps.tts.sample_rate_hz)
@@ -228,6 +229,31 @@ def test_adaptive_end_plays_before_the_fixed_wait():
     assert "end_of_turn" not in names(trace)
     (lat,) = [e for e in events if e["type"] == "latency"]
     assert lat["stages"]["endpoint"] >= 480
+
+
+class SoundsCut:
+    """The end heard in the speech (audio.prosody.TurnEndAudio): always cut."""
+
+    def __init__(self) -> None:
+        self.heard: list[int] = []
+
+    def score(self, pcm: np.ndarray) -> float:
+        self.heard.append(len(pcm))
+        return 0.05
+
+
+def test_speech_that_sounds_cut_waits_although_its_text_reads_complete():
+    sounds_cut = SoundsCut()
+    cfg = replace(CFG, conversation=replace(CFG.conversation, end_audio=True))
+    segs = [Segment(buzz(900))]
+    _, _, trace, _ = run(["What is the capital of France?"], segs, cfg=cfg, turn_audio=sounds_cut)
+    (score,) = [e for e in trace if e["event"] == "end_of_turn"]
+    assert score["decision"] == "incomplete" and score["p_audio"] == 0.05
+    assert score["wait_ms"] == CFG.conversation.end_incomplete_ms
+    assert 0 < sounds_cut.heard[0] <= 16000 * 3  # the speech up to the pause, RECENT_MS at most
+    _, _, trace, _ = run(["What is the capital of France?"], segs, turn_audio=SoundsCut())
+    (score,) = [e for e in trace if e["event"] == "end_of_turn"]  # end_audio off: not asked
+    assert score["decision"] == "complete" and score["p_audio"] is None
 
 
 def test_likely_incomplete_turn_waits_through_a_long_pause():
