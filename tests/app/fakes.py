@@ -38,6 +38,7 @@ class Transcript:
     final: bool
     audio_ms: float
     compute_ms: float
+    refined_ms: float = 0.0
 
 
 class FakeASR:
