@@ -419,8 +419,6 @@ class StreamingTranscriber:
         # The turn's audio from _kept_from to _closed, kept for refinements only.
         self._kept: list[np.ndarray] = []
         self._kept_from = 0
-        self._head = ""  # the closed segments' text, overlaps merged
-        self._refined_ms = 0.0  # the closed audio that refinements in _head cover
         self._closed_ms = 0.0  # their audio
         self._chunks: list[np.ndarray] = []  # the current segment's audio
         self._n = 0  # samples fed to the current segment
@@ -477,13 +475,13 @@ class StreamingTranscriber:
             self._closed = self._origin + closed
         self._seg_ends.append(self._closed)
         self._refine()
-        self._head = self._merged_head()
+        head, refined_ms = self._merged_head()
         self._closed_ms += 1000.0 * (len(pcm) - len(rest)) / RATE_HZ
         self._origin += len(pcm) - len(rest)
         self._chunks = [rest.copy()] if len(rest) else []
         self._n, self._n_at_pass, self._seg = len(rest), 0, EMPTY
         ms = 1000.0 * (time.perf_counter() - t0)
-        return Transcript(self._head, self._head, False, self._closed_ms, ms, self._refined_ms)
+        return Transcript(head, head, False, self._closed_ms, ms, refined_ms)
 
     def _refine(self) -> None:
         """When no refinement is running, ask for one pass over the closed segments no earlier
@@ -504,22 +502,23 @@ class StreamingTranscriber:
         audio = kept[: self._seg_ends[-1] - start]
         self._spans.append((first, end, self.refiner.submit(audio), len(audio)))
 
-    def _merged_head(self) -> str:
+    def _merged_head(self) -> tuple[str, float]:
         """The closed segments' text: each finished refinement in place of the segments it
-        covers, the segments' own text elsewhere, joined where the overlaps agree."""
+        covers, the segments' own text elsewhere, joined where the overlaps agree; and the ms
+        of audio the refinements in it cover."""
         refined = {}
         for first, end, fut, n in self._spans:
             if fut.done() and not fut.cancelled() and fut.exception() is None and fut.result():
                 refined[first] = (end, fut.result(), n)
-        head, i, self._refined_ms = "", 0, 0.0
+        head, i, refined_ms = "", 0, 0.0
         while i < len(self._segs):
             if i in refined:
                 end, text, n = refined[i]
                 head, i = merge_overlap(head, text), end
-                self._refined_ms += 1000.0 * n / RATE_HZ
+                refined_ms += 1000.0 * n / RATE_HZ
             else:
                 head, i = merge_overlap(head, self._segs[i]), i + 1
-        return head
+        return head, refined_ms
 
     def final(self) -> Transcript:
         """The final transcript; reuses the last pass when only silence was fed after it."""
@@ -533,13 +532,13 @@ class StreamingTranscriber:
 
     def _joined(self, seg: Transcript) -> Transcript:
         """A pass over the current segment preceded by the closed segments' text."""
-        self._head = self._merged_head()
-        if not self._head:
+        head, refined_ms = self._merged_head()
+        if not head:
             return seg
-        text = merge_overlap(self._head, seg.text)
-        stable = merge_overlap(self._head, seg.stable)
+        text = merge_overlap(head, seg.text)
+        stable = merge_overlap(head, seg.stable)
         audio_ms = self._closed_ms + seg.audio_ms
-        return Transcript(text, stable, seg.final, audio_ms, seg.compute_ms, self._refined_ms)
+        return Transcript(text, stable, seg.final, audio_ms, seg.compute_ms, refined_ms)
 
     def _reusable(self) -> bool:
         """The last pass covers all the speech fed: nothing new, or only silence after it."""
