@@ -58,6 +58,8 @@ _OVERLAP = RATE_HZ  # audio before a segment's cut that the next segment transcr
 _MERGE_WORDS = 12  # longest repeat merge_overlap() looks for (1 s of speech is ~3 words)
 _MERGE_SLACK = 4  # words the two passes may add or drop at the overlap's ends
 _REFINE_MAX = 30 * RATE_HZ  # closed audio a refinement covers: one Whisper window
+_TICK = RATE_HZ // 100  # 10 ms: the resolution of sound_goes_on()
+_SOUND_DB = 12.0  # above the background: the end of a word, not noise
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,26 @@ def peak_dbfs(pcm: np.ndarray) -> float:
         return rms_dbfs(pcm)
     frames = pcm[: n * _FRAME].astype(np.float64).reshape(n, _FRAME) / 32768.0  # (n, 480)
     return float(10.0 * np.log10(max(float(np.square(frames).mean(axis=1).max()), 1e-12)))
+
+
+def sound_goes_on(tail: np.ndarray, floor_dbfs: float) -> bool:
+    """Whether the audio after a pass starts with sound that then fades: the pass ended inside
+    a word. A final fricative or a voiceless release is no voice to the VADs but is part of the
+    word: a pass cut 20 ms into the "s" of "France" reads "friend?". The tail's first 10 ms
+    count when they are above ``floor_dbfs`` and 12 dB above the tail's quietest 10 ms, so
+    neither steady background noise nor a fading tail below speech level does.
+    """
+    n = len(tail) // _TICK
+    if n < 2:
+        return False
+    levels = [rms_dbfs(tail[i * _TICK : (i + 1) * _TICK]) for i in range(n)]
+    return is_sound(levels[0], min(levels), floor_dbfs)
+
+
+def is_sound(level_dbfs: float, noise_dbfs: float, floor_dbfs: float) -> bool:
+    """A level that is sound, not background: above ``floor_dbfs`` (the ASR's energy gate) and
+    12 dB above the background's ``noise_dbfs``."""
+    return level_dbfs >= max(noise_dbfs + _SOUND_DB, floor_dbfs)
 
 
 def _words(text: str) -> list[str]:
@@ -541,14 +563,14 @@ class StreamingTranscriber:
         return Transcript(text, stable, seg.final, audio_ms, seg.compute_ms, refined_ms)
 
     def _reusable(self) -> bool:
-        """The last pass covers all the speech fed: nothing new, or only silence after it."""
+        """The last pass covers all the speech fed: nothing new, or only silence after it, and
+        the pass did not end inside a sound that went on."""
         if self._n == self._n_at_pass:
             return True
-        return self._n_at_pass > 0 and self._tail_is_silent()
-
-    def _tail_is_silent(self) -> bool:
-        """No speech in the audio fed after the last pass (see WhisperASR.has_speech)."""
-        return not self.asr.has_speech(self.audio()[self._n_at_pass :])
+        if self._n_at_pass == 0:
+            return False
+        tail = self.audio()[self._n_at_pass :]
+        return not sound_goes_on(tail, self.cfg.min_rms_dbfs) and not self.asr.has_speech(tail)
 
     @staticmethod
     def _quiet_cut(pcm: np.ndarray) -> int:

@@ -50,6 +50,7 @@ class FakeASR:
         self.compute_s = compute_s
         self.used = 0
         self.lock = threading.Lock()
+        self.heard_ms: list[float] = []  # the audio each partial pass heard, in order
 
     def take(self) -> tuple[str, str]:
         with self.lock:
@@ -80,6 +81,7 @@ class FakeTranscriber:
     def partial(self) -> Transcript:
         time.sleep(self.asr.compute_s)
         self.last_partial_ms = self.fed_ms
+        self.asr.heard_ms.append(self.fed_ms)
         text = self._item()[2 * self.stage]
         return Transcript(text, text, False, self.fed_ms, self.asr.compute_s * 1000)
 

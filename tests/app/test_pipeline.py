@@ -256,6 +256,23 @@ def test_speech_that_sounds_cut_waits_although_its_text_reads_complete():
     assert score["decision"] == "complete" and score["p_audio"] is None
 
 
+def test_the_pause_pass_hears_the_last_word_to_its_unvoiced_end():
+    # 120 ms of a fricative-like hiss after the voice (a final "s"): not voice to the VAD,
+    # but a pass cut inside it reads "France" as "friend". The pass the end of the turn is
+    # decided on starts after the hiss, not at the first unvoiced frame.
+    x = np.diff(np.random.default_rng(0).standard_normal(16 * 120 + 2), 2)
+    hiss = (x / np.abs(x).max() * 1600).astype(np.int16)  # -37 dBFS
+    cfg = replace(CFG, vad=replace(CFG.vad, energy_floor_dbfs=-30.0))  # the hiss is no voice
+    pcm = np.concatenate([buzz(900), hiss])
+    _, comps, trace, _ = run(["What is the capital of France?"], [Segment(pcm)], cfg=cfg)
+    (end,) = [e["audio_ms"] for e in trace if e["event"] == "speech_end"]
+    (score,) = [e for e in trace if e["event"] == "end_of_turn"]
+    assert score["decision"] == "complete"
+    heard = comps.asr.heard_ms
+    assert not [h for h in heard if end < h < end + 90], heard  # none before the pause's
+    assert [h for h in heard if h >= end + 120], heard  # the pause's, inside it, went again
+
+
 def test_likely_incomplete_turn_waits_through_a_long_pause():
     script = [("What is the capital of", "What is the capital of France?")]
     pcm = np.concatenate([buzz(900), silence(900), buzz(500)])  # 900 ms > speech_end_ms

@@ -5,7 +5,13 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
-from audio.asr import StreamingTranscriber, Transcript, agreed_prefix, cut_trailing_repeat
+from audio.asr import (
+    StreamingTranscriber,
+    Transcript,
+    agreed_prefix,
+    cut_trailing_repeat,
+    sound_goes_on,
+)
 from audio.config import ASRConfig, VADConfig
 from audio.errors import AudioFormatError
 from audio.vad import Endpointer
@@ -85,6 +91,30 @@ def test_final_reruns_when_speech_came_after_the_last_pass(asr, france_piper) ->
     st.feed(france_piper[half:])
     final = st.final()
     assert len(final.text) > len(first.text) and "france" in words(final.text)
+
+
+def test_final_reruns_when_the_last_pass_ended_inside_the_last_word(asr, france_piper) -> None:
+    # A pass that stops 20 ms into the "s" of "France" reads "friend?"; what follows it is no
+    # voice to the VADs (a fricative, then silence), yet it is the rest of the word.
+    st = StreamingTranscriber(asr, ASRConfig())
+    cut = len(france_piper) - 16 * (800 + 270)
+    st.feed(france_piper[:cut])
+    st.partial()
+    tail = france_piper[cut:]
+    assert not asr.has_speech(tail) and sound_goes_on(tail, ASRConfig().min_rms_dbfs)
+    st.feed(tail)
+    assert "france" in words(st.final().text)
+
+
+def test_sound_goes_on_at_a_word_end_not_in_noise() -> None:
+    rng = np.random.default_rng(0)
+    hiss = rng.standard_normal(16 * 600)
+    fade = np.exp(-np.arange(16 * 600) / (16 * 40.0))  # a fricative dying out in ~100 ms
+    assert sound_goes_on((hiss * fade * 3000).astype(np.int16), -50.0)
+    assert not sound_goes_on((hiss * 3000).astype(np.int16), -50.0)  # steady noise: a fan
+    assert not sound_goes_on((hiss * fade * 30).astype(np.int16), -50.0)  # below speech level
+    assert not sound_goes_on(np.zeros(16 * 600, np.int16), -50.0)
+    assert not sound_goes_on(np.zeros(10, np.int16), -50.0)
 
 
 def test_helpers() -> None:
