@@ -114,6 +114,8 @@ class VoiceSession:
         self._sound_end_ms = 0.0
         self._levels: deque[float] = deque(maxlen=RECENT_MS // cfg.audio.frame_ms + 1)  # dBFS
         self._final_pending = False
+        self._closed = False
+        self._last_final: tuple[Any, str] = (None, "")  # the latest final and its transcriber
         self._onset_t: float | None = None
         self._pause_end: float | None = None  # audio ms where the current pause began
         # The latest input, for the end of turn heard in the speech (audio/prosody.py reads
@@ -382,6 +384,39 @@ class VoiceSession:
             {"type": "conversation.item.input_audio_transcription.completed", "transcript": tr.text}
         )
         self._do(self.tm.on_final(tr.text))
+        self._last_final = (self.transcriber, tr.text)
+        if tr.text:
+            self._follow_refinement(self.transcriber, turn, tr.text)
+
+    def _follow_refinement(self, transcriber: Any, turn: int, text: str) -> None:
+        """A long turn's refinement still running at its final: the history takes its words
+        when it is done, before a later turn's prompt carries them (it never changes the
+        answer already made from the final)."""
+        if not hasattr(transcriber, "refinement") or self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        job = self.c.asr_worker.submit(transcriber.refinement, priority=LATER, key=self)
+        self._asr_jobs.add(job)
+
+        def again(_: Any) -> None:  # in the refiner's thread
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to revise
+                loop.call_soon_threadsafe(self._follow_refinement, transcriber, turn, now)
+
+        def got(f: asyncio.Future[tuple[str, Any]]) -> None:
+            nonlocal now
+            self._asr_jobs.discard(f)
+            if f.cancelled() or f.exception() is not None or self._closed:
+                return
+            if self._last_final[0] is transcriber and self._last_final[1] != text:
+                return  # the turn went on (reopened): its new final has its own refinement
+            now, running = f.result()
+            if now != text and self.tm.history.revise_user(text, now):
+                self.trace("asr_refined", turn, self.tm.gen, text=now)
+            if running is not None:
+                running.add_done_callback(again)
+
+        now = text
+        job.add_done_callback(got)
 
     # ---- carrying out the turn manager's actions -----------------------------------------------
 
@@ -667,6 +702,7 @@ class VoiceSession:
 
     async def aclose(self) -> None:
         """Cancel every answer and wait for this session's tasks and worker jobs to end."""
+        self._closed = True
         for ans in list(self.answers.values()):
             ans.cancel()
         self.c.asr_worker.drop(self)

@@ -244,6 +244,16 @@ class History:
         else:
             self.messages.append(Message("user", text))
 
+    def revise_user(self, old: str, new: str) -> bool:
+        """Put ``new`` in place of ``old`` in the newest user message that holds it (a long
+        turn's words transcribed again after its final); False when none does."""
+        for msg in reversed(self.messages):
+            if msg.role == "user" and old and old in msg.content:
+                head, _, tail = msg.content.rpartition(old)
+                msg.content = f"{head}{new}{tail}"
+                return True
+        return False
+
     def add_assistant(self, text: str, interrupted: bool) -> None:
         if not text.strip():
             return

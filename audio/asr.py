@@ -552,6 +552,13 @@ class StreamingTranscriber:
         ms = 1000.0 * (time.perf_counter() - t0)
         return Transcript(last.text, last.text, True, last.audio_ms, ms, last.refined_ms)
 
+    def refinement(self) -> tuple[str, Future[str] | None]:
+        """After the final: the turn's text now, and the refinement it still waits for (asked
+        for here when none runs and closed segments are left), or None when there is none."""
+        self._refine()
+        running = self._spans[-1][2] if self._spans and not self._spans[-1][2].done() else None
+        return self._joined(self._seg).text, running
+
     def _joined(self, seg: Transcript) -> Transcript:
         """A pass over the current segment preceded by the closed segments' text."""
         head, refined_ms = self._merged_head()

@@ -9,6 +9,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,8 +46,15 @@ class FakeASR:
     """Scripted transcripts: turn i reads ``script[i]`` = text or (partial, final, ...): a
     turn that goes on after its final (reopened) reads the next (partial, final) pair."""
 
-    def __init__(self, script: list[str | tuple[str, str]], compute_s: float = 0.03):
+    def __init__(
+        self,
+        script: list[str | tuple[str, str]],
+        compute_s: float = 0.03,
+        refine: dict[str, str] | None = None,
+    ):
         self.script = list(script)
+        # A long turn's refinement after its final: final text -> the refined text, 0.2 s later.
+        self.refine = refine or {}
         self.compute_s = compute_s
         self.used = 0
         self.lock = threading.Lock()
@@ -66,6 +74,8 @@ class FakeTranscriber:
         self.fed_ms = 0.0
         self.last_partial_ms = 0.0
         self.stage = 0  # finals given so far (a reopened turn has two)
+        self.refining: Future[str] | None = None
+        self.last_final = ""
 
     def _item(self) -> tuple[str, str]:
         if self.item is None:
@@ -85,10 +95,22 @@ class FakeTranscriber:
         text = self._item()[2 * self.stage]
         return Transcript(text, text, False, self.fed_ms, self.asr.compute_s * 1000)
 
+    def refinement(self) -> tuple[str, Future[str] | None]:
+        """As StreamingTranscriber.refinement: the text now, the refinement still running."""
+        text = self.last_final
+        if text not in self.asr.refine:
+            return text, None
+        if self.refining is None:
+            self.refining = Future()
+            threading.Timer(0.2, self.refining.set_result, ["refined"]).start()
+        if self.refining.done():
+            return self.asr.refine[text], None
+        return text, self.refining
+
     def final(self) -> Transcript:
         time.sleep(self.asr.compute_s)
         item = self._item()
-        text = item[2 * self.stage + 1]
+        text = self.last_final = item[2 * self.stage + 1]
         self.stage = min(self.stage + 1, len(item) // 2 - 1)
         return Transcript(text, text, True, self.fed_ms, self.asr.compute_s * 1000)
 
@@ -207,7 +229,8 @@ class FakeChunker:
 
 class FakeComponents(Components):
     def __init__(self, script, **kw):
-        super().__init__(lm=FakeLM(**kw.pop("lm", {})), asr=FakeASR(script), tts=FakeTTS(**kw))
+        asr = FakeASR(script, refine=kw.pop("refine", None))
+        super().__init__(lm=FakeLM(**kw.pop("lm", {})), asr=asr, tts=FakeTTS(**kw))
 
     def new_transcriber(self, cfg):
         return FakeTranscriber(self.asr, cfg.partial_interval_ms)

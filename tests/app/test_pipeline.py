@@ -273,6 +273,19 @@ def test_the_pause_pass_hears_the_last_word_to_its_unvoiced_end():
     assert [h for h in heard if h >= end + 120], heard  # the pause's, inside it, went again
 
 
+def test_a_refinement_done_after_the_final_revises_the_history_not_the_answer():
+    final, better = "My dog nob likes the park.", "My dog Bob likes the park."
+    script = [final, "What is my dog's name?"]
+    pcm = np.concatenate([buzz(900), silence(1500), buzz(900)])
+    session, _, trace, events = run(script, [Segment(pcm)], refine={final: better})
+    users = [m.content for m in session.tm.history.messages if m.role == "user"]
+    assert users == [better, "What is my dog's name?"]
+    (refined,) = [e for e in trace if e["event"] == "asr_refined"]
+    assert refined["text"] == better and refined["turn"] == 1
+    first, _ = done(events)
+    assert "nob" in first["output_text"]  # the answer was made from the final
+
+
 def test_likely_incomplete_turn_waits_through_a_long_pause():
     script = [("What is the capital of", "What is the capital of France?")]
     pcm = np.concatenate([buzz(900), silence(900), buzz(500)])  # 900 ms > speech_end_ms

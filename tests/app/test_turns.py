@@ -186,6 +186,21 @@ def test_answer_done_records_history_and_explicit_cancel():
     assert len(tm.history.messages) == 2
 
 
+def test_revised_user_words_replace_the_newest_message_holding_them():
+    h = History(budget_tokens=100)
+    h.add_user("my dog nob barks")
+    h.add_assistant("Dogs do.", interrupted=False)
+    h.add_user("Wait.")
+    h.add_user("my dog nob barks")  # absorbed into the unanswered "Wait."
+    assert h.revise_user("my dog nob barks", "my dog Bob barks")
+    assert [m.content for m in h.messages] == [
+        "my dog nob barks",
+        "Dogs do.",
+        "Wait. my dog Bob barks",
+    ]
+    assert not h.revise_user("not said", "anything") and not h.revise_user("", "x")
+
+
 def test_history_budget_drops_oldest_whole_turns():
     h = History(budget_tokens=12, count_tokens=lambda t: len(t.split()))
     for i in range(5):

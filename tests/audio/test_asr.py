@@ -337,3 +337,22 @@ def test_merge_overlap_never_joins_on_an_earlier_repeat_of_the_phrase() -> None:
     text = "I want to bring one backpack."
     merged = merge_overlap(head, text)
     assert "glaciers and maybe the northern lights" in merged and merged.endswith("backpack.")
+
+
+def test_refinement_after_the_final_gives_the_text_it_waits_for() -> None:
+    refiner = HeldRefiner()
+    st = StreamingTranscriber(WordsASR(), ASRConfig(), refiner)
+    gap = np.zeros(4000, np.int16)
+    for value in (1, 2, 3):  # two words a segment
+        word = np.full(8000, value, np.int16)
+        st.feed(np.concatenate([word, gap, word + 10, gap]))
+        st.close_segment()
+    st.feed(np.full(8000, 5, np.int16))
+    final = st.final()
+    text, running = st.refinement()
+    assert text == final.text == "w1 w11 w2 w12 w3 w13 w5"
+    assert running is not None and not running.done()
+    refiner.release()
+    text, running = st.refinement()  # the third segment alone is left: no pass of its own
+    assert text == "W1 W11 w2 w12 w3 w13 w5" and running is None  # from the overlap on
+    assert StreamingTranscriber(WordsASR(), ASRConfig()).refinement() == ("", None)
