@@ -14,8 +14,10 @@ bench/conversation_metrics.py):
   interruption that continue the interrupted answer (targets: 0), and how often those mention
   the new topic;
 * spoken words per answer (what the user heard: the ``heard`` text of ``turn_done``);
-* final-transcript WER against the script, next to one whole-utterance faster-whisper pass over
-  the same audio (``audio.asr.whole_pass``: the app's Whisper model, ``transcribe`` defaults);
+* final-transcript WER against the script (and of the text the history kept: a long turn's
+  refinement that finished after the final revises it), next to one whole-utterance
+  faster-whisper pass over the same audio (``audio.asr.whole_pass``: the app's Whisper model,
+  ``transcribe`` defaults);
 * counts: user turns, final transcripts (a turn without one is lost), VAD utterances whose
   final never came (dropped) or came empty, answers completed or cancelled, barge-ins (and the
   scripted ones that did interrupt: an answer shorter than ``at_ms`` was already over),
@@ -199,9 +201,16 @@ def analyze(
     for e in events:
         if e["event"] == "asr_final" and e.get("text", "").strip():
             last_final[e["turn"]] = (turn_of.get(e["turn"], e["playing"]), e["text"].strip())
+    # What the history kept: the final, or the refinement that revised it after the final.
+    kept_text = {turn: text for turn, (_, text) in last_final.items()}
+    for e in events:
+        if e["event"] == "asr_refined" and e["turn"] in kept_text:
+            kept_text[e["turn"]] = e["text"].strip()
     finals: dict[int, list[str]] = {}
-    for scripted, text in last_final.values():
+    kept: dict[int, list[str]] = {}
+    for turn, (scripted, text) in last_final.items():
         finals.setdefault(scripted, []).append(text)
+        kept.setdefault(scripted, []).append(kept_text[turn])
     utterances = [e["turn"] for e in events if e["event"] == "speech_start"]
     final_turns = {e["turn"] for e in events if e["event"] == "asr_final"}
     dropped = [{"turn": turn_of[u], "utterance": u} for u in utterances if u not in final_turns]
@@ -224,6 +233,7 @@ def analyze(
                 "said": t.text,
                 "transcript": transcript,
                 "wer": m.wer(t.text, transcript),
+                "kept": " ".join(kept.get(i, [])),
                 "answers": [a["gen"] for a in mine],
                 "keyword_hit": hit,
                 "interrupted": any(b["by_turn"] == i for b in barges),
@@ -338,10 +348,12 @@ def summarize(convs: list[dict[str, Any]]) -> dict[str, Any]:
         "output_words_per_answer": m.median_max([len(m.words(a["text"])) for _, a in answers]),
         "wer": {
             "pipeline": m.corpus_wer([(t["said"], t["transcript"]) for t in turns]),
+            "kept_in_history": m.corpus_wer([(t["said"], t["kept"]) for t in turns]),
             "whole_pass": m.corpus_wer([(t["said"], t.get("whole_pass", "")) for t in turns]),
             "by_kind": {
                 kind: {
                     "pipeline": m.corpus_wer([(t["said"], t["transcript"]) for t in of_kind]),
+                    "kept_in_history": m.corpus_wer([(t["said"], t["kept"]) for t in of_kind]),
                     "whole_pass": m.corpus_wer(
                         [(t["said"], t.get("whole_pass", "")) for t in of_kind]
                     ),

@@ -153,6 +153,10 @@ def test_analyze_ties_answers_to_turns():
     events = [e for e in events if e["event"] != "asr_final" or e["turn"] != 3]
     conv = analyze(script, events, [1.0, 2.0, 0.5], forced=[])
     assert conv["dropped_utterances"] == [{"turn": 2, "utterance": 3}]
+    # A refinement after the final revises what the history kept, not the final.
+    events.append(_ev("asr_refined", 1, 2, gen=3, text="Tell me about Rome"))
+    turn = analyze(script, events, [1.0, 2.0, 0.5], forced=[])["turns"][0]
+    assert (turn["transcript"], turn["kept"]) == ("Tell me about Rome.", "Tell me about Rome")
 
 
 def test_an_answer_cut_by_a_reopened_turn_is_not_an_answer():
