@@ -1,8 +1,10 @@
 """Audio benchmarks: ASR latency/cadence/RTF, TTS first audio/RTF, VAD false triggers, echo
-(AEC3 and the decisions over a simulated room; the double-talk detector on interruptions).
+(AEC3 and the decisions over a simulated room; the double-talk detector on interruptions), and
+the final transcript after a pass that ended near the end of the speech (`final`, not run by
+default: ~6 min).
 
 Prints one JSON object. Speech is synthesized at run time (Piper and espeak-ng voices).
-Usage: .venv/bin/python bench/speech.py [--reps N] [--quick] [--sections asr,tts,vad,echo]
+Usage: .venv/bin/python bench/speech.py [--reps N] [--quick] [--sections asr,tts,vad,echo,final]
 Timings on a shared CPU are noisy: medians are reported with the load average, and for the
 two latency targets also the process CPU time of a 1-thread model (~ wall time on an idle core).
 """
@@ -22,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from audio.asr import StreamingTranscriber, WhisperASR  # noqa: E402
+from audio.asr import StreamingTranscriber, WhisperASR, sound_goes_on  # noqa: E402
 from audio.config import ASRConfig, EchoConfig, TTSConfig, VADConfig  # noqa: E402
 from audio.echo import EchoCanceller  # noqa: E402
 from audio.tts import ClauseChunker, PiperTTS  # noqa: E402
@@ -340,6 +342,49 @@ def bench_echo_onsets() -> dict:
     return out
 
 
+def bench_final_edge() -> dict:
+    """The final at speech_end after a pass that ended near the end of the speech (-90..+60 ms
+    around the VAD's end of voice, 18 questions x 3 voices): reused when no voice followed the
+    pass (the rule before), or also only when no sound went on after it (today's), else a new
+    pass over the utterance. WER of the finals under each rule."""
+    from tests.audio.test_asr_accuracy import QUESTIONS, clip, wer
+
+    asr, cfg = WhisperASR(ASRConfig()), ASRConfig()
+    finals: dict[str, list[tuple[str, str]]] = {"voice_only": [], "voice_or_sound": []}
+    reused = dict.fromkeys(finals, 0)
+    for voice in ("piper", "espeak:en-us", "espeak:en+f3"):
+        for text in QUESTIONS:
+            pcm = clip(text, voice)
+            ep, bounds, fed = Endpointer(VADConfig()), {}, 0
+            for i in range(0, len(pcm), 480):
+                fed += len(pcm[i : i + 480])
+                for e in ep.process(pcm[i : i + 480]):
+                    bounds.setdefault(e.kind, (int(e.audio_ms * 16), fed))
+            start, (voice_end, stop) = bounds["speech_start"][0], bounds["speech_end"]
+            utt = pcm[start:stop]
+            rerun = asr.transcribe(utt, final=True).text
+            for offset_ms in (-90, -60, -30, 0, 30, 60):
+                cut = voice_end - start + 16 * offset_ms
+                st = StreamingTranscriber(asr, cfg)
+                st.feed(utt[:cut])
+                heard, tail = st.partial().text, utt[cut:]
+                no_voice = not asr.has_speech(tail)
+                rules = {
+                    "voice_only": no_voice,
+                    "voice_or_sound": no_voice and not sound_goes_on(tail, cfg.min_rms_dbfs),
+                }
+                for rule, reuse in rules.items():
+                    finals[rule].append((text, heard if reuse else rerun))
+                    reused[rule] += reuse
+    return {
+        "finals": len(finals["voice_only"]),
+        **{
+            rule: {"wer": round(wer(pairs), 4), "reused": reused[rule]}
+            for rule, pairs in finals.items()
+        },
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=5)
@@ -353,6 +398,7 @@ def main() -> None:
         "vad_on_noise": lambda: bench_vad(20 if args.quick else 60),
         "echo_loopback": bench_echo,
         "echo_onsets": bench_echo_onsets,
+        "final_edge": bench_final_edge,
     }
     wanted = args.sections.split(",")
     result: dict = {"load_avg_1m_start": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
