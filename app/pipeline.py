@@ -24,7 +24,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -376,10 +376,7 @@ class VoiceSession:
         if tr is None:
             return
         turn = self.tm.turn
-        self.trace(
-            "asr_final", turn, self.tm.gen, text=tr.text, compute_ms=round(tr.compute_ms, 1),
-            refined_ms=round(tr.refined_ms),
-        )  # fmt: skip
+        self.trace("asr_final", turn, self.tm.gen, text=tr.text, compute_ms=round(tr.compute_ms, 1))
         self.emit(
             {"type": "conversation.item.input_audio_transcription.completed", "transcript": tr.text}
         )
@@ -389,34 +386,36 @@ class VoiceSession:
             self._follow_refinement(self.transcriber, turn, tr.text)
 
     def _follow_refinement(self, transcriber: Any, turn: int, text: str) -> None:
-        """A long turn's refinement still running at its final: the history takes its words
-        when it is done, before a later turn's prompt carries them (it never changes the
-        answer already made from the final)."""
-        if not hasattr(transcriber, "refinement") or self._closed:
+        """A long turn, heard in segments: one whole pass over all of it on the Refiner after
+        its final (the answer does not wait for it); its text replaces the final's in the
+        history, so the later turns' prompts carry it."""
+        refinement = getattr(transcriber, "refinement", None)
+        if refinement is None or self._closed:
             return
         loop = asyncio.get_running_loop()
-        job = self.c.asr_worker.submit(transcriber.refinement, priority=LATER, key=self)
+        job = self.c.asr_worker.submit(refinement, priority=LATER, key=self)
         self._asr_jobs.add(job)
 
-        def again(_: Any) -> None:  # in the refiner's thread
-            with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to revise
-                loop.call_soon_threadsafe(self._follow_refinement, transcriber, turn, now)
-
-        def got(f: asyncio.Future[tuple[str, Any]]) -> None:
-            nonlocal now
-            self._asr_jobs.discard(f)
-            if f.cancelled() or f.exception() is not None or self._closed:
+        def revise(refined: str) -> None:
+            if self._closed or not refined or refined == text:
                 return
             if self._last_final[0] is transcriber and self._last_final[1] != text:
-                return  # the turn went on (reopened): its new final has its own refinement
-            now, running = f.result()
-            if now != text and self.tm.history.revise_user(text, now):
-                self.trace("asr_refined", turn, self.tm.gen, text=now)
-            if running is not None:
-                running.add_done_callback(again)
+                return  # the turn went on (reopened): its new final asks for its own
+            if self.tm.history.revise_user(text, refined):
+                self.trace("asr_refined", turn, self.tm.gen, text=refined)
 
-        now = text
-        job.add_done_callback(got)
+        def refined(fut: Future[str]) -> None:  # in the refiner's thread
+            if fut.cancelled() or fut.exception() is not None:
+                return
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to revise
+                loop.call_soon_threadsafe(revise, fut.result())
+
+        def asked(f: asyncio.Future[Future[str] | None]) -> None:
+            self._asr_jobs.discard(f)
+            if not f.cancelled() and f.exception() is None and f.result() is not None:
+                f.result().add_done_callback(refined)
+
+        job.add_done_callback(asked)
 
     # ---- carrying out the turn manager's actions -----------------------------------------------
 

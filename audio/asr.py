@@ -19,10 +19,11 @@ stable prefix = the words two consecutive passes agree on, and a final that reus
 when only silence came after it (call partial() at the VAD `pause` event and final() at
 `speech_end` returns at once). A long turn is cut into segments (`close_segment()` at the VAD
 `segment` event): a closed segment keeps its text and drops its audio, so a pass only ever sees
-the current segment however long the user talks. A `Refiner` then transcribes the closed
-segments again as one whole pass (up to one 30 s Whisper window) on a second copy of the model
-whose thread runs only when the CPU is otherwise idle: a segment heard alone lacks the context
-of the ones before it (6 monologues: 7.9% WER joined from segments, 5.2% in one whole pass).
+the current segment however long the user talks. After the final of such a turn a `Refiner`
+transcribes all of it again as one whole pass on a second copy of the model whose threads run
+only when the CPU is otherwise idle, for the history (`refinement()`): a segment heard alone
+lacks the context of the ones before it (6 monologues: 7.2% WER joined from segments, 5.4% in
+one whole pass).
 """
 
 import difflib
@@ -57,7 +58,9 @@ _CUT_SEARCH = 6 * RATE_HZ // 10
 _OVERLAP = RATE_HZ  # audio before a segment's cut that the next segment transcribes again
 _MERGE_WORDS = 12  # longest repeat merge_overlap() looks for (1 s of speech is ~3 words)
 _MERGE_SLACK = 4  # words the two passes may add or drop at the overlap's ends
-_REFINE_MAX = 30 * RATE_HZ  # closed audio a refinement covers: one Whisper window
+# Longest turn a refinement transcribes again: 2 min of audio is ~4 MB kept and ~4 Whisper
+# windows (~4 s on a 2-core Zen 1, idle class); a longer turn keeps its segments' text.
+_REFINE_MAX = 120 * RATE_HZ
 _TICK = RATE_HZ // 100  # 10 ms: the resolution of sound_goes_on()
 _SOUND_DB = 12.0  # above the background: the end of a word, not noise
 
@@ -69,7 +72,6 @@ class Transcript:
     final: bool
     audio_ms: float  # audio covered, ms of the turn (closed segments + this pass)
     compute_ms: float  # wall time of the pass
-    refined_ms: float = 0.0  # of audio_ms, what a Refiner's one pass transcribed (long turns)
 
 
 EMPTY = Transcript("", "", False, 0.0, 0.0)
@@ -354,11 +356,11 @@ def _run_when_idle(tids: set[str]) -> None:
 
 
 class Refiner:
-    """Whole passes over long turns' closed segments, one at a time, off the critical path.
+    """Whole passes over long turns after their final, one at a time, off the critical path.
 
     A second copy of the Whisper model (tiny.en int8: ~40 MB) whose CTranslate2 threads are in
     the idle class: a refinement never delays a pass a user is waiting on, and when the CPU is
-    busy it simply finishes later (the turn keeps the segments' own text until then). Only
+    busy it simply finishes later (the history keeps the final's text until then). Only
     CTranslate2's threads are idle-class (its compute threads, started at the first pass,
     inherit the class from its worker); the Python thread that drives them keeps its priority,
     as a descheduled GIL holder would stall every other thread.
@@ -422,25 +424,19 @@ class StreamingTranscriber:
         self.cfg = cfg
         self.refiner = refiner
         self._interval = RATE_HZ * cfg.partial_interval_ms // 1000
-        # Refinements asked for, over consecutive runs of closed segments that follow each other:
-        # (first segment, end segment, one pass over their audio, its length in samples).
-        self._spans: list[tuple[int, int, Future[str], int]] = []
+        self._refining: Future[str] | None = None  # the whole pass over a long turn, once asked
         self.reset()
 
     def reset(self) -> None:
-        for span in self._spans:
-            span[2].cancel()
-        self._spans = []
+        if self._refining is not None:
+            self._refining.cancel()
+        self._refining = None
+        self._refined_n = 0  # the turn's samples it covers
         self._segs: list[str] = []  # the closed segments' texts
-        # Where each begins and ends in the turn's audio (samples; each begins before the
-        # previous one ends: the overlap).
-        self._seg_starts: list[int] = []
-        self._seg_ends: list[int] = []
         self._closed = 0  # where the last closed segment ends in the turn's audio
         self._origin = 0  # where the current segment's audio begins in the turn's
-        # The turn's audio from _kept_from to _closed, kept for refinements only.
-        self._kept: list[np.ndarray] = []
-        self._kept_from = 0
+        # The turn's audio up to _closed, kept for the refinement only (None: too long for one).
+        self._kept: list[np.ndarray] | None = [] if self.refiner is not None else None
         self._closed_ms = 0.0  # their audio
         self._chunks: list[np.ndarray] = []  # the current segment's audio
         self._n = 0  # samples fed to the current segment
@@ -467,7 +463,6 @@ class StreamingTranscriber:
     def partial(self) -> Transcript:
         """Transcribe the current segment (blocking; run in a worker); text is the turn's."""
         n = self._n
-        self._refine()  # the one running may have finished since the last close
         self._seg = self.asr.transcribe(self.audio()[:n], final=False, prev=self._seg)
         self._n_at_pass = n
         return self._joined(self._seg)
@@ -490,57 +485,26 @@ class StreamingTranscriber:
             start = self._quiet_cut(pcm[: max(closed - _OVERLAP, 0)])
             rest = pcm[min(start, closed) :]
         self._segs.append(seg.text)
-        self._seg_starts.append(self._origin)
         if self._origin + closed > self._closed:
-            if self.refiner is not None:
+            if self._kept is not None:
                 self._kept.append(pcm[self._closed - self._origin : closed].copy())
+                if self._origin + closed > _REFINE_MAX:
+                    self._kept = None
             self._closed = self._origin + closed
-        self._seg_ends.append(self._closed)
-        self._refine()
-        head, refined_ms = self._merged_head()
+        head = self._head()
         self._closed_ms += 1000.0 * (len(pcm) - len(rest)) / RATE_HZ
         self._origin += len(pcm) - len(rest)
         self._chunks = [rest.copy()] if len(rest) else []
         self._n, self._n_at_pass, self._seg = len(rest), 0, EMPTY
         ms = 1000.0 * (time.perf_counter() - t0)
-        return Transcript(head, head, False, self._closed_ms, ms, refined_ms)
+        return Transcript(head, head, False, self._closed_ms, ms)
 
-    def _refine(self) -> None:
-        """When no refinement is running, ask for one pass over the closed segments no earlier
-        one covers (two or more; the last _REFINE_MAX of them): a pass that restarted from the
-        turn's beginning at every close would never catch up (30 s: ~9 s on a 2-core Zen 1).
-        """
-        if self.refiner is None or (self._spans and not self._spans[-1][2].done()):
-            return
-        first = self._spans[-1][1] if self._spans else 0
-        end = len(self._segs)
-        while first < end and self._seg_ends[-1] - self._seg_starts[first] > _REFINE_MAX:
-            first += 1
-        if end - first < 2:
-            return  # one segment alone: already one pass
-        start = self._seg_starts[first]
-        kept = np.concatenate(self._kept)[start - self._kept_from :]
-        self._kept, self._kept_from = [kept], start
-        audio = kept[: self._seg_ends[-1] - start]
-        self._spans.append((first, end, self.refiner.submit(audio), len(audio)))
-
-    def _merged_head(self) -> tuple[str, float]:
-        """The closed segments' text: each finished refinement in place of the segments it
-        covers, the segments' own text elsewhere, joined where the overlaps agree; and the ms
-        of audio the refinements in it cover."""
-        refined = {}
-        for first, end, fut, n in self._spans:
-            if fut.done() and not fut.cancelled() and fut.exception() is None and fut.result():
-                refined[first] = (end, fut.result(), n)
-        head, i, refined_ms = "", 0, 0.0
-        while i < len(self._segs):
-            if i in refined:
-                end, text, n = refined[i]
-                head, i = merge_overlap(head, text), end
-                refined_ms += 1000.0 * n / RATE_HZ
-            else:
-                head, i = merge_overlap(head, self._segs[i]), i + 1
-        return head, refined_ms
+    def _head(self) -> str:
+        """The closed segments' text, joined where the overlaps agree."""
+        head = ""
+        for text in self._segs:
+            head = merge_overlap(head, text)
+        return head
 
     def final(self) -> Transcript:
         """The final transcript; reuses the last pass when only silence was fed after it."""
@@ -550,24 +514,36 @@ class StreamingTranscriber:
             self._n_at_pass = self._n
         last = self._joined(self._seg)
         ms = 1000.0 * (time.perf_counter() - t0)
-        return Transcript(last.text, last.text, True, last.audio_ms, ms, last.refined_ms)
+        return Transcript(last.text, last.text, True, last.audio_ms, ms)
 
-    def refinement(self) -> tuple[str, Future[str] | None]:
-        """After the final: the turn's text now, and the refinement it still waits for (asked
-        for here when none runs and closed segments are left), or None when there is none."""
-        self._refine()
-        running = self._spans[-1][2] if self._spans and not self._spans[-1][2].done() else None
-        return self._joined(self._seg).text, running
+    def refinement(self) -> Future[str] | None:
+        """After the final of a long turn (one with closed segments): one whole pass over all of
+        its audio on the Refiner, asked for at the first call; None for a turn heard in one
+        segment, one too long to keep, or without a Refiner. Its text replaces the turn's in
+        the history: segments heard apart lack each other's context (6 monologues: 7.2 % WER
+        joined from segments, 5.4 % in one whole pass)."""
+        if self.refiner is None or not self._segs or not self._kept:
+            return None
+        rest = self.audio()[self._closed - self._origin : self._n]
+        n = self._closed + len(rest)
+        if self._refining is None or n > self._refined_n:  # asked again when the turn went on
+            if self._refining is not None:
+                self._refining.cancel()
+            self._refining = None
+            if n <= _REFINE_MAX:
+                self._refining = self.refiner.submit(np.concatenate([*self._kept, rest]))
+                self._refined_n = n
+        return self._refining
 
     def _joined(self, seg: Transcript) -> Transcript:
         """A pass over the current segment preceded by the closed segments' text."""
-        head, refined_ms = self._merged_head()
+        head = self._head()
         if not head:
             return seg
         text = merge_overlap(head, seg.text)
         stable = merge_overlap(head, seg.stable)
         audio_ms = self._closed_ms + seg.audio_ms
-        return Transcript(text, stable, seg.final, audio_ms, seg.compute_ms, refined_ms)
+        return Transcript(text, stable, seg.final, audio_ms, seg.compute_ms)
 
     def _reusable(self) -> bool:
         """The last pass covers all the speech fed: nothing new, or only silence after it, and

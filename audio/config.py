@@ -158,8 +158,9 @@ class ASRConfig:
     refine_long_turns: bool = field(
         default=True,
         metadata={
-            "help": "transcribe a long turn's closed segments again, as one pass, when the CPU "
-            "is idle: a segment heard alone lacks the words before it (audio/asr.py)",
+            "help": "after a long turn's final, transcribe all of it again as one pass when the "
+            "CPU is idle, for the history: a segment heard alone lacks the words before it "
+            "(audio/asr.py)",
         },
     )
 

@@ -39,7 +39,6 @@ class Transcript:
     final: bool
     audio_ms: float
     compute_ms: float
-    refined_ms: float = 0.0
 
 
 class FakeASR:
@@ -95,17 +94,15 @@ class FakeTranscriber:
         text = self._item()[2 * self.stage]
         return Transcript(text, text, False, self.fed_ms, self.asr.compute_s * 1000)
 
-    def refinement(self) -> tuple[str, Future[str] | None]:
-        """As StreamingTranscriber.refinement: the text now, the refinement still running."""
-        text = self.last_final
-        if text not in self.asr.refine:
-            return text, None
+    def refinement(self) -> Future[str] | None:
+        """As StreamingTranscriber.refinement: the whole pass over a long turn, 0.2 s later."""
+        if self.last_final not in self.asr.refine:
+            return None
         if self.refining is None:
             self.refining = Future()
-            threading.Timer(0.2, self.refining.set_result, ["refined"]).start()
-        if self.refining.done():
-            return self.asr.refine[text], None
-        return text, self.refining
+            refined = self.asr.refine[self.last_final]
+            threading.Timer(0.2, self.refining.set_result, [refined]).start()
+        return self.refining
 
     def final(self) -> Transcript:
         time.sleep(self.asr.compute_s)
