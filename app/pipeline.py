@@ -48,8 +48,7 @@ from app.turns import (
     StartSpeculation,
     TurnManager,
 )
-from audio.asr import is_sound
-from audio.vad import rms_dbfs
+from audio.asr import WordEnd
 
 __all__ = ["Components", "VoiceSession"]
 log = logging.getLogger(__name__)
@@ -58,9 +57,6 @@ EventFn = Callable[[dict[str, Any]], None]
 # until the score starts (the pause's ASR pass is done ~200 ms after the speech ends, p95 ~1 s).
 RECENT_MS = 3000
 ONSET_PASS_MIN_MS = 100  # new audio a pass in a silence needs (a pass costs ~100 ms of a core)
-# How long the last word may sound on unvoiced after the voice stops: a final "s" (~100 ms) is
-# no voice to the VAD, and a pass cut inside it reads "France" as "friend".
-WORD_TAIL_MAX_MS = 150
 
 
 class VoiceSession:
@@ -108,11 +104,8 @@ class VoiceSession:
         self._partial_again = False
         self._pass_at_ms = 0.0  # audio ms the latest partial pass heard (asked for, until done)
         self._heard_ms = 0.0  # audio ms fed to the transcriber; ASR worker only
-        self._voiced_end_ms = 0.0  # audio ms at the end of the latest voiced frame
-        # ... or of the latest unvoiced frame that goes on sounding right after it (a final "s"):
-        # where the user's words end, which the pause's pass must hear.
-        self._sound_end_ms = 0.0
-        self._levels: deque[float] = deque(maxlen=RECENT_MS // cfg.audio.frame_ms + 1)  # dBFS
+        # Where the user's words end (a final "s" included): what the pause's pass must hear.
+        self._word_end = WordEnd(cfg.asr.min_rms_dbfs, RECENT_MS // cfg.audio.frame_ms + 1)
         self._final_pending = False
         self._closed = False
         self._last_final: tuple[Any, str] = (None, "")  # the latest final and its transcriber
@@ -196,17 +189,12 @@ class VoiceSession:
         self._arrivals.append((self.audio_ms, t - frame_ms))  # audio start of this frame
         self.audio_ms += frame_ms
         self._recent.append(frame)
-        level = rms_dbfs(frame)
-        self._levels.append(level)
         if (echo := self.echo) is not None:
             start = self.audio_ms - frame_ms
             self._do(self.tm.on_near_end(start, echo.near_end, echo.near_end_sure))
         was_speaking = self.vad.in_speech
         events = self.vad.process(frame)
-        if self.vad.last_voiced:
-            self._voiced_end_ms = self._sound_end_ms = self.audio_ms
-        elif self._word_goes_on(level, frame_ms):
-            self._sound_end_ms = self.audio_ms
+        self._word_end.update(frame, self.vad.last_voiced, self.audio_ms)
         if was_speaking and self.vad.in_speech:
             self._feed(frame)
         for ev in events:
@@ -217,20 +205,12 @@ class VoiceSession:
             # is free: if this is the end of the turn, it covers all the speech when the pause
             # is detected (90 ms), so the end-of-turn score and the speculation start up to
             # ~60 ms sooner than on a pass started at the pause.
-            silent = self._sound_end_ms < self.audio_ms
-            unheard = silent and self._pass_at_ms < self._sound_end_ms
+            words_end = self._word_end.sound_ms
+            unheard = words_end < self.audio_ms and self._pass_at_ms < words_end
             fresh = self.audio_ms - self._pass_at_ms >= ONSET_PASS_MIN_MS
             if self._partial_job is None and (self.transcriber.partial_due() or unheard and fresh):
                 self._request_partial()
         self._reap()
-
-    def _word_goes_on(self, level: float, frame_ms: float) -> bool:
-        """An unvoiced frame that sounds on right after the voice: the last word's end."""
-        after_sound = self._sound_end_ms >= self.audio_ms - frame_ms - 0.5
-        soon = self.audio_ms - self._voiced_end_ms <= WORD_TAIL_MAX_MS
-        return (
-            after_sound and soon and is_sound(level, min(self._levels), self.cfg.asr.min_rms_dbfs)
-        )
 
     def _on_vad(self, kind: str, audio_ms: float, detected_ms: float) -> None:
         turn = self.tm.turn
@@ -340,7 +320,7 @@ class VoiceSession:
         # regular pass the pause found running (at pause_ms 90 it often has): no second pass.
         # One that ended inside it goes again at once.
         paused = self._pause_end is not None
-        complete = paused and heard_ms >= max(self._pause_end, self._sound_end_ms)
+        complete = paused and heard_ms >= max(self._pause_end, self._word_end.sound_ms)
         if complete:
             self._partial_again = False
         elif paused and heard_ms >= self._pause_end:

@@ -33,6 +33,7 @@ import queue
 import threading
 import time
 import zlib
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,35 @@ def is_sound(level_dbfs: float, noise_dbfs: float, floor_dbfs: float) -> bool:
     """A level that is sound, not background: above ``floor_dbfs`` (the ASR's energy gate) and
     12 dB above the background's ``noise_dbfs``."""
     return level_dbfs >= max(noise_dbfs + _SOUND_DB, floor_dbfs)
+
+
+class WordEnd:
+    """Where the user's words end in a stream of frames: the end of the last voiced frame, or of
+    the unvoiced sound that goes on right after it (`is_sound` against the quietest of the last
+    ``history`` frames), for up to 150 ms: a final "s" (~100 ms) is no voice to the VAD, and a
+    pass cut inside it reads "France" as "friend"."""
+
+    TAIL_MAX_MS = 150.0
+
+    def __init__(self, floor_dbfs: float, history: int = 100) -> None:
+        self.floor_dbfs = floor_dbfs
+        self._levels: deque[float] = deque(maxlen=history)
+        self.voiced_ms = 0.0  # audio ms at the end of the latest voiced frame
+        self.sound_ms = 0.0  # ... or of the unvoiced sound right after it
+
+    def update(self, frame: np.ndarray, voiced: bool, end_ms: float) -> None:
+        """One frame, ``voiced`` by the VAD, that ends at audio ms ``end_ms``."""
+        level = rms_dbfs(frame)
+        self._levels.append(level)
+        start_ms = end_ms - 1000.0 * len(frame) / RATE_HZ
+        if voiced:
+            self.voiced_ms = self.sound_ms = end_ms
+        elif (
+            self.sound_ms >= start_ms - 0.5
+            and end_ms - self.voiced_ms <= self.TAIL_MAX_MS
+            and is_sound(level, min(self._levels), self.floor_dbfs)
+        ):
+            self.sound_ms = end_ms
 
 
 def _words(text: str) -> list[str]:

@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from audio.asr import StreamingTranscriber, WhisperASR, sound_goes_on  # noqa: E402
+from audio.asr import StreamingTranscriber, WhisperASR, WordEnd, sound_goes_on  # noqa: E402
 from audio.config import ASRConfig, EchoConfig, TTSConfig, VADConfig  # noqa: E402
 from audio.echo import EchoCanceller  # noqa: E402
 from audio.tts import ClauseChunker, PiperTTS  # noqa: E402
@@ -346,20 +346,26 @@ def bench_final_edge() -> dict:
     """The final at speech_end after a pass that ended near the end of the speech (-90..+60 ms
     around the VAD's end of voice, 18 questions x 3 voices): reused when no voice followed the
     pass (the rule before), or also only when no sound went on after it (today's), else a new
-    pass over the utterance. WER of the finals under each rule."""
+    pass over the utterance. WER of the finals under each rule, and how much later than the end
+    of the voice the pipeline's pause pass starts (it waits for the end of the words' sound)."""
     from tests.audio.test_asr_accuracy import QUESTIONS, clip, wer
 
     asr, cfg = WhisperASR(ASRConfig()), ASRConfig()
     finals: dict[str, list[tuple[str, str]]] = {"voice_only": [], "voice_or_sound": []}
     reused = dict.fromkeys(finals, 0)
+    sound_after_voice: list[float] = []  # how much later the pipeline's pause pass starts
     for voice in ("piper", "espeak:en-us", "espeak:en+f3"):
         for text in QUESTIONS:
             pcm = clip(text, voice)
             ep, bounds, fed = Endpointer(VADConfig()), {}, 0
+            ends = WordEnd(cfg.min_rms_dbfs)
             for i in range(0, len(pcm), 480):
                 fed += len(pcm[i : i + 480])
                 for e in ep.process(pcm[i : i + 480]):
                     bounds.setdefault(e.kind, (int(e.audio_ms * 16), fed))
+                if "speech_end" not in bounds:
+                    ends.update(pcm[i : i + 480], ep.last_voiced, fed / 16)
+            sound_after_voice.append(ends.sound_ms - ends.voiced_ms)
             start, (voice_end, stop) = bounds["speech_start"][0], bounds["speech_end"]
             utt = pcm[start:stop]
             rerun = asr.transcribe(utt, final=True).text
@@ -376,7 +382,14 @@ def bench_final_edge() -> dict:
                 for rule, reuse in rules.items():
                     finals[rule].append((text, heard if reuse else rerun))
                     reused[rule] += reuse
+    waits = np.array(sound_after_voice)
     return {
+        "clips": len(waits),
+        "pause_pass_later_ms": {
+            "clips": int((waits > 0).sum()),
+            "median": float(np.median(waits)),
+            "max": float(waits.max()),
+        },
         "finals": len(finals["voice_only"]),
         **{
             rule: {"wer": round(wer(pairs), 4), "reused": reused[rule]}

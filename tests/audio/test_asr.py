@@ -8,6 +8,7 @@ import pytest
 from audio.asr import (
     StreamingTranscriber,
     Transcript,
+    WordEnd,
     agreed_prefix,
     cut_trailing_repeat,
     sound_goes_on,
@@ -116,6 +117,26 @@ def test_sound_goes_on_at_a_word_end_not_in_noise() -> None:
     assert not sound_goes_on((hiss * fade * 30).astype(np.int16), -50.0)  # below speech level
     assert not sound_goes_on(np.zeros(16 * 600, np.int16), -50.0)
     assert not sound_goes_on(np.zeros(10, np.int16), -50.0)
+
+
+def test_word_end_runs_over_the_last_words_unvoiced_sound_only() -> None:
+    rng = np.random.default_rng(0)
+    ends = WordEnd(-50.0)
+    hum = (rng.standard_normal(480) * 30).astype(np.int16)  # -61 dBFS: the room
+    hiss = (rng.standard_normal(480) * 1000).astype(np.int16)  # -30 dBFS: a final "s"
+    t = 0.0
+    for frame, voiced in [(hum, False)] * 5 + [(hiss, True)] * 3 + [(hiss, False)] * 3:
+        t += 30.0
+        ends.update(frame, voiced, t)
+    assert (ends.voiced_ms, ends.sound_ms) == (240.0, 330.0)
+    for _ in range(5):  # the sound goes on: after 150 ms it is not the word's any more
+        t += 30.0
+        ends.update(hiss, False, t)
+    assert ends.sound_ms == 240.0 + 150.0
+    ends.update(hiss, True, t + 30)
+    ends.update(hum, False, t + 60)
+    ends.update(hiss, False, t + 90)  # after a quiet frame: a new sound, not the word's
+    assert ends.sound_ms == ends.voiced_ms == t + 30
 
 
 def test_helpers() -> None:
