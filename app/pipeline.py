@@ -108,6 +108,7 @@ class VoiceSession:
         self._word_end = WordEnd(cfg.asr.min_rms_dbfs, RECENT_MS // cfg.audio.frame_ms + 1)
         self._final_pending = False
         self._closed = False
+        self._refinements: set[Future[str]] = set()  # whole passes over long turns, asked for
         self._last_final: tuple[Any, str] = (None, "")  # the latest final and its transcriber
         self._onset_t: float | None = None
         self._pause_end: float | None = None  # audio ms where the current pause began
@@ -385,6 +386,7 @@ class VoiceSession:
                 self.trace("asr_refined", turn, self.tm.gen, text=refined)
 
         def refined(fut: Future[str]) -> None:  # in the refiner's thread
+            self._refinements.discard(fut)
             if fut.cancelled() or fut.exception() is not None:
                 return
             with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to revise
@@ -393,6 +395,7 @@ class VoiceSession:
         def asked(f: asyncio.Future[Future[str] | None]) -> None:
             self._asr_jobs.discard(f)
             if not f.cancelled() and f.exception() is None and f.result() is not None:
+                self._refinements.add(f.result())
                 f.result().add_done_callback(refined)
 
         job.add_done_callback(asked)
@@ -682,6 +685,8 @@ class VoiceSession:
     async def aclose(self) -> None:
         """Cancel every answer and wait for this session's tasks and worker jobs to end."""
         self._closed = True
+        for fut in list(self._refinements):  # nobody will read them: not started, never run
+            fut.cancel()
         for ans in list(self.answers.values()):
             ans.cancel()
         self.c.asr_worker.drop(self)

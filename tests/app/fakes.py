@@ -54,6 +54,7 @@ class FakeASR:
         self.script = list(script)
         # A long turn's refinement after its final: final text -> the refined text, 0.2 s later.
         self.refine = refine or {}
+        self.refine_s = 0.2
         self.compute_s = compute_s
         self.used = 0
         self.lock = threading.Lock()
@@ -99,9 +100,17 @@ class FakeTranscriber:
         if self.last_final not in self.asr.refine:
             return None
         if self.refining is None:
-            self.refining = Future()
+            fut: Future[str] = Future()
             refined = self.asr.refine[self.last_final]
-            threading.Timer(0.2, self.refining.set_result, [refined]).start()
+
+            def run() -> None:
+                if fut.set_running_or_notify_cancel():  # as the Refiner: a cancelled one is skipped
+                    fut.set_result(refined)
+
+            timer = threading.Timer(self.asr.refine_s, run)
+            timer.daemon = True  # a refinement nobody waits for holds up no exit
+            timer.start()
+            self.refining = fut
         return self.refining
 
     def final(self) -> Transcript:

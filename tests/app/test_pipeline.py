@@ -286,6 +286,22 @@ def test_a_refinement_done_after_the_final_revises_the_history_not_the_answer():
     assert "nob" in first["output_text"]  # the answer was made from the final
 
 
+def test_a_refinement_not_started_when_the_session_closes_never_runs():
+    final = "My dog nob likes the park."
+    comps = FakeComponents([final], **SHORT)
+    comps.asr.refine = {final: "My dog Bob likes the park."}
+    comps.asr.refine_s = 30.0  # still waiting for the CPU at the close
+    tracer = Tracer(None, session="t")
+    source = TimelineSource([Segment(buzz(900))], realtime=False, tail_ms=800)
+    sink = ClockSink(comps.tts.sample_rate_hz)
+    try:
+        session = asyncio.run(run_session(comps, CFG, source, sink, tracer, lambda e: None))
+    finally:
+        comps.close()
+    assert "asr_refined" not in names(tracer.events)
+    assert session.transcriber.refining is not None and session.transcriber.refining.cancelled()
+
+
 def test_likely_incomplete_turn_waits_through_a_long_pause():
     script = [("What is the capital of", "What is the capital of France?")]
     pcm = np.concatenate([buzz(900), silence(900), buzz(500)])  # 900 ms > speech_end_ms
