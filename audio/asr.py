@@ -14,9 +14,10 @@ whole-utterance faster-whisper transcribe() (`whole_pass`: 30 s window, beam 5) 
 Hallucinations on silence/noise/tones are filtered by an energy gate, no_speech_prob alone
 (tones/noise measured 0.65-0.96, speech 0.04-0.3), a low avg_logprob, and compression ratio.
 
-`StreamingTranscriber` keeps one turn: partial passes every partial_interval_ms of new audio, a
-stable prefix = the words two consecutive passes agree on, and a final that reuses the last pass
-when only silence came after it (call partial() at the VAD `pause` event and final() at
+`StreamingTranscriber` keeps one turn: partial passes every partial_interval_ms of new audio (or
+as much audio as the last pass took to compute, where that is longer), a stable prefix = the
+words two consecutive passes agree on, and a final that reuses the last pass when only silence
+came after it (call partial() at the VAD `pause` event and final() at
 `speech_end` returns at once). A long turn is cut into segments (`close_segment()` at the VAD
 `segment` event): a closed segment keeps its text and drops its audio, so a pass only ever sees
 the current segment however long the user talks. After the final of such a turn a `Refiner`
@@ -488,7 +489,12 @@ class StreamingTranscriber:
         return self._chunks[0] if self._chunks else np.zeros(0, np.int16)
 
     def partial_due(self) -> bool:
-        return self._n - self._n_at_pass >= self._interval
+        # At least as much new audio as the last pass took to compute: where a pass costs more
+        # than partial_interval_ms (a 3 s question: ~750 ms on a 2-core Zen 1, ~120 on Zen 5),
+        # passes back to back would hold the CPU for the whole turn and the final would queue
+        # behind one.
+        due = max(self._interval, int(RATE_HZ * self._seg.compute_ms / 1000))
+        return self._n - self._n_at_pass >= due
 
     def partial(self) -> Transcript:
         """Transcribe the current segment (blocking; run in a worker); text is the turn's."""

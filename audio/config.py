@@ -130,7 +130,11 @@ class ASRConfig:
     )
     partial_interval_ms: int = field(
         default=400,
-        metadata={"min": 100, "max": 5000, "help": "new audio between partial transcripts"},
+        metadata={
+            "min": 100,
+            "max": 5000,
+            "help": "new audio between partial transcripts (at least what the last pass took)",
+        },
     )
     no_speech_threshold: float = field(
         default=0.6,

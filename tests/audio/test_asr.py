@@ -274,6 +274,22 @@ def test_long_turn_through_vad_segments_loses_no_speech(asr) -> None:
     assert {"fox", "dog", "sells", "peter", "peppers", "wood"} <= got, final.text
 
 
+def test_partials_are_spaced_by_what_the_last_one_cost() -> None:
+    class SlowASR(WordsASR):  # a pass that took 1 s, as on a slow CPU
+        def transcribe(self, pcm16k: np.ndarray, *, final: bool, prev=None) -> Transcript:
+            t = super().transcribe(pcm16k, final=final, prev=prev)
+            return Transcript(t.text, t.stable, final, t.audio_ms, 1000.0)
+
+    st = StreamingTranscriber(SlowASR(), ASRConfig(partial_interval_ms=400))
+    st.feed(np.full(8000, 3, np.int16))
+    assert st.partial_due()  # 500 ms of audio, no pass yet: the interval alone
+    st.partial()
+    st.feed(np.full(8000, 3, np.int16))
+    assert not st.partial_due()  # 500 ms new: more than the interval, less than the pass took
+    st.feed(np.full(8000, 3, np.int16))
+    assert st.partial_due()
+
+
 class HeldRefiner:
     """Fake Refiner: one pass is the words of the audio in capitals; it finishes on release()."""
 
