@@ -463,7 +463,7 @@ class StreamingTranscriber:
             self._refining.cancel()
         self._refining = None
         self._refined_n = 0  # the turn's samples it covers
-        self._segs: list[str] = []  # the closed segments' texts
+        self._head = ""  # the closed segments' texts, joined where the overlaps agree
         self._closed = 0  # where the last closed segment ends in the turn's audio
         self._origin = 0  # where the current segment's audio begins in the turn's
         # The turn's audio up to _closed, kept for the refinement only (None: too long for one).
@@ -520,27 +520,19 @@ class StreamingTranscriber:
             seg = self.asr.transcribe(pcm[:closed], final=True, prev=self._seg)
             start = self._quiet_cut(pcm[: max(closed - _OVERLAP, 0)])
             rest = pcm[min(start, closed) :]
-        self._segs.append(seg.text)
         if self._origin + closed > self._closed:
             if self._kept is not None:
                 self._kept.append(pcm[self._closed - self._origin : closed].copy())
                 if self._origin + closed > _REFINE_MAX:
                     self._kept = None
             self._closed = self._origin + closed
-        head = self._head()
+        self._head = merge_overlap(self._head, seg.text)
         self._closed_ms += 1000.0 * (len(pcm) - len(rest)) / RATE_HZ
         self._origin += len(pcm) - len(rest)
         self._chunks = [rest.copy()] if len(rest) else []
         self._n, self._n_at_pass, self._seg = len(rest), 0, EMPTY
         ms = 1000.0 * (time.perf_counter() - t0)
-        return Transcript(head, head, False, self._closed_ms, ms)
-
-    def _head(self) -> str:
-        """The closed segments' text, joined where the overlaps agree."""
-        head = ""
-        for text in self._segs:
-            head = merge_overlap(head, text)
-        return head
+        return Transcript(self._head, self._head, False, self._closed_ms, ms)
 
     def final(self) -> Transcript:
         """The final transcript; reuses the last pass when only silence was fed after it."""
@@ -558,7 +550,7 @@ class StreamingTranscriber:
         segment, one too long to keep, or without a Refiner. Its text replaces the turn's in
         the history: segments heard apart lack each other's context (6 monologues: 7.2 % WER
         joined from segments, 5.4 % in one whole pass)."""
-        if self.refiner is None or not self._segs or not self._kept:
+        if not self._kept:  # no Refiner, one segment so far, or too long to keep
             return None
         rest = self.audio()[self._closed - self._origin : self._n]
         n = self._closed + len(rest)
@@ -573,11 +565,10 @@ class StreamingTranscriber:
 
     def _joined(self, seg: Transcript) -> Transcript:
         """A pass over the current segment preceded by the closed segments' text."""
-        head = self._head()
-        if not head:
+        if not self._head:
             return seg
-        text = merge_overlap(head, seg.text)
-        stable = merge_overlap(head, seg.stable)
+        text = merge_overlap(self._head, seg.text)
+        stable = merge_overlap(self._head, seg.stable)
         audio_ms = self._closed_ms + seg.audio_ms
         return Transcript(text, stable, seg.final, audio_ms, seg.compute_ms)
 
