@@ -205,10 +205,12 @@ class VoiceSession:
             # In silence with speech no pass has heard yet, a pass starts as soon as the worker
             # is free: if this is the end of the turn, it covers all the speech when the pause
             # is detected (90 ms), so the end-of-turn score and the speculation start up to
-            # ~60 ms sooner than on a pass started at the pause.
+            # ~60 ms sooner than on a pass started at the pause. In the pause, at once: the pass
+            # before it ended inside the words' sound.
             words_end = self._word_end.sound_ms
             unheard = words_end < self.audio_ms and self._pass_at_ms < words_end
-            fresh = self.audio_ms - self._pass_at_ms >= ONSET_PASS_MIN_MS
+            paused = self._pause_end is not None
+            fresh = paused or self.audio_ms - self._pass_at_ms >= ONSET_PASS_MIN_MS
             if self._partial_job is None and (self.transcriber.partial_due() or unheard and fresh):
                 self._request_partial()
         self._reap()
@@ -320,11 +322,15 @@ class VoiceSession:
         # The pass covers all the speech when it heard past the last word's sound, even a
         # regular pass the pause found running (at pause_ms 90 it often has): no second pass.
         # One that ended inside it goes again at once.
+        # While the words' sound reaches the newest frame it may go on past what the pass heard:
+        # the pass that covers it starts from _on_frame once it has ended.
         paused = self._pause_end is not None
-        complete = paused and heard_ms >= max(self._pause_end, self._word_end.sound_ms)
+        words = self._word_end.sound_ms
+        sounding = words >= self.audio_ms
+        complete = paused and not sounding and heard_ms >= max(self._pause_end, words)
         if complete:
             self._partial_again = False
-        elif paused and heard_ms >= self._pause_end:
+        elif paused and not sounding and heard_ms >= self._pause_end:
             self._partial_again = True
         if tr is not None and not self._final_pending:
             self.trace(

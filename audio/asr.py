@@ -20,11 +20,12 @@ words two consecutive passes agree on, and a final that reuses the last pass whe
 came after it (call partial() at the VAD `pause` event and final() at
 `speech_end` returns at once). A long turn is cut into segments (`close_segment()` at the VAD
 `segment` event): a closed segment keeps its text and drops its audio, so a pass only ever sees
-the current segment however long the user talks. After the final of such a turn a `Refiner`
-transcribes all of it again as one whole pass on a second copy of the model whose threads run
-only when the CPU is otherwise idle, for the history (`refinement()`): a segment heard alone
-lacks the context of the ones before it (6 monologues: 7.2% WER joined from segments, 5.4% in
-one whole pass).
+the current segment however long the user talks. A segment heard alone lacks the context of the
+ones before it, so a `Refiner` transcribes the turn again as whole passes on a second copy of the
+model whose threads run only when the CPU is otherwise idle: during the turn over the closed
+segments, whose text the turn then takes, and after its final over all of it, for the history
+(`refinement()`). 6 monologues: 7.4 % WER joined from segments, 5.4 % with the passes over the
+closed segments in time, as in one whole pass (bench/speech.py --sections long).
 """
 
 import difflib
@@ -387,11 +388,11 @@ def _run_when_idle(tids: set[str]) -> None:
 
 
 class Refiner:
-    """Whole passes over long turns after their final, one at a time, off the critical path.
+    """Whole passes over long turns, one at a time, off the critical path.
 
     A second copy of the Whisper model (tiny.en int8: ~40 MB) whose CTranslate2 threads are in
     the idle class: a refinement never delays a pass a user is waiting on, and when the CPU is
-    busy it simply finishes later (the history keeps the final's text until then). Only
+    busy it simply finishes later (the turn keeps its segments' text until then). Only
     CTranslate2's threads are idle-class (its compute threads, started at the first pass,
     inherit the class from its worker); the Python thread that drives them keeps its priority,
     as a descheduled GIL holder would stall every other thread.
@@ -455,15 +456,21 @@ class StreamingTranscriber:
         self.cfg = cfg
         self.refiner = refiner
         self._interval = RATE_HZ * cfg.partial_interval_ms // 1000
-        self._refining: Future[str] | None = None  # the whole pass over a long turn, once asked
+        self._refining: Future[str] | None = None  # the whole pass after the final, once asked
+        self._rolling: Future[str] | None = None  # one over the first closed segments
         self.reset()
 
     def reset(self) -> None:
-        if self._refining is not None:
-            self._refining.cancel()
+        for fut in (self._refining, self._rolling):
+            if fut is not None:
+                fut.cancel()
         self._refining = None
         self._refined_n = 0  # the turn's samples it covers
-        self._head = ""  # the closed segments' texts, joined where the overlaps agree
+        self._rolling = None
+        self._rolling_k = 0  # how many the last one asked for covers (once each: not retried)
+        self._texts: list[str] = []  # each closed segment's own text
+        self._prefix, self._prefix_k = "", 0  # the newest whole pass's text, and what it covers
+        self._head = ""  # the turn's text up to the last closed segment
         self._closed = 0  # where the last closed segment ends in the turn's audio
         self._origin = 0  # where the current segment's audio begins in the turn's
         # The turn's audio up to _closed, kept for the refinement only (None: too long for one).
@@ -499,6 +506,7 @@ class StreamingTranscriber:
     def partial(self) -> Transcript:
         """Transcribe the current segment (blocking; run in a worker); text is the turn's."""
         n = self._n
+        self._roll()
         self._seg = self.asr.transcribe(self.audio()[:n], final=False, prev=self._seg)
         self._n_at_pass = n
         return self._joined(self._seg)
@@ -526,7 +534,9 @@ class StreamingTranscriber:
                 if self._origin + closed > _REFINE_MAX:
                     self._kept = None
             self._closed = self._origin + closed
+        self._texts.append(seg.text)
         self._head = merge_overlap(self._head, seg.text)
+        self._roll()
         self._closed_ms += 1000.0 * (len(pcm) - len(rest)) / RATE_HZ
         self._origin += len(pcm) - len(rest)
         self._chunks = [rest.copy()] if len(rest) else []
@@ -537,6 +547,7 @@ class StreamingTranscriber:
     def final(self) -> Transcript:
         """The final transcript; reuses the last pass when only silence was fed after it."""
         t0 = time.perf_counter()
+        self._roll()
         if not self._reusable():
             self._seg = self.asr.transcribe(self.audio(), final=True, prev=self._seg)
             self._n_at_pass = self._n
@@ -548,10 +559,12 @@ class StreamingTranscriber:
         """After the final of a long turn (one with closed segments): one whole pass over all of
         its audio on the Refiner, asked for at the first call; None for a turn heard in one
         segment, one too long to keep, or without a Refiner. Its text replaces the turn's in
-        the history: segments heard apart lack each other's context (6 monologues: 7.2 % WER
+        the history: segments heard apart lack each other's context (6 monologues: 7.4 % WER
         joined from segments, 5.4 % in one whole pass)."""
         if not self._kept:  # no Refiner, one segment so far, or too long to keep
             return None
+        if self._rolling is not None:  # this pass covers more; one still queued is not needed
+            self._rolling.cancel()
         rest = self.audio()[self._closed - self._origin : self._n]
         n = self._closed + len(rest)
         if self._refining is None or n > self._refined_n:  # asked again when the turn went on
@@ -562,6 +575,24 @@ class StreamingTranscriber:
                 self._refining = self.refiner.submit(np.concatenate([*self._kept, rest]))
                 self._refined_n = n
         return self._refining
+
+    def _roll(self) -> None:
+        """Take the newest whole pass over the closed segments into the turn's text once it is
+        done, and ask for one over all of them when more have closed since (one at a time, on
+        the Refiner). Two or more: a lone segment was already heard in one pass."""
+        fut = self._rolling
+        if fut is not None and fut.done():
+            self._rolling = None
+            if not fut.cancelled() and fut.exception() is None and fut.result():
+                self._prefix, self._prefix_k = fut.result(), self._rolling_k
+                head = self._prefix
+                for text in self._texts[self._prefix_k :]:
+                    head = merge_overlap(head, text)
+                self._head = head
+        k = len(self._texts)
+        if self._rolling is None and self._kept and k >= 2 and k > self._rolling_k:
+            self._rolling = self.refiner.submit(np.concatenate(self._kept))
+            self._rolling_k = k
 
     def _joined(self, seg: Transcript) -> Transcript:
         """A pass over the current segment preceded by the closed segments' text."""

@@ -162,8 +162,9 @@ class ASRConfig:
     refine_long_turns: bool = field(
         default=True,
         metadata={
-            "help": "after a long turn's final, transcribe all of it again as one pass when the "
-            "CPU is idle, for the history: a segment heard alone lacks the words before it "
+            "help": "transcribe a long turn again as whole passes when the CPU is idle: its "
+            "closed segments while it goes on (the final takes them), all of it after the "
+            "final (the history): a segment heard alone lacks the words before it "
             "(audio/asr.py)",
         },
     )

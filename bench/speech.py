@@ -1,10 +1,12 @@
 """Audio benchmarks: ASR latency/cadence/RTF, TTS first audio/RTF, VAD false triggers, echo
 (AEC3 and the decisions over a simulated room; the double-talk detector on interruptions), and
 the final transcript after a pass that ended near the end of the speech (`final`, not run by
-default: ~6 min).
+default: ~6 min), and long turns' finals from their segments with and without the whole passes
+over the closed segments (`long`, not run by default: ~3 min).
 
 Prints one JSON object. Speech is synthesized at run time (Piper and espeak-ng voices).
-Usage: .venv/bin/python bench/speech.py [--reps N] [--quick] [--sections asr,tts,vad,echo,final]
+Usage: .venv/bin/python bench/speech.py [--reps N] [--quick]
+       [--sections asr,tts,vad,echo,final,long]
 Timings on a shared CPU are noisy: medians are reported with the load average, and for the
 two latency targets also the process CPU time of a 1-thread model (~ wall time on an idle core).
 """
@@ -17,14 +19,20 @@ import statistics
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from audio.asr import StreamingTranscriber, WhisperASR, WordEnd, sound_goes_on  # noqa: E402
+from audio.asr import (  # noqa: E402
+    StreamingTranscriber,
+    WhisperASR,
+    WordEnd,
+    sound_goes_on,
+    whole_pass,
+)
 from audio.config import ASRConfig, EchoConfig, TTSConfig, VADConfig  # noqa: E402
 from audio.echo import EchoCanceller  # noqa: E402
 from audio.tts import ClauseChunker, PiperTTS  # noqa: E402
@@ -398,6 +406,66 @@ def bench_final_edge() -> dict:
     }
 
 
+class _Keeping:
+    """A Refiner on a CPU with time to spare: each whole pass is done when asked for."""
+
+    def __init__(self, asr: WhisperASR) -> None:
+        self.asr, self.passes_ms = asr, []
+
+    def submit(self, pcm: np.ndarray) -> Future[str]:
+        t0 = time.perf_counter()
+        fut: Future[str] = Future()
+        fut.set_result(whole_pass(self.asr, pcm))
+        self.passes_ms.append(1000 * (time.perf_counter() - t0))
+        return fut
+
+
+def bench_long_turns() -> dict:
+    """The finals of bench/conversation.py's 6 monologues (16-45 s, in VAD segments of <= 8 s,
+    5 s in one), the segments closed at the VAD's events and the final at its end of speech, as
+    the pipeline does: from the segments alone (no refiner, or one with no time for its passes),
+    with each whole pass over the closed segments done before the next pass (a refiner that
+    keeps up), and one whole pass over all of the turn. WER against the scripted text."""
+    from bench.conversation import SENTENCE_GAP_MS
+    from bench.conversation_metrics import corpus_wer
+    from bench.conversation_scripts import SCRIPTS
+    from bench.user_voices import UserVoices
+
+    asr, cfg, voices = WhisperASR(ASRConfig(refine_long_turns=False)), ASRConfig(), UserVoices()
+    keeping = _Keeping(asr)
+    texts: dict[str, list[tuple[str, str]]] = {"segments": [], "keeping_up": [], "whole": []}
+    audio_s = 0.0
+    for script in (s for s in SCRIPTS if s.turns[0].kind == "monologue"):
+        turn = script.turns[0]
+        sets = (o.removeprefix("vad.").split("=") for o in script.overrides if o.startswith("vad."))
+        vad = VADConfig(**{key: float(value) for key, value in sets})
+        speech = voices.speak(turn.sentences, script.voice, SENTENCE_GAP_MS)
+        pcm = np.concatenate([np.zeros(8000, np.int16), speech, np.zeros(16000, np.int16)])
+        audio_s += len(speech) / 16000
+        for name, refiner in (("segments", None), ("keeping_up", keeping)):
+            ep, st = Endpointer(vad), StreamingTranscriber(asr, cfg, refiner)
+            for i in range(0, len(pcm), 480):
+                frame, was = pcm[i : i + 480], ep.in_speech
+                events = ep.process(frame)
+                if was and ep.in_speech:
+                    st.feed(frame)
+                for e in events:
+                    if e.kind == "speech_start":
+                        st.feed(ep.speech_audio())
+                    elif e.kind == "segment":
+                        st.close_segment()
+                    elif e.kind == "speech_end":
+                        texts[name].append((turn.text, st.final().text))
+        texts["whole"].append((turn.text, whole_pass(asr, speech)))
+    return {
+        "monologues": len(texts["whole"]),
+        "speech_s": round(audio_s, 1),
+        "wer": {name: corpus_wer(pairs) for name, pairs in texts.items()},
+        "passes_over_closed_segments": len(keeping.passes_ms),
+        "cpu_s_of_those_per_speech_s": round(sum(keeping.passes_ms) / 1000 / audio_s, 3),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=5)
@@ -412,6 +480,7 @@ def main() -> None:
         "echo_loopback": bench_echo,
         "echo_onsets": bench_echo_onsets,
         "final_edge": bench_final_edge,
+        "long_turns": bench_long_turns,
     }
     wanted = args.sections.split(",")
     result: dict = {"load_avg_1m_start": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}

@@ -270,7 +270,7 @@ def test_the_pause_pass_hears_the_last_word_to_its_unvoiced_end():
     assert score["decision"] == "complete"
     heard = comps.asr.heard_ms
     assert not [h for h in heard if end < h < end + 90], heard  # none before the pause's
-    assert [h for h in heard if h >= end + 120], heard  # the pause's, inside it, went again
+    assert [h for h in heard if h >= end + 120], heard  # the pause's, once the hiss ended
 
 
 def test_a_refinement_done_after_the_final_revises_the_history_not_the_answer():

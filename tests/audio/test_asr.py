@@ -307,7 +307,7 @@ class HeldRefiner:
                 fut.set_result(text)
 
 
-def test_a_long_turn_is_refined_whole_after_its_final() -> None:
+def test_a_long_turn_is_refined_whole_while_it_goes_on_and_after_its_final() -> None:
     refiner = HeldRefiner()
     st = StreamingTranscriber(WordsASR(), ASRConfig(), refiner)
     gap = np.zeros(4000, np.int16)
@@ -315,13 +315,24 @@ def test_a_long_turn_is_refined_whole_after_its_final() -> None:
         word = np.full(8000, value, np.int16)
         st.feed(np.concatenate([word, gap, word + 10, gap]))
         st.close_segment()
+        # A lone segment was heard in one pass; then one whole pass at a time, over all the
+        # closed segments.
+        assert len(refiner.asked) == (value >= 2)
+    ((fut, text, audio),) = refiner.asked
+    assert text == "W1 W11 W2 W12" and len(audio) <= 2 * 24000  # up to the cut, in the gap
     st.feed(np.full(8000, 5, np.int16))
-    assert not refiner.asked  # nothing during the turn: its passes come first
+    assert st.partial().text == "w1 w11 w2 w12 w3 w13 w5"  # nothing waits for it
+    refiner.release()
+    # Taken at the next pass, joined to the segments it does not cover where they overlap (their
+    # words there: the pass ends at the cut, where tiny.en drops words); the next one is asked.
+    assert st.partial().text == "W1 W11 w2 w12 w3 w13 w5"
+    assert refiner.asked[-1][1] == "W1 W11 W2 W12 W3 W13" and len(refiner.asked) == 2
     final = st.final()
-    assert final.text == "w1 w11 w2 w12 w3 w13 w5"  # the segments' text: nothing waits
-    fut = st.refinement()
-    assert fut is not None and st.refinement() is fut  # asked once
-    ((_, text, audio),) = refiner.asked
+    assert final.text == "W1 W11 w2 w12 w3 w13 w5"
+    rolling = refiner.asked[-1][0]
+    fut = st.refinement()  # after the final: all of the turn, the one still queued dropped
+    assert fut is not None and st.refinement() is fut and rolling.cancelled()
+    ((_, text, audio),) = refiner.asked[2:]
     assert text == "W1 W11 W2 W12 W3 W13 W5" and len(audio) == 3 * 24000 + 8000  # all of it
     st.feed(np.full(8000, 6, np.int16))  # the turn went on (reopened): asked again, whole
     assert st.refinement() is not fut and fut.cancelled()
