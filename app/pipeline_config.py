@@ -112,12 +112,12 @@ class ConversationConfig:
         },
     )
     end_audio: bool = field(
-        default=False,
+        default=True,
         metadata={
             "help": "adaptive end of turn also hears the speech: a last word that does not "
             "sound like a sentence's end (audio/prosody.py, ~4 ms a pause) makes the turn "
-            "incomplete whatever its transcript reads; off: it calls 2-8% of complete "
-            "questions in unseen voices and sentences cut, each a 1.3 s longer wait"
+            "incomplete unless the LM is sure of its end (end_audio_gate): Whisper completes "
+            "cut speech on its own ('How far is the' -> 'How far is that?')"
         },
     )
     end_audio_cut: float = field(
@@ -127,6 +127,16 @@ class ConversationConfig:
             "max": 1.0,
             "help": "with end_audio, the speech's P(end of turn) below which the endpointer "
             "waits end_incomplete_ms (0.15: 2% of the training set's complete clips)",
+        },
+    )
+    end_audio_gate: float = field(
+        default=0.3,
+        metadata={
+            "min": 0.0,
+            "max": 1.0,
+            "help": "with end_audio, the LM's P(end of turn) at or above which the speech's "
+            "score is not asked (held-out speech: 1.3% more complete clips wait 1.3 s longer "
+            "at 0.3, 3.8% ungated; bench/end_of_turn.py --spoken)",
         },
     )
     end_complete_ms: int = field(

@@ -17,9 +17,10 @@ End of turn (``end_of_turn: adaptive``): the pause's fresh transcript also gets 
 LM's P(the turn is complete) (``end_decision``) sets how much silence ends this pause's turn:
 ``end_complete_ms`` when likely complete, ``end_incomplete_ms`` when likely not ("What is the
 capital of"), vad.speech_end_ms when unsure; speech that sounds cut mid-sentence
-(``end_audio_cut``) is incomplete whatever its transcript reads. Speech within ``reopen_ms`` of
-a turn that ended after such a decision continues that turn (``ReopenTurn``): its answer is
-cancelled, its user message taken back, and the whole turn (one transcript) gets one answer.
+(``end_audio_cut``) is incomplete unless the LM is sure (``end_audio_gate``). Speech within
+``reopen_ms`` of a turn that ended after such a decision continues that turn (``ReopenTurn``): its
+answer is cancelled, its user message taken back, and the whole turn (one transcript) gets one
+answer.
 Barge-in (the user talks while the agent is thinking or speaking), in two steps so playback stops
 within ~100 ms yet a cough or "mm-hmm" does not throw the answer away:
   speech for ``barge_in_min_speech_ms`` (+ echo guard while audio plays) -> ``HoldPlayback``
@@ -67,15 +68,17 @@ def end_decision(
     and the speech's own P(end) (audio/prosody.py; None: not heard).
 
     Speech that sounds cut (``p_audio`` below ``end_audio_cut``: no final lengthening or pitch
-    movement on the last word) is "incomplete" whatever its transcript says: Whisper completes
-    a cut sentence on its own ("Tell me a fun fact about" -> "Tell me a fun fact to mount."),
-    and the LM then reads it as complete.
+    movement on the last word) is "incomplete" unless the LM is sure of its end (``p_end`` at
+    or above ``end_audio_gate``): Whisper completes a cut sentence on its own ("How far is the"
+    -> "How far is that?"), which the LM reads as barely complete, while the speech's score
+    alone would make a few complete questions wait too.
     A long turn (20+ words, several sentences) that ends in a statement is at most "unsure":
     someone telling a story pauses ~300 ms between sentences, and each of them reads as a
     complete message (in bench/conversation.py's monologues every sentence ended the turn and
     was reopened); "Never mind that. Tell me about dragons." is not a story.
     """
-    if p_audio is not None and p_audio < cfg.end_audio_cut:
+    sure = p_end is not None and p_end >= cfg.end_audio_gate
+    if p_audio is not None and p_audio < cfg.end_audio_cut and not sure:
         return "incomplete"
     if p_end is None:
         return "unsure"

@@ -8,6 +8,17 @@ adaptive endpointer's three-way decision at the configured thresholds, the cost 
 the misjudged transcripts.
 
     .venv/bin/python bench/end_of_turn.py [--set conversation.end_likely=0.5] [--seed 0]
+
+``--spoken`` scores speech instead, as a pause does: bench/voice.py's cut heads ("What is the
+capital of") and whole questions in its five voices, and with ``--clips`` the held-out clips of
+model/training/train_turn_audio.py (its clip cache: sentences and voices the speech's model did
+not train on). Each clip goes through Whisper with 120 ms of the pause after it, the LM scores
+the transcript and audio/prosody.py the speech; the decisions are counted with the LM alone,
+with the speech's score as configured (``end_audio_cut`` under ``end_audio_gate``) and with it
+ungated. A cut head is projected premature when its decision's wait is shorter than the
+mid-sentence pauses of bench/voice.py (300-700 ms):
+
+    .venv/bin/python bench/end_of_turn.py --spoken [--clips /tmp/turn_audio_clips.npz]
 """
 
 from __future__ import annotations
@@ -34,17 +45,90 @@ def roc_auc(scores: list[float], labels: list[bool]) -> float:
     return wins / (len(pos) * len(neg))
 
 
+def spoken(cfg, clips_path: str | None) -> dict:
+    """Decisions on speech at a pause (see the module docstring)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from app.turns import end_decision
+    from audio.asr import WhisperASR
+    from audio.prosody import TurnEndAudio
+    from bench.voice import GAPS_MS, PAUSED, QUESTIONS, VOICES, Voices
+    from model.engine import LM
+
+    conv, asr, heard = cfg.conversation, WhisperASR(cfg.asr), TurnEndAudio()
+    session = LM.load(cfg.lm).session()
+    system = [{"role": "system", "content": conv.system_prompt}]
+    session.end_of_turn([*system, {"role": "user", "content": "Hello."}])  # warm-up
+    sets: dict[str, list[tuple[str, np.ndarray]]] = {"bench_voice": []}  # (kind, 16 kHz pcm)
+    voices = Voices(cfg)
+    for text in [a for a, _ in PAUSED] + QUESTIONS:
+        for voice in VOICES:
+            kind = "complete" if text in QUESTIONS else "head"
+            sets["bench_voice"].append((kind, voices.say(text, voice)))
+    if clips_path:
+        from model.training.train_turn_audio import make_clips
+
+        clips = make_clips(Path(clips_path))
+        held = {"test": "held_out_sentences_and_voices", "test_voice": "held_out_voices"}
+        for pcm, kind, split in zip(clips["pcm"], clips["kind"], clips["split"], strict=True):
+            if split in held:
+                kind = "head" if kind == "alone" else str(kind)
+                sets.setdefault(held[split], []).append((kind, pcm.astype(np.int16)))
+    rules = {
+        "lm": replace(conv, end_audio_cut=0.0),
+        "lm_and_speech": conv,
+        "lm_and_speech_ungated": replace(conv, end_audio_gate=1.01),
+    }
+    wait = {
+        "complete": conv.end_complete_ms,
+        "unsure": cfg.vad.speech_end_ms,
+        "incomplete": conv.end_incomplete_ms,
+    }
+    lead, pause = np.zeros(4800, np.int16), np.zeros(1920, np.int16)  # 300 ms, 120 ms
+    out: dict = {}
+    for name, items in sets.items():
+        counts = {rule: {} for rule in rules}
+        premature = dict.fromkeys(rules, 0.0)
+        for kind, pcm in items:
+            text = asr.transcribe(np.concatenate([lead, pcm, pause]), final=True).text
+            msgs = [*system, {"role": "user", "content": text}]
+            p = session.end_of_turn(msgs) if text else None
+            p_audio = heard.score(np.concatenate([lead, pcm]))
+            for rule, c in rules.items():
+                d = end_decision(p, c, text, p_audio)
+                by_kind = counts[rule].setdefault(kind, dict.fromkeys(wait, 0))
+                by_kind[d] += 1
+                if kind == "head":
+                    premature[rule] += sum(wait[d] < g for g in GAPS_MS) / len(GAPS_MS)
+        heads = sum(k == "head" for k, _ in items)
+        out[name] = {
+            "clips": len(items),
+            "decisions": counts,
+            "heads_projected_premature": {
+                rule: round(v / max(1, heads), 3) for rule, v in premature.items()
+            },
+        }
+    return {"bench": "end_of_turn_spoken", **out, "loadavg_1m": round(os.getloadavg()[0], 2)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=None)
     ap.add_argument("--set", action="append", default=[], dest="overrides")
     ap.add_argument("--seed", type=int, default=0, help="seed of the labeled set's cuts")
+    ap.add_argument("--spoken", action="store_true", help="score speech at a pause instead")
+    ap.add_argument("--clips", default=None, help="with --spoken: train_turn_audio.py's clips")
     args = ap.parse_args()
 
     from app.turns import end_decision
     from model.engine import LM
 
     cfg = load_config(args.config, args.overrides)
+    if args.spoken:
+        print(json.dumps(spoken(cfg, args.clips), indent=1))
+        return 0
     conv = cfg.conversation
     lm = LM.load(cfg.lm)
     session = lm.session()

@@ -244,14 +244,17 @@ class SoundsCut:
 
 def test_speech_that_sounds_cut_waits_although_its_text_reads_complete():
     sounds_cut = SoundsCut()
-    cfg = replace(CFG, conversation=replace(CFG.conversation, end_audio=True))
+    # The fake LM is sure of any text ending in "?" (0.9): the speech decides only under the gate.
+    conv = replace(CFG.conversation, end_audio=True, end_audio_gate=1.0)
+    cfg = replace(CFG, conversation=conv)
     segs = [Segment(buzz(900))]
     _, _, trace, _ = run(["What is the capital of France?"], segs, cfg=cfg, turn_audio=sounds_cut)
     (score,) = [e for e in trace if e["event"] == "end_of_turn"]
     assert score["decision"] == "incomplete" and score["p_audio"] == 0.05
     assert score["wait_ms"] == CFG.conversation.end_incomplete_ms
     assert 0 < sounds_cut.heard[0] <= 16000 * 3  # the speech up to the pause, RECENT_MS at most
-    _, _, trace, _ = run(["What is the capital of France?"], segs, turn_audio=SoundsCut())
+    off = replace(CFG, conversation=replace(conv, end_audio=False))
+    _, _, trace, _ = run(["What is the capital of France?"], segs, cfg=off, turn_audio=SoundsCut())
     (score,) = [e for e in trace if e["event"] == "end_of_turn"]  # end_audio off: not asked
     assert score["decision"] == "complete" and score["p_audio"] is None
 

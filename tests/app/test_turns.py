@@ -283,12 +283,13 @@ def test_end_decision_thresholds():
 
 
 def test_speech_that_sounds_cut_is_incomplete_whatever_its_transcript():
-    cfg = replace(CFG, end_audio_cut=0.2)
-    # Whisper completed "Tell me a fun fact about" on its own; the LM reads it as complete.
-    text = "Tell me a fun fact to mount."
-    assert end_decision(0.9, cfg, text, p_audio=0.05) == "incomplete"
-    assert end_decision(0.9, cfg, text, p_audio=0.2) == "complete"  # at the threshold: heard
-    assert end_decision(0.9, cfg, text, p_audio=None) == "complete"  # not heard: the LM alone
+    cfg = replace(CFG, end_audio_cut=0.2, end_audio_gate=0.1)
+    # Whisper completed "How far is the" on its own; the LM reads it as barely complete.
+    text = "How far is that?"
+    assert end_decision(0.05, cfg, text, p_audio=0.05) == "incomplete"
+    assert end_decision(0.05, cfg, text, p_audio=0.2) == "complete"  # at the threshold: heard
+    assert end_decision(0.05, cfg, text, p_audio=None) == "complete"  # not heard: the LM alone
+    assert end_decision(0.1, cfg, text, p_audio=0.05) == "complete"  # the LM is sure
     assert end_decision(0.01, cfg, text, p_audio=0.1) == "incomplete"
     assert end_decision(None, cfg, text, p_audio=0.1) == "incomplete"
     assert end_decision(None, cfg, text, p_audio=0.9) == "unsure"  # sounding final is not enough
@@ -296,7 +297,7 @@ def test_speech_that_sounds_cut_is_incomplete_whatever_its_transcript():
     tm.on_speech_start(0)
     tm.on_pause()
     tm.on_partial(text, complete=True)
-    assert tm.on_end_score(text, 0.9, p_audio=0.05) == "incomplete"
+    assert tm.on_end_score(text, 0.05, p_audio=0.05) == "incomplete"
     assert tm.decision == "incomplete"
 
 
