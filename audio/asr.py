@@ -24,8 +24,8 @@ the current segment however long the user talks. A segment heard alone lacks the
 ones before it, so a `Refiner` transcribes the turn again as whole passes on a second copy of the
 model whose threads run only when the CPU is otherwise idle: during the turn over the closed
 segments, whose text the turn then takes, and after its final over all of it, for the history
-(`refinement()`). 6 monologues: 7.4–8.1 % WER joined from segments, 5.2–5.4 % with the passes over
-the closed segments in time, 5.4–5.7 % in one whole pass (bench/speech.py --sections long).
+(`refinement()`). 6 monologues: 7.9 % WER joined from segments, 4.2–4.7 % with the passes over the
+closed segments in time, 5.6–5.9 % in one whole pass (bench/speech.py --sections long).
 """
 
 import difflib
@@ -559,8 +559,8 @@ class StreamingTranscriber:
         """After the final of a long turn (one with closed segments): one whole pass over all of
         its audio on the Refiner, asked for at the first call; None for a turn heard in one
         segment, one too long to keep, or without a Refiner. Its text replaces the turn's in
-        the history: segments heard apart lack each other's context (6 monologues: 7.4–8.1 %
-        WER joined from segments, 5.4–5.7 % in one whole pass)."""
+        the history: segments heard apart lack each other's context (6 monologues: 7.9 % WER
+        joined from segments, 5.6–5.9 % in one whole pass)."""
         if not self._kept:  # no Refiner, one segment so far, or too long to keep
             return None
         if self._rolling is not None:  # this pass covers more; one still queued is not needed

@@ -422,14 +422,16 @@ class _Keeping:
 
 def bench_long_turns() -> dict:
     """The finals of bench/conversation.py's 6 monologues (16-45 s, in VAD segments of <= 8 s,
-    5 s in one), the segments closed at the VAD's events and the final at its end of speech, as
-    the pipeline does: from the segments alone (no refiner, or one with no time for its passes),
-    with each whole pass over the closed segments done before the next pass (a refiner that
-    keeps up), and one whole pass over all of the turn. WER against the scripted text."""
+    5 s in one), a pass at each pause, the segments closed at the VAD's cuts and the final at
+    its end of speech, as the pipeline does: from the segments alone (no refiner, or one with
+    no time for its passes), with each whole pass over the closed segments done before the next
+    pass (a refiner that keeps up), and one whole pass over all of the turn. WER against the
+    scripted text."""
     from bench.conversation import SENTENCE_GAP_MS
     from bench.conversation_metrics import corpus_wer
     from bench.conversation_scripts import SCRIPTS
     from bench.user_voices import UserVoices
+    from tests.audio.test_asr_accuracy import streaming_final
 
     asr, cfg, voices = WhisperASR(ASRConfig(refine_long_turns=False)), ASRConfig(), UserVoices()
     keeping = _Keeping(asr)
@@ -443,19 +445,8 @@ def bench_long_turns() -> dict:
         pcm = np.concatenate([np.zeros(8000, np.int16), speech, np.zeros(16000, np.int16)])
         audio_s += len(speech) / 16000
         for name, refiner in (("segments", None), ("keeping_up", keeping)):
-            ep, st = Endpointer(vad), StreamingTranscriber(asr, cfg, refiner)
-            for i in range(0, len(pcm), 480):
-                frame, was = pcm[i : i + 480], ep.in_speech
-                events = ep.process(frame)
-                if was and ep.in_speech:
-                    st.feed(frame)
-                for e in events:
-                    if e.kind == "speech_start":
-                        st.feed(ep.speech_audio())
-                    elif e.kind == "segment":
-                        st.close_segment()
-                    elif e.kind == "speech_end":
-                        texts[name].append((turn.text, st.final().text))
+            final = streaming_final(asr, pcm, cfg, vad, refiner)
+            texts[name].append((turn.text, final))
         texts["whole"].append((turn.text, whole_pass(asr, speech)))
     return {
         "monologues": len(texts["whole"]),

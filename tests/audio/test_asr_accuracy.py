@@ -71,10 +71,13 @@ def clip(text: str, voice: str) -> np.ndarray:
     return pcm48[: 3 * n].astype(np.float64).reshape(n, 3).mean(axis=1).astype(np.int16)
 
 
-def streaming_final(asr: WhisperASR, pcm: np.ndarray, cfg: ASRConfig) -> str:
-    """The final as the pipeline makes it: feed after the VAD, partial at pause, final at end."""
-    ep = Endpointer(VADConfig())
-    st = StreamingTranscriber(asr, cfg)
+def streaming_final(
+    asr: WhisperASR, pcm: np.ndarray, cfg: ASRConfig, vad: VADConfig | None = None, refiner=None
+) -> str:
+    """The final as the pipeline makes it: feed after the VAD, partial at a pause, a segment
+    closed at a long turn's cut, final at the end."""
+    ep = Endpointer(vad or VADConfig())
+    st = StreamingTranscriber(asr, cfg, refiner)
     for f in frames(pcm):
         was_speaking = ep.in_speech
         events = ep.process(f)
@@ -85,6 +88,8 @@ def streaming_final(asr: WhisperASR, pcm: np.ndarray, cfg: ASRConfig) -> str:
                 st.feed(ep.speech_audio())
             elif e.kind == "pause":
                 st.partial()
+            elif e.kind == "segment":
+                st.close_segment()
             elif e.kind == "speech_end":
                 return st.final().text
     raise AssertionError("no speech_end: the clip needs more trailing silence")
