@@ -363,7 +363,11 @@ class VoiceSession:
         if tr is None:
             return
         turn = self.tm.turn
-        self.trace("asr_final", turn, self.tm.gen, text=tr.text, compute_ms=round(tr.compute_ms, 1))
+        closed, whole = getattr(tr, "segments", (0, 0))
+        self.trace(
+            "asr_final", turn, self.tm.gen, text=tr.text, compute_ms=round(tr.compute_ms, 1),
+            segments=closed, segments_whole=whole,
+        )  # fmt: skip
         self.emit(
             {"type": "conversation.item.input_audio_transcription.completed", "transcript": tr.text}
         )

@@ -75,6 +75,8 @@ class Transcript:
     final: bool
     audio_ms: float  # audio covered, ms of the turn (closed segments + this pass)
     compute_ms: float  # wall time of the pass
+    # A final's closed segments (a long turn), and how many of them its whole pass covers.
+    segments: tuple[int, int] = (0, 0)
 
 
 EMPTY = Transcript("", "", False, 0.0, 0.0)
@@ -553,7 +555,8 @@ class StreamingTranscriber:
             self._n_at_pass = self._n
         last = self._joined(self._seg)
         ms = 1000.0 * (time.perf_counter() - t0)
-        return Transcript(last.text, last.text, True, last.audio_ms, ms)
+        segments = (len(self._texts), self._prefix_k)
+        return Transcript(last.text, last.text, True, last.audio_ms, ms, segments)
 
     def refinement(self) -> Future[str] | None:
         """After the final of a long turn (one with closed segments): one whole pass over all of

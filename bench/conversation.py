@@ -198,9 +198,14 @@ def analyze(
     turn_of = {e["turn"]: e["playing"] for e in events if e["event"] == "speech_start"}
     # The last final of each pipeline turn: a reopened turn's later final holds all of it.
     last_final: dict[int, tuple[int, str]] = {}
+    # A long turn's closed segments at its final, and how many the final's whole pass covered.
+    segments: dict[int, list[int]] = {}
     for e in events:
         if e["event"] == "asr_final" and e.get("text", "").strip():
-            last_final[e["turn"]] = (turn_of.get(e["turn"], e["playing"]), e["text"].strip())
+            scripted = turn_of.get(e["turn"], e["playing"])
+            last_final[e["turn"]] = (scripted, e["text"].strip())
+            if e.get("segments"):
+                segments[scripted] = [e["segments"], e["segments_whole"]]
     # What the history kept: the final, or the refinement that revised it after the final.
     kept_text = {turn: text for turn, (_, text) in last_final.items()}
     for e in events:
@@ -234,6 +239,7 @@ def analyze(
                 "transcript": transcript,
                 "wer": m.wer(t.text, transcript),
                 "kept": " ".join(kept.get(i, [])),
+                "segments_and_whole": segments.get(i),
                 "answers": [a["gen"] for a in mine],
                 "keyword_hit": hit,
                 "interrupted": any(b["by_turn"] == i for b in barges),

@@ -328,7 +328,7 @@ def test_a_long_turn_is_refined_whole_while_it_goes_on_and_after_its_final() -> 
     assert st.partial().text == "W1 W11 w2 w12 w3 w13 w5"
     assert refiner.asked[-1][1] == "W1 W11 W2 W12 W3 W13" and len(refiner.asked) == 2
     final = st.final()
-    assert final.text == "W1 W11 w2 w12 w3 w13 w5"
+    assert final.text == "W1 W11 w2 w12 w3 w13 w5" and final.segments == (3, 2)
     rolling = refiner.asked[-1][0]
     fut = st.refinement()  # after the final: all of the turn, the one still queued dropped
     assert fut is not None and st.refinement() is fut and rolling.cancelled()
