@@ -363,7 +363,7 @@ class VoiceSession:
         if tr is None:
             return
         turn = self.tm.turn
-        closed, whole = getattr(tr, "segments", (0, 0))
+        closed, whole = tr.segments
         self.trace(
             "asr_final", turn, self.tm.gen, text=tr.text, compute_ms=round(tr.compute_ms, 1),
             segments=closed, segments_whole=whole,

@@ -471,7 +471,7 @@ class StreamingTranscriber:
         self._rolling = None
         self._rolling_k = 0  # how many the last one asked for covers (once each: not retried)
         self._texts: list[str] = []  # each closed segment's own text
-        self._prefix, self._prefix_k = "", 0  # the newest whole pass's text, and what it covers
+        self._prefix_k = 0  # the closed segments the newest whole pass in the turn's text covers
         self._head = ""  # the turn's text up to the last closed segment
         self._closed = 0  # where the last closed segment ends in the turn's audio
         self._origin = 0  # where the current segment's audio begins in the turn's
@@ -587,8 +587,7 @@ class StreamingTranscriber:
         if fut is not None and fut.done():
             self._rolling = None
             if not fut.cancelled() and fut.exception() is None and fut.result():
-                self._prefix, self._prefix_k = fut.result(), self._rolling_k
-                head = self._prefix
+                head, self._prefix_k = fut.result(), self._rolling_k
                 for text in self._texts[self._prefix_k :]:
                     head = merge_overlap(head, text)
                 self._head = head

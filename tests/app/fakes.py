@@ -16,6 +16,7 @@ import numpy as np
 
 from app.components import Components
 from app.trace import now_ms
+from audio.asr import Transcript
 
 SR = 16000
 
@@ -30,15 +31,6 @@ def buzz(ms: int, f0: float = 140.0, level: int = 8000) -> np.ndarray:
 
 def silence(ms: int) -> np.ndarray:
     return np.zeros(SR * ms // 1000, dtype=np.int16)
-
-
-@dataclass(frozen=True)
-class Transcript:
-    text: str
-    stable: str
-    final: bool
-    audio_ms: float
-    compute_ms: float
 
 
 class FakeASR:
