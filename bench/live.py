@@ -19,14 +19,22 @@ a fresh main.py in a tmux terminal):
 
 Also counted: speaker underruns (main.py's log) and sound-library lines on the terminal.
 
+--mic-path N measures the microphone's path alone, without main.py: N tone bursts played into
+the virtual microphone, each from its onset at the sound server to the arrival of the first
+30 ms frame that holds it from the app's own `MicSource`; with --stall-ms the main thread then
+holds the GIL that long in each burst (as a model call can), so the audio callback waits, and
+lost samples show as onsets closer together in the frames than at the sound server.
+
     .venv/bin/python bench/live.py [--answers 10] [--interruptions 5] [--modes auto,off]
         [--echo-gain-db -10 | --no-echo] [--echo-delay-ms 40] [--set section.key=value ...]
         [--keep DIR]
+    .venv/bin/python bench/live.py --mic-path 30 [--stall-ms 300]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import re
@@ -37,9 +45,18 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.pulse import LiveSession, SoundServerError  # noqa: E402
+from tests.pulse import (  # noqa: E402
+    MIC_SINK,
+    RATE,
+    LiveSession,
+    SoundServer,
+    SoundServerError,
+    write_wav,
+)
 from tests.speech import speech_pcm  # noqa: E402
 
 QUESTIONS = [
@@ -178,6 +195,80 @@ def _run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict:
     }
 
 
+def _onsets(pcm: np.ndarray) -> list[int]:
+    """First sample of each tone burst (-30 dBFS; bursts are >= 0.5 s apart)."""
+    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > 1000)
+    out: list[int] = []
+    for at in loud:
+        if not out or at >= out[-1] + RATE // 2:
+            out.append(int(at))
+    return out
+
+
+def _mic_path(n: int, stall_ms: int, root: Path) -> dict:
+    server = SoundServer(root)
+    # PortAudio reads the sound server's address when sounddevice is first imported.
+    os.environ.update({k: server.env[k] for k in ("XDG_RUNTIME_DIR", "PULSE_SERVER")})
+    from audio.config import AudioConfig
+    from audio.sources import MicSource
+
+    rec = server.record(f"{MIC_SINK}.monitor")
+    try:
+        rec.wait_ready()
+        mic = MicSource(AudioConfig())
+        tone = 0.3 * 32767 * np.sin(2 * np.pi * 1000 * np.arange(RATE // 5) / RATE)
+        gap = np.zeros(RATE // 5, np.int16)
+        wav = root / "burst.wav"
+        write_wav(wav, np.concatenate([gap, tone.astype(np.int16), gap]))
+        frames: list[tuple[float, np.ndarray]] = []
+        t0 = time.perf_counter()
+        sum(range(1_000_000))  # C code that keeps the GIL: its speed sets the stall's length
+        per_ms = 1_000_000 / (1000 * (time.perf_counter() - t0))
+        stalls: list[float] = []
+
+        async def run() -> None:
+            async def read() -> None:
+                async for frame in mic:
+                    frames.append((time.monotonic(), frame))
+
+            reader = asyncio.create_task(read())
+            await asyncio.sleep(1.0)
+            for i in range(n):
+                server.play(wav)
+                if stall_ms:
+                    await asyncio.sleep(0.3)  # into the burst
+                    t = time.monotonic()
+                    sum(range(int(stall_ms * per_ms)))
+                    stalls.append(1000 * (time.monotonic() - t))
+                await asyncio.sleep(0.9 + 0.011 * i)  # onsets at every phase of a frame
+            await asyncio.sleep(0.5)
+            await mic.aclose()
+            reader.cancel()
+
+        asyncio.run(run())
+    finally:
+        pcm = rec.stop()
+        server.stop()
+    got = np.concatenate([f for _, f in frames])
+    path = []
+    for at in _onsets(pcm):
+        t_on = rec.time_of(at)
+        loud = [t for t, f in frames if t >= t_on - 0.02 and np.abs(f).max() > 1000]
+        if loud:
+            path.append(1000 * (loud[0] - t_on))
+    sent, heard = np.diff(_onsets(pcm)), np.diff(_onsets(got))
+    k = min(len(sent), len(heard))
+    return {
+        "bursts": n,
+        "path_ms": _stats(path),
+        "stall_ms": round(statistics.median(stalls)) if stalls else 0,
+        "overflows": mic.overflows,
+        "samples_lost_between_onsets_max": int(np.max(np.abs(sent[:k] - heard[:k]), initial=0)),
+        "portaudio_blocksize": mic._stream.blocksize,
+        "portaudio_latency_ms": round(1000 * mic._stream.latency, 1),
+    }
+
+
 def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the daemon and main.py stop
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -189,7 +280,19 @@ def main() -> int:
     ap.add_argument("--echo-delay-ms", type=int, default=40)
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--keep", metavar="DIR", help="keep each mode's trace and log under DIR")
+    ap.add_argument("--mic-path", type=int, default=0, metavar="N", help="measure the mic alone")
+    ap.add_argument("--stall-ms", type=int, default=0)
     args = ap.parse_args()
+    if args.mic_path:
+        with tempfile.TemporaryDirectory(prefix="mic-path-") as tmp:
+            try:
+                out = _mic_path(args.mic_path, args.stall_ms, Path(tmp))
+            except SoundServerError as e:
+                print(json.dumps({"error": f"no sound server: {e}"}))
+                return 1
+        out["load"] = os.getloadavg()[0]
+        print(json.dumps(out, indent=1))
+        return 0
     out = {
         "echo_gain_db": args.echo_gain_db,
         "echo_delay_ms": args.echo_delay_ms,

@@ -357,7 +357,7 @@ class LiveSession:
         """Play 16 kHz int16 speech into the microphone; returns when paplay was started."""
         self._n += 1
         wav = self.root / f"utterance-{self._n}.wav"
-        _write_wav(wav, pcm)
+        write_wav(wav, pcm)
         t = time.monotonic()
         self.server.play(wav)
         return t
@@ -436,13 +436,13 @@ class LiveSession:
                 self.chat.close()
             for name, rec in (("speaker", self.ear), ("microphone", self.mic)):
                 if rec is not None:
-                    _write_wav(self.root / f"{name}.wav", rec.stop())
+                    write_wav(self.root / f"{name}.wav", rec.stop())
                     (self.root / f"{name}.start").write_text(f"{rec.start_t:.6f}\n")
             self.server.stop()
         return code
 
 
-def _write_wav(path: Path, pcm: np.ndarray) -> None:
+def write_wav(path: Path, pcm: np.ndarray) -> None:
     with wave.open(str(path), "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)

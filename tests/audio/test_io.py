@@ -412,13 +412,14 @@ def test_client_sink_maps_reports_through_flushes_and_never_counts_unsent_audio(
 
 
 class FakeStream:
-    """Calls the callback every 10 ms from a thread, like a PortAudio stream."""
+    """Calls the callback every 10 ms from a thread, like a PortAudio stream (blocksize 0:
+    blocks of the size the host has, here 10 ms)."""
 
     def __init__(self, *, samplerate, channels, blocksize, callback, **kw) -> None:
         self.rate, self.channels, self.block, self.callback = (
             samplerate,
             channels,
-            blocksize,
+            blocksize or samplerate // 100,
             callback,
         )
         self.kind = "input" if "InputStream" in type(self).__name__ else "output"
