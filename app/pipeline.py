@@ -107,6 +107,7 @@ class VoiceSession:
         # Where the user's words end (a final "s" included): what the pause's pass must hear.
         self._word_end = WordEnd(cfg.asr.min_rms_dbfs, RECENT_MS // cfg.audio.frame_ms + 1)
         self._final_pending = False
+        self._finals = 0  # finals asked for
         self._closed = False
         self._refinements: set[Future[str]] = set()  # whole passes over long turns, asked for
         self._last_final: tuple[Any, str] = (None, "")  # the latest final and its transcriber
@@ -221,9 +222,11 @@ class VoiceSession:
             self._pause_end = None
             self._utt += 1
             self._onset_t = self.t_of(audio_ms)
-            actions = self.tm.on_speech_start(audio_ms)
+            actions = self.tm.on_speech_start(audio_ms, unheard=self._final_pending)
             if self.tm.reopened:  # the same turn goes on: its transcriber hears the rest too
                 self.trace("reopen", self.tm.turn, self.tm.gen)
+            elif self.tm.rejoined:  # so does the utterance before it
+                self.trace("rejoin", self.tm.turn, self.tm.gen)
             else:
                 # A fresh transcriber per turn: the previous one's final may still be queued
                 # in the ASR worker.
@@ -356,10 +359,16 @@ class VoiceSession:
         # unused: a pass still queued is dropped, one running finishes unheard.
         if self._partial_job is not None and self._partial_job.cancel():
             self._partial_job = None
-        self._submit_asr(self.transcriber.final, self._on_final, URGENT)
+        self._finals += 1
+        self._submit_asr(
+            self.transcriber.final, functools.partial(self._on_final, self._finals), URGENT
+        )
 
-    def _on_final(self, tr: Any) -> None:
-        self._final_pending = False
+    def _on_final(self, n: int, tr: Any) -> None:
+        # Only the latest final asked for ends the wait: an earlier one, dropped because the
+        # speech went on, may finish after it.
+        if n == self._finals:
+            self._final_pending = False
         if tr is None:
             return
         turn = self.tm.turn

@@ -31,6 +31,7 @@ EVENTS = (
     "end_of_turn",
     "speech_end",
     "reopen",
+    "rejoin",
     "reopen_cancel",
     "text_input",
     "asr_final",

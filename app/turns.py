@@ -31,6 +31,11 @@ within ~100 ms yet a cough or "mm-hmm" does not throw the answer away:
   a transcript that is not a backchannel, once speech lasted ``barge_in_confirm_ms``
                                           -> ``CancelAnswer``: the user has the turn
   speech that ends (speech_end) before that, or transcribes as a backchannel -> ``ResumePlayback``
+  speech within ``reopen_ms`` of the end of a held one ("Wait, [600 ms] which ocean is the
+  smallest?"), or before the last utterance's final transcript came
+                                          -> the same utterance goes on (``rejoined``), or
+                                          the same turn (reopened) where the first part was
+                                          taken as the turn and is being answered
 History keeps only what the user heard of an interrupted answer, marked interrupted.
 """
 
@@ -346,6 +351,9 @@ class TurnManager:
     scored: str | None = None  # the transcript it was made on
     reopen_until: float | None = None  # audio ms until which speech continues the ended turn
     reopened: bool = False  # the latest speech_start continued the previous turn
+    # An interruption let go as short: until when (audio ms) speech continues it, and its onset.
+    rejoin: tuple[float, float] | None = None
+    rejoined: bool = False  # the latest speech_start continued the utterance before it
     spec: _Speculation | None = None
     barge: _Barge | None = None
     near_end_sure: bool = False  # an echo canceller's double-talk detector can tell echo apart
@@ -392,18 +400,31 @@ class TurnManager:
 
     # -- user speech ---------------------------------------------------------------------------
 
-    def on_speech_start(self, onset_ms: float) -> list[Action]:
+    def on_speech_start(self, onset_ms: float, unheard: bool = False) -> list[Action]:
+        """``unheard``: the last utterance's final transcript has not come yet, so nothing was
+        made of it: this speech continues it (its transcriber hears both), as it continues an
+        interruption let go as short within ``reopen_ms``."""
         reopen = self.reopen_until is not None and onset_ms <= self.reopen_until
+        rejoin, self.rejoin = self.rejoin, None
+        near = rejoin is not None and onset_ms <= rejoin[0]
+        if near and self.answer_gen is not None and self.answer_turn == self.turn:
+            reopen = True  # the interruption was taken as the turn: its answer is taken back
         self.reopen_until, self.reopened = None, reopen
+        short = near and self.agent != "idle"
+        self.rejoined = not reopen and (unheard or short)
         self.user_speaking, self.paused = True, False
         self.last_partial, self.decision, self.scored = "", None, None
         if reopen:
             return self._reopen()
-        self.turn += 1
-        if self.agent != "idle" and self.cfg.barge_in:
+        if not self.rejoined:
+            self.turn += 1
+        if self.rejoined and self.barge is not None:  # an interruption that awaits its words
+            self.barge.last_ms = onset_ms
+        elif self.agent != "idle" and self.cfg.barge_in:
             held = self.barge is not None and self.barge.held  # held on double talk
             echo = self.agent == "speaking" and self.near_end_sure and not held
-            self.barge = _Barge(onset_ms, held=held, last_ms=onset_ms, echo=echo)
+            onset = rejoin[1] if short and rejoin else onset_ms
+            self.barge = _Barge(onset, held=held, last_ms=onset_ms, echo=echo)
         return []
 
     def on_near_end(self, audio_ms: float, talking: bool, sure: bool) -> list[Action]:
@@ -556,6 +577,9 @@ class TurnManager:
         self.user_speaking, self.paused = False, False
         if self.barge is not None and end_ms is not None:
             self.barge.last_ms = end_ms
+        if self.barge is not None and self.barge.held and end_ms is not None:
+            # "Wait," [600 ms] "which ocean is the smallest?": the rest may come after a pause
+            self.rejoin = (end_ms + self.cfg.reopen_ms, self.barge.onset_ms)
         if self.barge is not None and not self._barge_needs_transcript():
             return self._reject_barge("short")  # a cough, a click, a short "mm"
         return []
@@ -596,14 +620,14 @@ class TurnManager:
         """The answer ``gen`` played to its end (cancelled answers were recorded on cancel)."""
         if gen != self.answer_gen:
             return []
-        self.reopen_until = None  # the answer was heard whole: new speech is a new turn
+        self.reopen_until = self.rejoin = None  # heard whole: new speech is a new turn
         self.history.add_assistant(text, interrupted=False)
         self.answer_gen, self.agent = None, "idle"
         return self._reject_barge("answer finished") if self.barge else []
 
     def cancel_answer(self) -> list[Action]:
         """An explicit cancel (client ``response.cancel``)."""
-        self.barge, self.reopen_until = None, None
+        self.barge, self.reopen_until, self.rejoin = None, None, None
         if self.answer_gen is None:
             return self._drop_spec("cancelled")
         return self._confirm_barge()

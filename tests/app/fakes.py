@@ -227,7 +227,7 @@ class FakeChunker:
 
 class FakeComponents(Components):
     def __init__(self, script, **kw):
-        asr = FakeASR(script, refine=kw.pop("refine", None))
+        asr = FakeASR(script, kw.pop("asr_s", 0.03), refine=kw.pop("refine", None))
         super().__init__(lm=FakeLM(**kw.pop("lm", {})), asr=asr, tts=FakeTTS(**kw))
 
     def new_transcriber(self, cfg):

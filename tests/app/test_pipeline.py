@@ -162,6 +162,36 @@ def test_cough_and_backchannel_do_not_cancel(script2, pcm_ms, reason):
     assert len(comps.lm.calls) == 1
 
 
+@pytest.mark.parametrize(("wait_ms", "how"), [(210, "rejoin"), (400, "reopen")])
+def test_an_interruption_and_the_rest_after_its_pause_are_one_turn(wait_ms, how):
+    """ "Wait," held the agent, then a 600 ms pause: let go as short (210 ms of speech), or
+    taken as the turn by its final and answered (400 ms; no partial had confirmed it). The rest
+    of the sentence continues it either way, so one answer is to all of it ("Wait," is not
+    dropped, nor answered on its own)."""
+    said = np.concatenate([buzz(wait_ms), silence(600), buzz(900)])
+    segments = [Segment(buzz(700)), Segment(said, barge_in_at_ms=600)]
+    script = ["Hi", ("", "Wait.", "Wait, which ocean", "Wait, which ocean is the smallest?")]
+    _, comps, trace, events = run(script, segments, **LONG)
+    assert names(trace).count(how) == 1 and names(trace).count("barge_in") == 1
+    statuses = [r["status"] for r in done(events)]
+    assert statuses.count("completed") == 1 and statuses[-1] == "completed"
+    assert comps.lm.calls[-1]["messages"][-1]["content"] == "Wait, which ocean is the smallest?"
+
+
+def test_speech_before_the_last_final_continues_that_utterance():
+    """The final of "What's the weather" takes 1 s, and "in Paris?" starts 600 ms after it:
+    one utterance and one answer to all of it, not a lost first part."""
+    cfg = replace(CFG, conversation=replace(CFG.conversation, end_of_turn="fixed"))
+    said = np.concatenate([buzz(700), silence(600), buzz(700)])
+    first, rest = "What's the weather", "What's the weather in Paris?"
+    script = [(first, first + ".", rest, rest)]
+    _, comps, trace, events = run(script, [Segment(said)], cfg=cfg, asr_s=1.0, **SHORT)
+    assert names(trace).count("speech_end") == 2 and names(trace).count("rejoin") == 1
+    assert [e["text"] for e in trace if e["event"] == "asr_final"] == [rest]
+    (resp,) = done(events)
+    assert comps.lm.calls[-1]["messages"][-1]["content"] == rest
+
+
 def test_cancel_mid_answer_leaves_no_tasks_or_threads():
     comps = FakeComponents(["Hi"])
     before = set(threading.enumerate())

@@ -157,6 +157,73 @@ def test_short_noise_and_backchannel_resume_playback():
     assert [m.role for m in tm.history.messages] == ["user", "assistant"]
 
 
+def test_speech_right_after_a_short_interruption_continues_it():
+    """ "Wait," let go as short at its comma's pause, then "which ocean is the smallest?": one
+    utterance (the transcriber hears both), counted from the first onset."""
+    tm = TurnManager(CFG, heard=lambda gen: "The Pacific")
+    gen = start_speaking(tm)
+    turn = tm.turn
+    tm.on_speech_start(1000)
+    assert tm.on_speech_progress(1150) == [HoldPlayback(gen)]
+    assert tm.on_speech_end(1250) == [ResumePlayback(gen, "short")]
+    assert tm.on_speech_start(1250 + CFG.reopen_ms) == [] and tm.rejoined
+    assert tm.turn == turn + 1  # the interruption's turn, not a new one
+    assert tm.on_speech_progress(2100) == [HoldPlayback(gen)]  # long since its first onset
+    assert tm.on_partial("Wait, which ocean") == [CancelAnswer(gen)]
+    tm.on_speech_end(3000)
+    (ans,) = tm.on_final("Wait, which ocean is the smallest?")
+    assert ans.messages[-1] == {"role": "user", "content": "Wait, which ocean is the smallest?"}
+    # Later, or once the answer was heard whole, speech is a new utterance.
+    tm.on_audio_started(ans.gen)
+    for onset in (9000, 9250 + CFG.reopen_ms + 1):
+        tm.on_speech_start(onset)
+        assert not tm.rejoined
+        assert tm.on_speech_progress(onset + 150) == [HoldPlayback(ans.gen)]
+        assert tm.on_speech_end(onset + 250) == [ResumePlayback(ans.gen, "short")]
+    assert tm.on_answer_done(ans.gen, "The Arctic.") == []
+    tm.on_speech_start(10200)
+    assert not tm.rejoined
+
+
+def test_speech_right_after_an_interruption_taken_as_the_turn_reopens_it():
+    """ "Wait." was transcribed, confirmed and is being answered when "which ocean ..." comes:
+    that answer is taken back and the whole interruption gets one."""
+    tm = TurnManager(CFG, heard=lambda gen: "The Pacific")
+    gen = start_speaking(tm)
+    tm.on_speech_start(1000)
+    tm.on_speech_progress(1400)
+    tm.on_speech_end(1900)
+    (cancel, wait) = tm.on_final("Wait.")
+    assert cancel == CancelAnswer(gen) and isinstance(wait, StartAnswer)
+    (taken_back,) = tm.on_speech_start(2500)
+    assert taken_back == ReopenTurn(wait.gen) and tm.reopened and tm.agent == "idle"
+    tm.on_speech_end(3500)
+    (ans,) = tm.on_final("Wait, which ocean is the smallest?")
+    assert [m.content for m in tm.history.messages][-2:] == [
+        "The Pacific",
+        "Wait, which ocean is the smallest?",
+    ]
+
+
+def test_speech_before_the_last_final_continues_that_utterance():
+    tm = TurnManager(replace(CFG, end_of_turn="fixed"))
+    tm.on_speech_start(0)
+    tm.on_speech_end(700)
+    assert tm.on_speech_start(1300, unheard=True) == [] and tm.rejoined and tm.turn == 1
+    tm.on_speech_end(2000)
+    (ans,) = tm.on_final("What's the weather in Paris?")
+    assert isinstance(ans, StartAnswer) and tm.history.messages[-1].content.endswith("Paris?")
+    tm.on_audio_started(ans.gen)
+    tm.on_answer_done(ans.gen, "Sunny.")
+    # While the agent speaks: the interruption that awaits its words goes on from its onset.
+    gen = start_speaking(tm)
+    tm.on_speech_start(5000)
+    assert tm.on_speech_progress(5350) == [HoldPlayback(gen)]
+    tm.on_speech_end(5400)  # long enough to need its transcript: held
+    assert tm.on_speech_start(6000, unheard=True) == [] and tm.barge.onset_ms == 5000
+    assert tm.on_partial("Wait, which ocean") == [CancelAnswer(gen)]
+
+
 def test_echo_guard_raises_hold_threshold_only_while_speaking():
     tm = TurnManager(replace(CFG, echo_guard_ms=200))
     gen = start_speaking(tm)
