@@ -24,12 +24,14 @@ the current segment however long the user talks. A segment heard alone lacks the
 ones before it, so a `Refiner` transcribes the turn again as whole passes on a second copy of the
 model whose threads run only when the CPU is otherwise idle: during the turn over the closed
 segments, whose text the turn then takes, and after its final over all of it, for the history
-(`refinement()`). 6 monologues: 7.9 % WER joined from segments, 4.2–4.7 % with the passes over the
-closed segments in time, 5.6–5.9 % in one whole pass (bench/speech.py --sections long).
+(`refinement()`). Each of these passes up to 29 s is one decode in an encoder window the size of
+its audio. 6 monologues: 7.9 % WER joined from segments, 4.2 % with the passes over the closed
+segments in time, 5.4–5.9 % in one whole pass (bench/speech.py --sections long).
 """
 
 import difflib
 import logging
+import math
 import os
 import queue
 import threading
@@ -64,6 +66,7 @@ _MERGE_SLACK = 4  # words the two passes may add or drop at the overlap's ends
 # Longest turn a refinement transcribes again: 2 min of audio is ~4 MB kept and ~4 Whisper
 # windows (~4 s on a 2-core Zen 1, idle class); a longer turn keeps its segments' text.
 _REFINE_MAX = 120 * RATE_HZ
+_REFINE_WINDOW_MAX_S = 29  # a refinement up to this long is one pass in a window of its size
 _TICK = RATE_HZ // 100  # 10 ms: the resolution of sound_goes_on()
 _SOUND_DB = 12.0  # above the background: the end of a word, not noise
 
@@ -307,35 +310,12 @@ class WhisperASR:
         return _compression_ratio(text) <= c.compression_ratio_threshold
 
     def _short_pass(self, audio: np.ndarray) -> str:
-        import ctranslate2
-
-        fe = self.model.feature_extractor
         window_s = _SMALL_WINDOW_S if len(audio) <= 6 * RATE_HZ else _WINDOW_S
-        n_frames = window_s * RATE_HZ // fe.hop_length
-        # Mel of the audio plus 0.3 s of zeros (its floor value pads the rest of the window):
-        # identical to the mel of the zero-padded window, at a third of the cost. Without
-        # trailing silence in the mel, the 10 s window drops a last word that ends abruptly.
-        mel = fe(np.concatenate([audio, np.zeros(3 * RATE_HZ // 10, np.float32)]))  # (80, T)
-        mel = mel[:, :n_frames]
-        if mel.shape[1] < n_frames:
-            pad = np.full((mel.shape[0], n_frames - mel.shape[1]), mel.min(), mel.dtype)
-            mel = np.concatenate([mel, pad], axis=1)
-        feats = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))  # (1, 80, T)
-        # CTranslate2 stopped at ~max_length / 2 text tokens here (28 -> 14): speech is ~4
-        # tokens/s, so this cap only bounds a looping decode.
-        max_len = min(448, int(len(audio) / RATE_HZ * 16) + 40)
-        res = self.model.model.generate(
-            feats,
-            [self._prompt],
-            beam_size=self.cfg.beam_size,
-            max_length=max_len,
-            return_scores=True,
-            return_no_speech_prob=True,
-        )[0]
-        ids = cut_trailing_repeat([t for t in res.sequences_ids[0] if t < self._tok.eot])
-        text = self._tok.decode(ids).strip()
-        if not text or not self._accept(text, res.no_speech_prob, res.scores[0]):
-            log.debug("asr: dropped %r (no_speech %.2f)", text, res.no_speech_prob)
+        text, no_speech, logprob = _windowed_pass(
+            self.model, self._prompt, self._tok, audio, window_s, self.cfg.beam_size
+        )
+        if not text or not self._accept(text, no_speech, logprob):
+            log.debug("asr: dropped %r (no_speech %.2f)", text, no_speech)
             return ""
         return text
 
@@ -358,6 +338,39 @@ class WhisperASR:
             if self._accept(s.text.strip(), s.no_speech_prob, s.avg_logprob)
         ]
         return " ".join(t for t in kept if t)
+
+
+def _windowed_pass(
+    model: object, prompt: list[int], tok: object, audio: np.ndarray, window_s: int, beam: int
+) -> tuple[str, float, float]:
+    """One decode of float audio in a window_s encoder window: (text, no-speech probability,
+    mean logprob)."""
+    import ctranslate2
+
+    fe = model.feature_extractor  # type: ignore[attr-defined]
+    n_frames = window_s * RATE_HZ // fe.hop_length
+    # Mel of the audio plus 0.3 s of zeros (its floor value pads the rest of the window):
+    # identical to the mel of the zero-padded window, at a third of the cost. Without
+    # trailing silence in the mel, the 10 s window drops a last word that ends abruptly.
+    mel = fe(np.concatenate([audio, np.zeros(3 * RATE_HZ // 10, np.float32)]))  # (80, T)
+    mel = mel[:, :n_frames]
+    if mel.shape[1] < n_frames:
+        pad = np.full((mel.shape[0], n_frames - mel.shape[1]), mel.min(), mel.dtype)
+        mel = np.concatenate([mel, pad], axis=1)
+    feats = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))  # (1, 80, T)
+    # CTranslate2 stopped at ~max_length / 2 text tokens here (28 -> 14): speech is ~4
+    # tokens/s, so this cap only bounds a looping decode.
+    max_len = min(448, int(len(audio) / RATE_HZ * 16) + 40)
+    res = model.model.generate(  # type: ignore[attr-defined]
+        feats,
+        [prompt],
+        beam_size=beam,
+        max_length=max_len,
+        return_scores=True,
+        return_no_speech_prob=True,
+    )[0]
+    ids = cut_trailing_repeat([t for t in res.sequences_ids[0] if t < tok.eot])  # type: ignore[attr-defined]
+    return tok.decode(ids).strip(), res.no_speech_prob, res.scores[0]  # type: ignore[attr-defined]
 
 
 def whole_pass(asr: WhisperASR, pcm16k: np.ndarray, beam_size: int = 5) -> str:
@@ -404,6 +417,7 @@ class Refiner:
         from faster_whisper import WhisperModel
 
         self._language = asr._tok.language_code
+        self._tok, self._prompt = asr._tok, asr._prompt
         self._beam_size = asr.cfg.beam_size
         # Loaded here, when nothing else starts threads: the new native threads that are not
         # Python's are CTranslate2's for this model.
@@ -433,10 +447,23 @@ class Refiner:
             if not fut.set_running_or_notify_cancel():
                 continue
             try:
-                fut.set_result(_transcribe_whole(self._model, pcm, self._language, self._beam_size))
+                fut.set_result(self.transcribe(pcm))
             except Exception as e:  # noqa: BLE001 - the turn keeps its segments' text
                 log.warning("asr: refining a long turn failed: %s", e)
                 fut.set_exception(e)
+
+    def transcribe(self, pcm16k: np.ndarray) -> str:
+        """The whole pass submit() runs, here and now (blocking, at this thread's priority)."""
+        audio = to_float32(np.asarray(pcm16k))
+        if len(audio) > _REFINE_WINDOW_MAX_S * RATE_HZ:
+            return _transcribe_whole(self._model, audio, self._language, self._beam_size)
+        # One window sized to the audio instead of faster-whisper's 30 s: the 6 monologues of
+        # bench/speech.py --sections long, 3.9 % WER vs 4.7 %, 0.26 vs 0.36 s of CPU a second.
+        window_s = max(_WINDOW_S, math.ceil(len(audio) / RATE_HZ + 0.3))
+        text, _, _ = _windowed_pass(
+            self._model, self._prompt, self._tok, audio, window_s, self._beam_size
+        )
+        return text
 
 
 def _native_threads() -> set[str]:

@@ -27,6 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from audio.asr import (  # noqa: E402
+    Refiner,
     StreamingTranscriber,
     WhisperASR,
     WordEnd,
@@ -410,12 +411,12 @@ class _Keeping:
     """A Refiner on a CPU with time to spare: each whole pass is done when asked for."""
 
     def __init__(self, asr: WhisperASR) -> None:
-        self.asr, self.passes_ms = asr, []
+        self.refiner, self.passes_ms = Refiner(asr), []
 
     def submit(self, pcm: np.ndarray) -> Future[str]:
         t0 = time.perf_counter()
         fut: Future[str] = Future()
-        fut.set_result(whole_pass(self.asr, pcm))
+        fut.set_result(self.refiner.transcribe(pcm))
         self.passes_ms.append(1000 * (time.perf_counter() - t0))
         return fut
 
