@@ -458,7 +458,7 @@ class Refiner:
         if len(audio) > _REFINE_WINDOW_MAX_S * RATE_HZ:
             return _transcribe_whole(self._model, audio, self._language, self._beam_size)
         # One window sized to the audio instead of faster-whisper's 30 s: the 6 monologues of
-        # bench/speech.py --sections long, 3.9 % WER vs 4.7 %, 0.26 vs 0.36 s of CPU a second.
+        # bench/speech.py --sections long, 4.2 % WER vs 4.7 %, 0.26 vs 0.36 s of CPU a second.
         window_s = max(_WINDOW_S, math.ceil(len(audio) / RATE_HZ + 0.3))
         text, _, _ = _windowed_pass(
             self._model, self._prompt, self._tok, audio, window_s, self._beam_size
