@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import re
 import threading
@@ -44,6 +45,17 @@ COPY_MIN_WORDS = 4
 COPY_WORDS = 8
 # A chunk that ends a sentence (the chunker cuts at . ! ? only where a sentence ends).
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
+_WORD = re.compile(r"\S+")
+
+
+def word_boundary(text: str, n: int) -> int | None:
+    """Index just past the ``n``-th word of ``text`` when whitespace follows it (the word is
+    whole), else None."""
+    words = list(itertools.islice(_WORD.finditer(text), n))
+    if len(words) < n:
+        return None
+    end = words[-1].end()
+    return end if end < len(text) else None
 
 
 def without_history(messages: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -165,16 +177,17 @@ class Answer:
                 self._first_posted = True
                 post(self._on_first_token)
             chunks: list[str] = []
-            if (
-                conv.first_clause_max_words
-                and self._uncut is not None
-                and piece[:1].isspace()
-                and len(self._uncut.split()) >= conv.first_clause_max_words
-            ):
-                # No punctuation yet after first_clause_max_words: cut the first chunk at this
-                # word boundary, so TTS starts on ~4 words instead of a whole sentence.
-                chunks = self._chunker.flush()
-            chunks += self._chunker.push(piece)
+            rest = piece
+            if conv.first_clause_max_words and self._uncut is not None:
+                end = word_boundary(self._uncut + piece, conv.first_clause_max_words)
+                if end is not None:
+                    # No punctuation yet after first_clause_max_words: cut the first chunk at
+                    # that word's end, so TTS starts on 4 words (~80 ms of Piper on Zen 4)
+                    # instead of a whole sentence, or 5-6 where a draft step brought several.
+                    cut = max(0, end - len(self._uncut))
+                    chunks = self._chunker.push(piece[:cut]) + self._chunker.flush()
+                    rest = piece[cut:]
+            chunks += self._chunker.push(rest)
             if self._uncut is not None:
                 self._uncut = None if chunks else self._uncut + piece
             if self._held is not None:

@@ -160,11 +160,13 @@ class FakeGeneration:
 
 @dataclass
 class FakeLM:
-    """Answers "You said: <last user message>. <tail>" word by word."""
+    """Answers "You said: <last user message>. <tail>", ``words_per_step`` words a forward
+    (a hybrid step hands out several tokens at once)."""
 
     tail: str = "That is a fine question, and here is a longer answer to it."
     template: str = "You said: {user}. {tail}"
     step_s: float = 0.01
+    words_per_step: int = 1
     calls: list[dict] = field(default_factory=list)
 
     class tokenizer:  # noqa: N801 - mirrors LM.tokenizer
@@ -183,7 +185,10 @@ class FakeLM:
         self.calls.append({"messages": messages, "drafts": drafts})
         user = messages[-1]["content"].rstrip(".?!")
         words = self.template.format(user=user, tail=self.tail).split()
-        return FakeGeneration(words[: max_new_tokens or len(words)], cancel, self.step_s)
+        words = words[: max_new_tokens or len(words)]
+        k = self.words_per_step
+        steps = [" ".join(words[i : i + k]) for i in range(0, len(words), k)]
+        return FakeGeneration(steps, cancel, self.step_s)
 
 
 class FakeTTS:

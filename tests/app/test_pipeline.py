@@ -224,8 +224,11 @@ def test_barge_in_disabled_ignores_user_speech():
     assert resp["status"] == "completed" and len(comps.lm.calls) == 1
 
 
-def test_first_clause_cut_after_max_words_without_punctuation():
-    lm = {"template": "{tail}", "tail": "one two three four five six seven eight nine."}
+@pytest.mark.parametrize("words_per_step", [1, 3])
+def test_first_clause_cut_after_max_words_without_punctuation(words_per_step):
+    # Three words a step: the cut falls inside the step " four five six".
+    tail = "one two three four five six seven eight nine."
+    lm = {"template": "{tail}", "tail": tail, "words_per_step": words_per_step}
     _, comps, trace, events = run(["Count for me"], [Segment(buzz(700))], False, lm=lm)
     clauses = [e["text"] for e in trace if e["event"] == "lm_first_clause"]
     assert clauses == ["one two three four"]
