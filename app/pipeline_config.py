@@ -134,9 +134,10 @@ class ConversationConfig:
         metadata={
             "min": 0.0,
             "max": 1.0,
-            "help": "with end_audio, the LM's P(end of turn) at or above which the speech's "
-            "score is not asked (held-out speech: 1.3% more complete clips wait 1.3 s longer "
-            "at 0.3, 3.8% ungated; bench/end_of_turn.py --spoken)",
+            "help": "the LM's P(end of turn) at or above which neither the speech's score "
+            "(with end_audio) nor a transcript trailing off in '...' makes the turn incomplete "
+            "(held-out speech: 1.3% more complete clips wait 1.3 s longer at 0.3, 3.8% "
+            "ungated; bench/end_of_turn.py --spoken)",
         },
     )
     end_complete_ms: int = field(

@@ -63,6 +63,7 @@ def approx_tokens(text: str) -> int:
 
 
 _SENTENCE_BREAK = re.compile(r"[.!?]\s+\S")
+_TRAILING_OFF = re.compile(r"(\.\.\.|\u2026)\s*$")  # "So my question is..."
 STORY_WORDS = 20  # a turn this long with several sentences is someone telling something
 
 
@@ -77,6 +78,9 @@ def end_decision(
     or above ``end_audio_gate``): Whisper completes a cut sentence on its own ("How far is the"
     -> "How far is that?"), which the LM reads as barely complete, while the speech's score
     alone would make a few complete questions wait too.
+    A transcript that trails off ("So my question is...": Whisper's own mark for speech that
+    stops mid-phrase) is "incomplete" under the same gate: the LM's score drops the marks, and
+    read without them "So my question is" scored 0.031, complete by a hair.
     A long turn (20+ words, several sentences) that ends in a statement is at most "unsure":
     someone telling a story pauses ~300 ms between sentences, and each of them reads as a
     complete message (in bench/conversation.py's monologues every sentence ended the turn and
@@ -84,6 +88,8 @@ def end_decision(
     """
     sure = p_end is not None and p_end >= cfg.end_audio_gate
     if p_audio is not None and p_audio < cfg.end_audio_cut and not sure:
+        return "incomplete"
+    if _TRAILING_OFF.search(text) and not sure:
         return "incomplete"
     if p_end is None:
         return "unsure"

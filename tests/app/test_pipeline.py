@@ -309,6 +309,23 @@ def test_the_pause_pass_hears_the_last_word_to_its_unvoiced_end():
     assert [h for h in heard if h >= end + 120], heard  # the pause's, once the hiss ended
 
 
+def test_a_pass_done_before_the_pause_is_the_pauses_pass():
+    # With a 200 ms pause the pass started at the last word's end is back before the pause
+    # is detected: it heard all the speech, so the pause speculates on it and runs no other.
+    vad = replace(CFG.vad, pause_ms=200)
+    cfg = replace(CFG, vad=vad, conversation=replace(CFG.conversation, end_of_turn="fixed"))
+    _, comps, trace, events = run(["What is the capital of France?"], [Segment(buzz(900))], cfg=cfg)
+    (end,) = [e["audio_ms"] for e in trace if e["event"] == "speech_end"]
+    heard = comps.asr.heard_ms
+    assert [h for h in heard if end <= h < end + 150], heard  # the pass at the word's end
+    assert not [h for h in heard if end + 150 <= h < end + 350], heard  # none at the pause
+    (reused,) = [e for e in trace if e["event"] == "asr_partial" and e.get("reused")]
+    assert reused["text"] == "What is the capital of France?"
+    assert names(trace).index("speculation_start") > names(trace).index("pause")
+    assert [e["result"] for e in trace if e["event"] == "speculation"] == ["hit"]
+    assert done(events)[0]["status"] == "completed"
+
+
 def test_a_refinement_done_after_the_final_revises_the_history_not_the_answer():
     final, better = "My dog nob likes the park.", "My dog Bob likes the park."
     script = [final, "What is my dog's name?"]

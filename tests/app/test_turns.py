@@ -349,6 +349,14 @@ def test_end_decision_thresholds():
     assert end_decision(0.9, CFG, "Tell me a joke.") == "complete"
 
 
+def test_a_transcript_that_trails_off_waits_unless_the_lm_is_sure():
+    # Whisper's "..." on "So my question is, um": the LM, reading no marks, scored it 0.031.
+    assert end_decision(0.031, CFG, "So my question is...") == "incomplete"
+    assert end_decision(0.031, CFG, "So my question is\u2026 ") == "incomplete"
+    assert end_decision(0.031, CFG, "So my question is.") == "complete"
+    assert end_decision(CFG.end_audio_gate, CFG, "Well, I guess that is it...") == "complete"
+
+
 def test_speech_that_sounds_cut_is_incomplete_whatever_its_transcript():
     cfg = replace(CFG, end_audio_cut=0.2, end_audio_gate=0.1)
     # Whisper completed "How far is the" on its own; the LM reads it as barely complete.
