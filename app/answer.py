@@ -42,6 +42,11 @@ SLICE_MS = 20
 # capital of France is Paris." to a request for a joke); 3 words ("The capital of") legitimately
 # start many answers.
 COPY_MIN_WORDS = 4
+# Once the first clause is handed out the LM waits (up to this long) for TTS to voice it: the
+# user waits on that audio alone, and decoding the rest on the same two cores meanwhile slowed
+# Piper's first clause from ~95 to 128 ms (Zen 4, 4-5 words); the rest is still ready long
+# before the first clause has played (~1.2 s).
+FIRST_AUDIO_WAIT_S = 0.5
 COPY_WORDS = 8
 # A chunk that ends a sentence (the chunker cuts at . ! ? only where a sentence ends).
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
@@ -140,6 +145,8 @@ class Answer:
         self._pushed_chars = 0  # text the generation handed out
         self._first_posted = False
         self._held: str | None = ""  # text not handed out until the copy check; None after
+        self._first_clause_out = False  # the LM thread handed out the first clause
+        self._first_voiced = threading.Event()  # TTS has voiced it (or never will)
         self._held_chunks: list[str] = []
         self._lm_future: asyncio.Future[str] | None = None
         self._tasks = [
@@ -170,6 +177,7 @@ class Answer:
             return "cancelled"
         if self._iter is None:
             self._start_generation(self.messages)
+        self._yield_to_first_audio()  # a speculation released after its first clause
         conv = self.s.cfg.conversation
         for piece in self._iter:
             self._pushed_chars += len(piece)
@@ -213,6 +221,8 @@ class Answer:
                 break
             if park_after_clause and chunks and self.speculative:
                 return "parked"
+            self._first_clause_out = self._first_clause_out or bool(chunks)
+            self._yield_to_first_audio()
         if self.cancel_event.is_set():
             return "cancelled"
         gen = self._generation
@@ -237,6 +247,11 @@ class Answer:
         )
         self._fallback = messages is not self.messages
         self._iter = iter(self._generation)
+
+    def _yield_to_first_audio(self) -> None:
+        """In the LM thread: once the first clause is out, no forward until it is voiced."""
+        if self._first_clause_out and not self._first_voiced.is_set():
+            self._first_voiced.wait(FIRST_AUDIO_WAIT_S)
 
     def _copies_history(self, text: str) -> bool:
         """The answer starts with 4-8 words said in an answer in the prompt's history: a small
@@ -340,11 +355,16 @@ class Answer:
     def _tts_job(self, clause: ClauseFrame, post: Callable[..., Any]) -> None:
         """Runs in the TTS thread."""
         tts = self.s.c.tts
-        pieces = tts.synthesize(clause.text, cancel=self.cancel_event)
-        for pcm in pieces:
-            if self.cancel_event.is_set():
-                return
-            post(self._on_audio, TTSAudioFrame(self.gen, pcm, clause.text, clause.index))
+        try:
+            for pcm in tts.synthesize(clause.text, cancel=self.cancel_event):
+                if self.cancel_event.is_set():
+                    return
+                post(self._on_audio, TTSAudioFrame(self.gen, pcm, clause.text, clause.index))
+                if clause.index == 0:
+                    self._first_voiced.set()  # Piper voiced the whole clause in one run
+        finally:
+            if clause.index == 0:
+                self._first_voiced.set()
 
     def _on_audio(self, frame: TTSAudioFrame) -> None:
         if self.cancelled or frame.stale(self.gen):
@@ -468,6 +488,7 @@ class Answer:
             return
         self.cancelled = True
         self.cancel_event.set()
+        self._first_voiced.set()
         self.s.c.tts_worker.drop(self)  # a clause still queued is never synthesized
         if self.base is not None:
             self._stop_playback()

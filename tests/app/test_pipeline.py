@@ -224,6 +224,17 @@ def test_barge_in_disabled_ignores_user_speech():
     assert resp["status"] == "completed" and len(comps.lm.calls) == 1
 
 
+def test_the_lm_waits_for_the_first_clause_to_be_voiced_before_decoding_on():
+    # TTS takes 150 ms a piece, the LM 10 ms a word: the 8 words after the first clause would
+    # be decoded on the same cores while the user waits for the first audio.
+    tail = "one two three four five six seven eight nine ten eleven twelve."
+    kw = {"lm": {"template": "{tail}", "tail": tail}, "ms_per_word": 50, "compute_s": 0.15}
+    _, comps, trace, events = run(["Count for me"], [Segment(buzz(700))], False, **kw)
+    t = {e["event"]: e["t_ms"] for e in trace if e["turn"] == 1}
+    assert t["lm_first_clause"] < t["tts_first_audio"] < t["lm_done"]
+    assert done(events)[0]["output_text"] == tail
+
+
 @pytest.mark.parametrize("words_per_step", [1, 3])
 def test_first_clause_cut_after_max_words_without_punctuation(words_per_step):
     # Three words a step: the cut falls inside the step " four five six".
