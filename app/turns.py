@@ -65,6 +65,24 @@ def approx_tokens(text: str) -> int:
 _SENTENCE_BREAK = re.compile(r"[.!?]\s+\S")
 _TRAILING_OFF = re.compile(r"(\.\.\.|\u2026)\s*$")  # "So my question is..."
 STORY_WORDS = 20  # a turn this long with several sentences is someone telling something
+# How a sentence that asks or requests starts (after a lead such as "so" or "okay").
+# fmt: off
+_ASKING = frozenset((
+    "what", "how", "why", "who", "whom", "whose", "where", "when", "which", "can", "could",
+    "would", "will", "should", "shall", "is", "are", "am", "was", "were", "do", "does", "did",
+    "have", "has", "may", "might", "isn't", "aren't", "don't", "doesn't", "didn't", "won't",
+    "can't",
+))
+_IMPERATIVE = frozenset((
+    "tell", "give", "explain", "describe", "list", "name", "say", "show", "recommend",
+    "suggest", "help", "find", "play", "read", "write", "translate", "define", "compare",
+    "summarize", "remind", "set", "call", "let", "let's", "make", "teach", "sing", "stop",
+    "wait", "continue", "go", "repeat", "keep", "check", "look", "start", "turn", "open", "add",
+    "calculate", "count", "spell", "guess", "imagine", "pick", "choose", "plan",
+))
+_LEADS = frozenset(("ok", "okay", "so", "and", "but", "now", "well", "oh", "hey", "um", "uh"))
+_WANTS = (["i", "would", "like"], ["i'd", "like"], ["i", "want"], ["i", "need"])
+# fmt: on
 
 
 def end_decision(
@@ -84,7 +102,8 @@ def end_decision(
     A long turn (20+ words, several sentences) that ends in a statement is at most "unsure":
     someone telling a story pauses ~300 ms between sentences, and each of them reads as a
     complete message (in bench/conversation.py's monologues every sentence ended the turn and
-    was reopened); "Never mind that. Tell me about dragons." is not a story.
+    was reopened); "Never mind that. Tell me about dragons." is not a story. So is a shorter
+    turn whose last sentence tells something without asking or requesting (`tells_something`).
     """
     sure = p_end is not None and p_end >= cfg.end_audio_gate
     if p_audio is not None and p_audio < cfg.end_audio_cut and not sure:
@@ -98,7 +117,25 @@ def end_decision(
     if p_end < cfg.end_likely:
         return "unsure"
     story = len(text.split()) >= STORY_WORDS and _SENTENCE_BREAK.search(text.strip())
-    return "unsure" if story and not text.rstrip().endswith("?") else "complete"
+    if story and not text.rstrip().endswith("?"):
+        return "unsure"
+    return "unsure" if tells_something(text) else "complete"
+
+
+def tells_something(text: str) -> bool:
+    """Whether the turn's last sentence is a statement that neither asks nor requests ("I am
+    having six friends over for dinner on Saturday."): a speaker who sets the scene goes on
+    after ~300 ms, and the LM reads the sentence as a whole message (in bench/conversation.py
+    each monologue's first sentence ended its turn and the agent said "I'm")."""
+    t = text.strip()
+    if not t.endswith(".") or _TRAILING_OFF.search(t):
+        return False
+    words = [w.strip(",;:").lower() for w in re.split(r"(?<=[.!?])\s+", t)[-1].split()]
+    while words and words[0] in _LEADS:
+        words = words[1:]
+    if not words or "please" in words or any(words[: len(w)] == w for w in _WANTS):
+        return False
+    return words[0] not in _ASKING and words[0] not in _IMPERATIVE
 
 
 # ---- actions the pipeline carries out ----------------------------------------------------------

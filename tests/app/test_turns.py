@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from app.pipeline_config import ConversationConfig
 from app.turns import (
     CancelAnswer,
@@ -349,11 +351,31 @@ def test_end_decision_thresholds():
     assert end_decision(0.9, CFG, "Tell me a joke.") == "complete"
 
 
+@pytest.mark.parametrize(
+    ("text", "decision"),
+    [
+        ("I am having six friends over for dinner on Saturday.", "unsure"),  # sets the scene
+        ("Work has been really stressful for the last few weeks.", "unsure"),
+        ("Thanks.", "unsure"),
+        ("Tell me a joke.", "complete"),  # a request
+        ("So, give me a quick tip for sleeping better.", "complete"),
+        ("I would like to learn to play the guitar.", "complete"),
+        ("I need a name for my new puppy.", "complete"),
+        ("Okay, please help me with my homework.", "complete"),
+        ("What is the fastest land animal.", "complete"),  # a question Whisper ended with "."
+        ("I have two kids. What dog should we get?", "complete"),
+        ("Never mind that. Tell me about dragons.", "complete"),
+    ],
+)
+def test_a_statement_that_neither_asks_nor_requests_is_at_most_unsure(text, decision):
+    assert end_decision(0.9, CFG, text) == decision
+
+
 def test_a_transcript_that_trails_off_waits_unless_the_lm_is_sure():
     # Whisper's "..." on "So my question is, um": the LM, reading no marks, scored it 0.031.
     assert end_decision(0.031, CFG, "So my question is...") == "incomplete"
     assert end_decision(0.031, CFG, "So my question is\u2026 ") == "incomplete"
-    assert end_decision(0.031, CFG, "So my question is.") == "complete"
+    assert end_decision(0.031, CFG, "So my question is.") == "unsure"  # a statement only
     assert end_decision(CFG.end_audio_gate, CFG, "Well, I guess that is it...") == "complete"
 
 
