@@ -42,12 +42,12 @@ SLICE_MS = 20
 # capital of France is Paris." to a request for a joke); 3 words ("The capital of") legitimately
 # start many answers.
 COPY_MIN_WORDS = 4
+COPY_WORDS = 8
 # Once the first clause is handed out the LM waits (up to this long) for TTS to voice it: the
 # user waits on that audio alone, and decoding the rest on the same two cores meanwhile slowed
 # Piper's first clause from ~95 to 128 ms (Zen 4, 4-5 words); the rest is still ready long
 # before the first clause has played (~1.2 s).
 FIRST_AUDIO_WAIT_S = 0.5
-COPY_WORDS = 8
 # A chunk that ends a sentence (the chunker cuts at . ! ? only where a sentence ends).
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
 _WORD = re.compile(r"\S+")
