@@ -82,6 +82,11 @@ _IMPERATIVE = frozenset((
 ))
 _LEADS = frozenset(("ok", "okay", "so", "and", "but", "now", "well", "oh", "hey", "um", "uh"))
 _WANTS = (["i", "would", "like"], ["i'd", "like"], ["i", "want"], ["i", "need"])
+# Words no sentence stops on, whatever mark Whisper puts after them: the speaker paused before
+# what they lead to ("So my question is." scored 0.031, complete by a hair). A copula ends a
+# question ("Can you tell me where it is?"), so it counts outside a question only.
+_OPEN_ENDS = frozenset(("a", "an", "the", "my", "your", "our", "their", "and", "or", "because"))
+_COPULAS = frozenset(("is", "are", "was", "were", "am"))
 # fmt: on
 
 
@@ -97,8 +102,9 @@ def end_decision(
     -> "How far is that?"), which the LM reads as barely complete, while the speech's score
     alone would make a few complete questions wait too.
     A transcript that trails off ("So my question is...": Whisper's own mark for speech that
-    stops mid-phrase) is "incomplete" under the same gate: the LM's score drops the marks, and
-    read without them "So my question is" scored 0.031, complete by a hair.
+    stops mid-phrase) or stops on a word that leads to another (`stops_open`: "So my question
+    is.") is "incomplete" under the same gate: the LM's score drops the marks, and read without
+    them "So my question is" scored 0.031, complete by a hair.
     A long turn (20+ words, several sentences) that ends in a statement is at most "unsure":
     someone telling a story pauses ~300 ms between sentences, and each of them reads as a
     complete message (in bench/conversation.py's monologues every sentence ended the turn and
@@ -108,7 +114,7 @@ def end_decision(
     sure = p_end is not None and p_end >= cfg.end_audio_gate
     if p_audio is not None and p_audio < cfg.end_audio_cut and not sure:
         return "incomplete"
-    if _TRAILING_OFF.search(text) and not sure:
+    if (_TRAILING_OFF.search(text) or stops_open(text)) and not sure:
         return "incomplete"
     if p_end is None:
         return "unsure"
@@ -122,6 +128,18 @@ def end_decision(
     return "unsure" if tells_something(text) else "complete"
 
 
+def stops_open(text: str) -> bool:
+    """Whether the transcript's last word leads to another: an article, a possessive, a
+    conjunction, or outside a question a copula ("So my question is.")."""
+    words = normalize(text).split()
+    if not words:
+        return False
+    if words[-1] in _OPEN_ENDS:
+        return True
+    asked = text.rstrip().endswith("?") or _asks(_last_sentence(text))
+    return words[-1] in _COPULAS and not asked
+
+
 def tells_something(text: str) -> bool:
     """Whether the turn's last sentence is a statement that neither asks nor requests ("I am
     having six friends over for dinner on Saturday."): a speaker who sets the scene goes on
@@ -130,12 +148,22 @@ def tells_something(text: str) -> bool:
     t = text.strip()
     if not t.endswith(".") or _TRAILING_OFF.search(t):
         return False
-    words = [w.strip(",;:").lower() for w in re.split(r"(?<=[.!?])\s+", t)[-1].split()]
+    return not _asks(_last_sentence(t))
+
+
+def _last_sentence(text: str) -> list[str]:
+    """The last sentence's words, lower case, without a lead such as "so" or "okay"."""
+    words = [w.strip(",;:").lower() for w in re.split(r"(?<=[.!?])\s+", text.strip())[-1].split()]
     while words and words[0] in _LEADS:
         words = words[1:]
+    return words
+
+
+def _asks(words: list[str]) -> bool:
+    """Whether a sentence's words ask or request (an empty one counts as asking: nothing told)."""
     if not words or "please" in words or any(words[: len(w)] == w for w in _WANTS):
-        return False
-    return words[0] not in _ASKING and words[0] not in _IMPERATIVE
+        return True
+    return words[0] in _ASKING or words[0] in _IMPERATIVE
 
 
 # ---- actions the pipeline carries out ----------------------------------------------------------

@@ -375,8 +375,25 @@ def test_a_transcript_that_trails_off_waits_unless_the_lm_is_sure():
     # Whisper's "..." on "So my question is, um": the LM, reading no marks, scored it 0.031.
     assert end_decision(0.031, CFG, "So my question is...") == "incomplete"
     assert end_decision(0.031, CFG, "So my question is\u2026 ") == "incomplete"
-    assert end_decision(0.031, CFG, "So my question is.") == "unsure"  # a statement only
     assert end_decision(CFG.end_audio_gate, CFG, "Well, I guess that is it...") == "complete"
+
+
+@pytest.mark.parametrize(
+    ("text", "decision"),
+    [
+        ("So my question is.", "incomplete"),  # Whisper's period on a 600 ms pause: 0.031
+        ("The thing is", "incomplete"),
+        ("What is the difference between a frog and a?", "incomplete"),
+        ("I want to visit Paris and.", "incomplete"),
+        ("Tell me about your", "incomplete"),
+        ("Can you tell me where it is?", "complete"),  # a copula ends a question
+        ("Do you know what a black hole is?", "complete"),
+        ("Tell me what the weather is like.", "complete"),
+    ],
+)
+def test_a_transcript_that_stops_on_a_word_leading_to_another_waits(text, decision):
+    assert end_decision(0.031, CFG, text) == decision
+    assert end_decision(CFG.end_audio_gate, CFG, text) != "incomplete"  # unless the LM is sure
 
 
 def test_speech_that_sounds_cut_is_incomplete_whatever_its_transcript():
