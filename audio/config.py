@@ -122,8 +122,8 @@ class ASRConfig:
             "min": 0,
             "max": 256,
             "help": "CTranslate2 threads; 0 = its default (4). 1: a pass 104 ms vs 117 ms with "
-            "0 on 2 cores, voice to voice 27 ms sooner (bench/voice.py): the beam search's small "
-            "steps wait on waking threads more than a second core saves",
+            "0 on 2 cores (bench/voice.py): the beam search's small steps wait on waking threads "
+            "more than a second core saves, and the other core stays free",
         },
     )
     language: str = field(default="en", metadata={"help": "spoken language (tiny.en: en only)"})
