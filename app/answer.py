@@ -219,9 +219,9 @@ class Answer:
             if self._sentences >= conv.max_spoken_sentences > 0:
                 self._generation.close("sentences")  # no forward past the last spoken sentence
                 break
+            self._first_clause_out = self._first_clause_out or bool(chunks)
             if park_after_clause and chunks and self.speculative:
                 return "parked"
-            self._first_clause_out = self._first_clause_out or bool(chunks)
             self._yield_to_first_audio()
         if self.cancel_event.is_set():
             return "cancelled"
@@ -241,11 +241,13 @@ class Answer:
             self._generation.close()
         self._chunker = self.s.c.new_chunker(self.s.cfg.tts)
         self._uncut, self._sentences, self._spoken_text, self._pushed_chars = "", 0, "", 0
-        self._held, self._held_chunks = "", []
+        self._fallback = messages is not self.messages
+        # Only a prompt with earlier answers in it can be copied: the rest go out unchecked.
+        copyable = not self._fallback and any(m["role"] == "assistant" for m in messages[:-1])
+        self._held, self._held_chunks = ("" if copyable else None), []
         self._generation = self.s.lm_session.generate(
             messages, cancel=self.cancel_event, drafts=self.drafts
         )
-        self._fallback = messages is not self.messages
         self._iter = iter(self._generation)
 
     def _yield_to_first_audio(self) -> None:

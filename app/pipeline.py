@@ -177,6 +177,7 @@ class VoiceSession:
     async def run(self) -> None:
         """Consume the source to its end, finish the last turn, then release everything."""
         try:
+            self._warm_lm()
             async for frame in self.source:
                 self._on_frame(np.asarray(frame))
             for ev in self.vad.finish():  # the source ended mid-utterance: end the turn there
@@ -186,6 +187,25 @@ class VoiceSession:
                 self._reap()
         finally:
             await self.aclose()
+
+    def _warm_lm(self) -> None:
+        """Prefill the LM cache, in the LM thread while the user has yet to speak, with what
+        the next turn's prompt starts with (the system prompt and the past turns a follow-up
+        carries): the end-of-turn score at the pause then feeds only the new words. A cold
+        100-token history cost that score 80-107 ms instead of 10-20 (Zen 4)."""
+        if self._closed or self.answers:
+            return
+        fut = asyncio.get_running_loop().run_in_executor(
+            self.lm_executor, self.lm_session.prefill, self.tm.lead()
+        )
+
+        def done(f: asyncio.Future[int]) -> None:
+            self._lm_jobs.discard(f)
+            if not f.cancelled() and f.exception() is not None:
+                log.warning("LM prefill failed: %s", f.exception())
+
+        self._lm_jobs.add(fut)
+        fut.add_done_callback(done)
 
     def _on_frame(self, frame: np.ndarray) -> None:
         t = now_ms()
@@ -720,6 +740,7 @@ class VoiceSession:
             del self._turn_events[old]
         if not self.answers:
             self._set_state("listening")
+            self._warm_lm()
 
     def _reap(self) -> None:
         """Forget finished answers once their tasks have ended."""

@@ -340,7 +340,13 @@ class History:
 
     def _context(self, past: list[Message], pending: Message) -> list[Message]:
         """The past messages this prompt carries, oldest first."""
-        if self.mode == "none" or (self.mode == "follow_up" and not refers_back(pending.content)):
+        if self.mode == "follow_up" and not refers_back(pending.content):
+            return []
+        return self._window(past, pending)
+
+    def _window(self, past: list[Message], pending: Message) -> list[Message]:
+        """The past messages a prompt that carries history carries, oldest first."""
+        if self.mode == "none":
             return []
         if self.mode == "follow_up":
             starts = [i for i, m in enumerate(past) if m.role == "user"]
@@ -356,6 +362,15 @@ class History:
         while kept and kept[-1].role == "assistant":
             kept.pop()
         return kept[::-1]
+
+    def lead(self, system: str) -> list[dict[str, str]]:
+        """What the next turn's prompt starts with when it carries history: the system
+        message and the past turns (a turn that does not carry them shares the first)."""
+        past = self.messages
+        if past and past[-1].role == "user":
+            past = past[:-1]  # unanswered: it opens the next turn's user message
+        chat = [{"role": "system", "content": system}] if system else []
+        return chat + [m.as_chat() for m in self._window(past, Message("user", ""))]
 
     def prompt(self, system: str, user_text: str = "") -> list[dict[str, str]]:
         """System + the past turns the new one needs (``mode``) + the user message.
@@ -686,6 +701,10 @@ class TurnManager:
     def on_audio_started(self, gen: int) -> None:
         if gen == self.answer_gen:
             self.agent = "speaking"
+
+    def lead(self) -> list[dict[str, str]]:
+        """The start of the next turn's prompt (History.lead), to warm the LM cache with."""
+        return self.history.lead(self.cfg.system_prompt)
 
     def on_answer_done(self, gen: int, text: str) -> list[Action]:
         """The answer ``gen`` played to its end (cancelled answers were recorded on cancel)."""

@@ -168,6 +168,7 @@ class FakeLM:
     step_s: float = 0.01
     words_per_step: int = 1
     calls: list[dict] = field(default_factory=list)
+    prefills: list[list[dict]] = field(default_factory=list)
 
     class tokenizer:  # noqa: N801 - mirrors LM.tokenizer
         @staticmethod
@@ -180,6 +181,10 @@ class FakeLM:
     def end_of_turn(self, messages, *, cancel=None) -> float:
         """Likely complete when the user's text ends in . ? ! (the real LM's score, roughly)."""
         return 0.9 if messages[-1]["content"].rstrip().endswith((".", "?", "!")) else 0.001
+
+    def prefill(self, messages, *, cancel=None) -> int:
+        self.prefills.append(messages)
+        return len(messages)
 
     def generate(self, messages, *, cancel=None, max_new_tokens=None, decoder=None, drafts=None):
         self.calls.append({"messages": messages, "drafts": drafts})

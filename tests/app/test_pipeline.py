@@ -235,6 +235,18 @@ def test_the_lm_waits_for_the_first_clause_to_be_voiced_before_decoding_on():
     assert done(events)[0]["output_text"] == tail
 
 
+def test_a_parked_speculation_released_waits_for_its_first_clause_to_be_voiced():
+    # The speculation parks on its first clause at the pause; the end of the turn releases it
+    # while TTS (300 ms a piece) is still voicing that clause: the LM must wait for it too.
+    tail = "one two three four five six seven eight nine ten eleven twelve."
+    kw = {"lm": {"template": "{tail}", "tail": tail}, "ms_per_word": 50, "compute_s": 0.3}
+    _, comps, trace, events = run(["Count for me."], [Segment(buzz(700))], **kw)
+    t = {e["event"]: e["t_ms"] for e in reversed(trace) if e["turn"] == 1}
+    assert [e["result"] for e in trace if e["event"] == "speculation"] == ["hit"]
+    assert t["lm_first_clause"] < t["speculation"] < t["tts_first_audio"] < t["lm_done"]
+    assert done(events)[0]["output_text"] == tail
+
+
 @pytest.mark.parametrize("words_per_step", [1, 3])
 def test_first_clause_cut_after_max_words_without_punctuation(words_per_step):
     # Three words a step: the cut falls inside the step " four five six".
@@ -244,6 +256,23 @@ def test_first_clause_cut_after_max_words_without_punctuation(words_per_step):
     clauses = [e["text"] for e in trace if e["event"] == "lm_first_clause"]
     assert clauses == ["one two three four"]
     assert done(events)[0]["output_text"] == "one two three four five six seven eight nine."
+
+
+def test_a_first_clause_shorter_than_the_copy_check_goes_out_at_once_without_history():
+    # 100 ms a word. Only a prompt with an earlier answer in it waits for the copy check's 4
+    # words; the first turn's 2-word clause goes to TTS as soon as its words are there.
+    conv = replace(CFG.conversation, first_clause_max_words=2, history="full")
+    lm = {"template": "{user} {tail}", "tail": "two three four five six seven.", "step_s": 0.1}
+    segments = [Segment(buzz(700)), Segment(buzz(700))]
+    cfg = replace(CFG, conversation=conv)
+    _, _, trace, events = run(["Count.", "Again."], segments, False, cfg=cfg, lm=lm)
+    assert [r["status"] for r in done(events)] == ["completed", "completed"]
+    for turn, words_waited in ((1, 2), (2, 3)):  # a word is whole once the next one starts
+        t = {e["event"]: e["t_ms"] for e in trace if e["turn"] == turn}
+        clause = [e["text"] for e in trace if e["event"] == "lm_first_clause" and e["turn"] == turn]
+        assert clause == [f"{('Count', 'Again')[turn - 1]} two"]
+        waited = t["lm_first_clause"] - t["lm_first_token"]
+        assert 100 * words_waited - 30 < waited < 100 * words_waited + 60, (turn, waited)
 
 
 def test_speculation_hit_released_before_its_first_clause_continues():
@@ -415,6 +444,21 @@ def test_first_clause_copying_an_earlier_answer_restarts_without_history():
     assert [r["status"] for r in done(events)] == ["completed", "completed"]
     second = [c["messages"] for c in comps.lm.calls if c["messages"][-1]["content"] == q][1:]
     assert [len(m) for m in second][-2:] == [4, 2]  # with history, then without
+
+
+def test_the_lm_cache_is_warmed_with_the_next_prompts_start_between_turns():
+    segments = [Segment(buzz(700)), Segment(buzz(700))]
+    _, comps, _, events = run(["Why is the sky blue?", "And at sunset?"], segments, False)
+    system = {"role": "system", "content": CFG.conversation.system_prompt}
+    first, second = (r["output_text"] for r in done(events))
+    assert comps.lm.prefills[0] == [system]  # at the start, before a word is heard
+    assert comps.lm.prefills[1] == [
+        system,
+        {"role": "user", "content": "Why is the sky blue?"},
+        {"role": "assistant", "content": first},
+    ]
+    follow_up = comps.lm.calls[-1]["messages"]
+    assert follow_up[:3] == comps.lm.prefills[1] and follow_up[-1]["content"] == "And at sunset?"
 
 
 def test_finals_go_before_the_other_sessions_queued_partial_passes():

@@ -530,6 +530,22 @@ def test_follow_up_history_carries_the_last_exchange_only_when_referred_to():
     assert len(none.prompt("sys")) == 2
 
 
+def test_the_lead_is_what_a_follow_up_prompt_starts_with():
+    # The LM cache is warmed with it while the user speaks: a follow-up's prompt must extend it,
+    # and a turn that carries no history shares its system message.
+    for mode in ("follow_up", "full", "none"):
+        h = History(budget_tokens=1000, mode=mode)
+        assert h.lead("sys") == [{"role": "system", "content": "sys"}]
+        h.add_user("Why is the sky blue?")
+        h.add_assistant("Light scatters.", interrupted=False)
+        lead = h.lead("sys")
+        assert h.prompt("sys", "And why is it red at sunset?")[: len(lead)] == lead, mode
+        assert h.prompt("sys", "Tell me a joke.")[:1] == lead[:1]
+        assert len(lead) == (1 if mode == "none" else 3)
+        h.add_user("What about")  # its answer was cut unheard: the next turn goes on from it
+        assert h.lead("sys") == lead
+
+
 def test_turn_manager_resolves_the_history_mode():
     assert TurnManager(CFG).history.mode == "follow_up"  # "auto" unresolved: the bundled LM's
     assert TurnManager(CFG, history_mode="full").history.mode == "full"

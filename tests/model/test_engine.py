@@ -172,6 +172,17 @@ def test_prefill_warms_the_cache_for_the_next_answer(lm: LM) -> None:
     assert s.prefill([*system, {"role": "user", "content": "Other question?"}], cancel=cancel) > 0
 
 
+def test_a_lead_ending_in_an_answer_warms_the_follow_ups_prompt(lm: LM) -> None:
+    # app/pipeline.py warms the cache with History.lead() between turns.
+    s = lm.session()
+    lead = [*FRANCE, {"role": "assistant", "content": "The capital of France is Paris."}]
+    s.prefill(lead)
+    follow_up = [*lead, {"role": "user", "content": "And of Italy?"}]
+    g = s.generate(follow_up, max_new_tokens=4, decoder="ar")
+    list(g)
+    assert g.stats.cached_tokens >= len(s.lm.tokenizer.apply_chat(lead, False))
+
+
 def test_load_says_which_model_decoder_and_kernel(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("INFO", logger="model.engine"):
         lm = LM.load(LMConfig(decoder="ar"))
