@@ -190,7 +190,7 @@ class Answer:
                 end = word_boundary(self._uncut + piece, conv.first_clause_max_words)
                 if end is not None:
                     # No punctuation yet after first_clause_max_words: cut the first chunk at
-                    # that word's end, so TTS starts on 4 words (~80 ms of Piper on Zen 4)
+                    # that word's end, so TTS starts on 3 words (~68 ms of Piper on Zen 4)
                     # instead of a whole sentence, or 5-6 where a draft step brought several.
                     cut = max(0, end - len(self._uncut))
                     chunks = self._chunker.push(piece[:cut]) + self._chunker.flush()

@@ -175,13 +175,13 @@ class ConversationConfig:
         metadata={"help": "also synthesize the speculative first clause (audio held)"},
     )
     first_clause_max_words: int = field(
-        default=4,
+        default=3,
         metadata={
             "min": 0,
             "max": 100,
             "help": "cut the answer's first TTS chunk at a word boundary after this many words "
-            "when no punctuation came yet (0 = only at punctuation); Piper's first audio: 3 "
-            "words ~65 ms, 4 ~70 ms, 5 ~115 ms",
+            "when no punctuation came yet (0 = only at punctuation); Piper's first audio ~55 ms "
+            "a second of speech (Zen 4): 2 words ~55 ms, 3 ~68 ms, 4 ~88 ms in bench/voice.py",
         },
     )
     barge_in: bool = field(

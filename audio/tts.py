@@ -181,6 +181,20 @@ class TTSPiece:
     last_in_chunk: bool
 
 
+def trim_tail(audio: np.ndarray, rate_hz: int, keep_ms: int = 30, floor_db: float = -40.0):
+    """``audio`` up to ``keep_ms`` after its last 5 ms block within ``floor_db`` of the loudest
+    (a word's release stays; the silence after it goes)."""
+    block = max(1, rate_hz // 200)
+    n = len(audio) // block
+    if n == 0:
+        return audio
+    rms = np.sqrt((audio[: n * block].reshape(n, block) ** 2).mean(axis=1))
+    loud = np.flatnonzero(rms > rms.max() * 10 ** (floor_db / 20))
+    if len(loud) == 0:
+        return audio
+    return audio[: (loud[-1] + 1) * block + rate_hz * keep_ms // 1000]
+
+
 class PiperTTS:
     """Piper voice; `synthesize` is a blocking generator, run it in the TTS worker."""
 
@@ -238,14 +252,19 @@ class PiperTTS:
         rs = Resampler(self.voice_rate_hz, self.sample_rate_hz)
         piece = max(1, self.sample_rate_hz * self.cfg.piece_ms // 1000)
         pending = np.zeros(0, np.float32)
-        for phonemes in self.voice.phonemize(text):
+        sentences = [p for p in self.voice.phonemize(text) if p]
+        # A chunk that ends on a word, not a mark, was cut inside its sentence (an answer's
+        # first clause): the next chunk goes on from it, so Piper's closing silence (100-130
+        # ms) would be a pause in mid-phrase.
+        runs_on = text.rstrip()[-1:].isalnum()
+        for i, phonemes in enumerate(sentences):
             if cancel is not None and cancel.is_set():
                 return
-            if not phonemes:
-                continue
             ids = self.voice.phonemes_to_ids(phonemes)
             with self._lock:  # one onnxruntime session shared by callers
                 audio = np.asarray(self.voice.phoneme_ids_to_audio(ids, syn), np.float32)
+            if runs_on and i == len(sentences) - 1:
+                audio = trim_tail(audio, self.voice_rate_hz)
             peak = float(np.max(np.abs(audio))) if audio.size else 0.0
             audio = audio / peak * syn.volume if peak > 1e-8 else np.zeros_like(audio)
             pending = np.concatenate([pending, rs.process(audio)])

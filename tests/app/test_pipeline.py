@@ -254,7 +254,7 @@ def test_first_clause_cut_after_max_words_without_punctuation(words_per_step):
     lm = {"template": "{tail}", "tail": tail, "words_per_step": words_per_step}
     _, comps, trace, events = run(["Count for me"], [Segment(buzz(700))], False, lm=lm)
     clauses = [e["text"] for e in trace if e["event"] == "lm_first_clause"]
-    assert clauses == ["one two three four"]
+    assert clauses == ["one two three"]
     assert done(events)[0]["output_text"] == "one two three four five six seven eight nine."
 
 

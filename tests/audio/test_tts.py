@@ -89,6 +89,18 @@ def test_synthesis_rate_duration_and_pieces(tts: PiperTTS) -> None:
     assert np.abs(pcm).max() > 10000
 
 
+def test_a_chunk_cut_inside_its_sentence_ends_without_piper_s_closing_silence(
+    tts: PiperTTS,
+) -> None:
+    def silent_tail_ms(text: str) -> float:
+        pcm = np.abs(np.concatenate(list(tts.synthesize(text))).astype(np.float32))
+        loud = np.flatnonzero(pcm > pcm.max() * 0.01)
+        return 1000 * (len(pcm) - 1 - loud[-1]) / tts.sample_rate_hz
+
+    assert silent_tail_ms("The sky is") <= 35  # the answer goes on: "blue because ..."
+    assert silent_tail_ms("The sky is blue.") >= 80  # a sentence's end keeps its pause
+
+
 def test_resampled_to_sink_rate(tts: PiperTTS) -> None:
     tts48 = tts.at_rate(48000)
     pcm = np.concatenate(list(tts48.synthesize("Hello there.")))
