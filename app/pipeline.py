@@ -99,7 +99,8 @@ class VoiceSession:
         self._arrivals: deque[tuple[float, float]] = deque(maxlen=2000)  # (audio ms, t_ms)
         self._utt = 0  # utterance counter: ASR results of an older utterance are dropped
         self._asr_jobs: set[asyncio.Future[Any]] = set()
-        self._lm_jobs: set[asyncio.Future[Any]] = set()  # end-of-turn scores
+        self._lm_jobs: set[asyncio.Future[Any]] = set()  # end-of-turn scores, prefills
+        self._warming: asyncio.Future[Any] | None = None  # the prefill in the LM thread
         self._partial_job: asyncio.Future[Any] | None = None  # the partial pass in flight
         self._partial_again = False
         self._pass_at_ms = 0.0  # audio ms the latest partial pass heard (asked for, until done)
@@ -188,19 +189,22 @@ class VoiceSession:
         finally:
             await self.aclose()
 
-    def _warm_lm(self) -> None:
-        """Prefill the LM cache, in the LM thread while the user has yet to speak, with what
-        the next turn's prompt starts with (the system prompt and the past turns a follow-up
-        carries): the end-of-turn score at the pause then feeds only the new words. A cold
-        100-token history cost that score 80-107 ms instead of 10-20 (Zen 4)."""
-        if self._closed or self.answers:
+    def _warm_lm(self, words: str = "") -> None:
+        """Prefill the LM cache, in the LM thread while the user speaks, with what the turn's
+        prompt will start with: the system prompt and the past turns a follow-up carries, then
+        the words of the turn the partial passes agree on. The end-of-turn score at the pause
+        then feeds only the last words: a cold 100-token history cost it 80-107 ms, a warm one
+        18 ms with the whole question to feed and 14 with its last words (Zen 4)."""
+        if self._closed or self.answers or self._warming is not None:
             return
         fut = asyncio.get_running_loop().run_in_executor(
-            self.lm_executor, self.lm_session.prefill, self.tm.lead()
+            self.lm_executor, self.lm_session.prefill, self.tm.lead(words)
         )
+        self._warming = fut
 
         def done(f: asyncio.Future[int]) -> None:
             self._lm_jobs.discard(f)
+            self._warming = None
             if not f.cancelled() and f.exception() is not None:
                 log.warning("LM prefill failed: %s", f.exception())
 
@@ -395,6 +399,8 @@ class VoiceSession:
                 }
             )
             self._do(self.tm.on_partial(tr.text, complete, tr.stable))
+            if not paused and self.tm.user_speaking and tr.stable:
+                self._warm_lm(tr.stable)
         if self._partial_again and self.vad.in_speech:
             self._partial_again = False
             self._request_partial()

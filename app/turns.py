@@ -702,8 +702,11 @@ class TurnManager:
         if gen == self.answer_gen:
             self.agent = "speaking"
 
-    def lead(self) -> list[dict[str, str]]:
-        """The start of the next turn's prompt (History.lead), to warm the LM cache with."""
+    def lead(self, words: str = "") -> list[dict[str, str]]:
+        """What the next prompt starts with, to warm the LM cache with: History.lead, or with
+        the first ``words`` of the user's turn, the prompt they would make."""
+        if words:
+            return self.history.prompt(self.cfg.system_prompt, words)
         return self.history.lead(self.cfg.system_prompt)
 
     def on_answer_done(self, gen: int, text: str) -> list[Action]:

@@ -461,6 +461,16 @@ def test_the_lm_cache_is_warmed_with_the_next_prompts_start_between_turns():
     assert follow_up[:3] == comps.lm.prefills[1] and follow_up[-1]["content"] == "And at sunset?"
 
 
+def test_the_lm_cache_is_warmed_with_the_words_heard_while_the_user_speaks():
+    script = [("What is the capital", "What is the capital of France?")]
+    _, comps, trace, events = run(script, [Segment(buzz(1500))])
+    assert done(events)[0]["status"] == "completed"
+    heard = [p for p in comps.lm.prefills if p[-1]["role"] == "user"]
+    assert heard and heard[0][-1]["content"] == "What is the capital"
+    first_partial = next(e["t_ms"] for e in trace if e["event"] == "asr_partial")
+    assert first_partial < next(e["t_ms"] for e in trace if e["event"] == "speech_end")
+
+
 def test_finals_go_before_the_other_sessions_queued_partial_passes():
     # Two sessions on an ASR worker busy with a long job: each session's final runs before the
     # other's partial pass queued ahead of it (first come, first served put it behind).
