@@ -97,8 +97,9 @@ def test_a_chunk_cut_inside_its_sentence_ends_without_piper_s_closing_silence(
         loud = np.flatnonzero(pcm > pcm.max() * 0.01)
         return 1000 * (len(pcm) - 1 - loud[-1]) / tts.sample_rate_hz
 
-    assert silent_tail_ms("The sky is") <= 35  # the answer goes on: "blue because ..."
-    assert silent_tail_ms("The sky is blue.") >= 80  # a sentence's end keeps its pause
+    # Piper's noise varies the tail from run to run: 29-51 ms cut, 147-262 ms at a full stop.
+    assert silent_tail_ms("The sky is") <= 60  # the answer goes on: "blue because ..."
+    assert silent_tail_ms("The sky is blue.") >= 120  # a sentence's end keeps its pause
 
 
 def test_resampled_to_sink_rate(tts: PiperTTS) -> None:
