@@ -144,7 +144,8 @@ class Answer:
         self._spoken_text = ""  # the chunks handed to TTS, joined
         self._pushed_chars = 0  # text the generation handed out
         self._first_posted = False
-        self._held: str | None = ""  # text not handed out until the copy check; None after
+        # Text not handed out until the copy check; None after it, or with nothing to copy.
+        self._held: str | None = ""
         self._first_clause_out = False  # the LM thread handed out the first clause
         self._first_voiced = threading.Event()  # TTS has voiced it (or never will)
         self._held_chunks: list[str] = []

@@ -8,7 +8,9 @@ decides, so a mark at the end of the text waits for more) nor after abbreviation
 `PiperTTS` synthesizes one chunk per call with the bundled en_US-joe-medium voice (or any
 Piper voice), yields int16 pieces of piece_ms at the requested rate, and checks `cancel`
 between Piper's sentences and between pieces. One ONNX run (~150 ms for a 6-word clause on
-this CPU) cannot be interrupted, so cancel takes effect within one run.
+this CPU) cannot be interrupted, so cancel takes effect within one run. A chunk that ends on a
+word (an answer's first clause, cut inside its sentence) loses Piper's closing silence beyond
+30 ms: the next chunk goes on in mid-phrase.
 """
 
 import copy
@@ -181,7 +183,9 @@ class TTSPiece:
     last_in_chunk: bool
 
 
-def trim_tail(audio: np.ndarray, rate_hz: int, keep_ms: int = 30, floor_db: float = -40.0):
+def trim_tail(
+    audio: np.ndarray, rate_hz: int, keep_ms: int = 30, floor_db: float = -40.0
+) -> np.ndarray:
     """``audio`` up to ``keep_ms`` after its last 5 ms block within ``floor_db`` of the loudest
     (a word's release stays; the silence after it goes)."""
     block = max(1, rate_hz // 200)
