@@ -63,6 +63,16 @@ def word_boundary(text: str, n: int) -> int | None:
     return end if end < len(text) else None
 
 
+def _after(pieces: Iterator[str], skip: int) -> Iterator[str]:
+    """``pieces`` without their first ``skip`` characters."""
+    for piece in pieces:
+        if skip >= len(piece):
+            skip -= len(piece)
+            continue
+        yield piece[skip:]
+        skip = 0
+
+
 def without_history(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     """The system message and the new user message only."""
     system = [m for m in messages[:1] if m["role"] == "system"]
@@ -137,6 +147,7 @@ class Answer:
         self.finished = asyncio.Event()
         self._generation: Any = None
         self._iter: Iterator[str] | None = None
+        self._prompt = messages  # what the generation was asked (without history on a retry)
         self._chunker: Any = None
         self._uncut: str | None = ""  # text before the first chunk; None once it is cut
         self._fallback = False  # answering without history (the first try copied it)
@@ -178,6 +189,8 @@ class Answer:
             return "cancelled"
         if self._iter is None:
             self._start_generation(self.messages)
+        elif self._generation.superseded:
+            self._regenerate()
         self._yield_to_first_audio()  # a speculation released after its first clause
         conv = self.s.cfg.conversation
         for piece in self._iter:
@@ -242,7 +255,7 @@ class Answer:
             self._generation.close()
         self._chunker = self.s.c.new_chunker(self.s.cfg.tts)
         self._uncut, self._sentences, self._spoken_text, self._pushed_chars = "", 0, "", 0
-        self._fallback = messages is not self.messages
+        self._prompt, self._fallback = messages, messages is not self.messages
         # Only a prompt with earlier answers in it can be copied: the rest go out unchecked.
         copyable = not self._fallback and any(m["role"] == "assistant" for m in messages[:-1])
         self._held, self._held_chunks = ("" if copyable else None), []
@@ -250,6 +263,17 @@ class Answer:
             messages, cancel=self.cancel_event, drafts=self.drafts
         )
         self._iter = iter(self._generation)
+
+    def _regenerate(self) -> None:
+        """Generate again after another LM job took the session's cache from this parked
+        answer (the end-of-turn score of a later pass over the same words): the same prompt
+        gives the same tokens (greedy, the default), which go in as drafts, so the decoder
+        verifies them in a forward or two; the text already handed out is skipped."""
+        old = self._generation
+        self._generation = self.s.lm_session.generate(
+            self._prompt, cancel=self.cancel_event, drafts=list(old.token_ids)
+        )
+        self._iter = _after(iter(self._generation), self._pushed_chars)
 
     def _yield_to_first_audio(self) -> None:
         """In the LM thread: once the first clause is out, no forward until it is voiced."""

@@ -265,9 +265,14 @@ class Generation:
         safe = max(self._guard.check(self.text + piece) - len(self.text), 0)
         return piece[:safe], piece[safe:] + held
 
+    @property
+    def superseded(self) -> bool:
+        """Another call on the session (a generation, an end-of-turn score, a prefill) has
+        taken its cache since: iterated on, it stops (stop_reason "cancelled")."""
+        return self.session._active is not self
+
     def _cancelled(self) -> bool:
-        superseded = self.session._active is not self
-        return superseded or (self._cancel is not None and self._cancel.is_set())
+        return self.superseded or (self._cancel is not None and self._cancel.is_set())
 
     def _run(
         self, decoder: decode.Decoder, max_new: int, drafts: list[int] | None

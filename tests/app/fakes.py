@@ -126,12 +126,22 @@ class Stats:
 
 
 class FakeGeneration:
-    def __init__(self, words: list[str], cancel: threading.Event | None, step_s: float):
+    def __init__(
+        self,
+        words: list[str],
+        cancel: threading.Event | None,
+        step_s: float,
+        superseded_after: int | None = None,
+    ):
         self.words, self.cancel, self.step_s = words, cancel, step_s
         self.text = ""
         self.token_ids: list[int] = []
         self.stats = Stats()
         self.closed = False
+        # As the engine's when another LM job takes the session's cache: after this many
+        # pieces the generation is superseded, and iterated on it stops.
+        self.superseded_after = superseded_after
+        self.superseded = False
 
     def close(self, reason: str = "closed") -> None:
         self.stats.stop_reason = self.stats.stop_reason or reason
@@ -144,7 +154,7 @@ class FakeGeneration:
             self.stats.forwards += 1
             if self.closed:
                 return
-            if self.cancel is not None and self.cancel.is_set():
+            if self.superseded or (self.cancel is not None and self.cancel.is_set()):
                 self.stats.stop_reason = "cancelled"
                 return
             piece = word if i == 0 else " " + word
@@ -153,6 +163,7 @@ class FakeGeneration:
             self.stats.new_tokens += 1
             if i == 0:
                 self.stats.ttft_ms = (time.monotonic() - t0) * 1000
+            self.superseded = self.superseded_after == i + 1
             yield piece
         self.stats.stop_reason = "eos"
         self.stats.total_ms = (time.monotonic() - t0) * 1000
@@ -169,6 +180,7 @@ class FakeLM:
     words_per_step: int = 1
     calls: list[dict] = field(default_factory=list)
     prefills: list[list[dict]] = field(default_factory=list)
+    superseded_after: int | None = None  # the first generation's, see FakeGeneration
 
     class tokenizer:  # noqa: N801 - mirrors LM.tokenizer
         @staticmethod
@@ -193,7 +205,8 @@ class FakeLM:
         words = words[: max_new_tokens or len(words)]
         k = self.words_per_step
         steps = [" ".join(words[i : i + k]) for i in range(0, len(words), k)]
-        return FakeGeneration(steps, cancel, self.step_s)
+        after = self.superseded_after if len(self.calls) == 1 else None
+        return FakeGeneration(steps, cancel, self.step_s, after)
 
 
 class FakeTTS:

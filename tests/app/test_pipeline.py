@@ -275,6 +275,18 @@ def test_a_first_clause_shorter_than_the_copy_check_goes_out_at_once_without_his
         assert 100 * words_waited - 30 < waited < 100 * words_waited + 60, (turn, waited)
 
 
+def test_a_parked_speculation_whose_cache_was_taken_generates_again_on_release():
+    # The end-of-turn score of a later pass over the same words runs on the session's cache
+    # while the speculation is parked: released, it must still say the whole answer, once.
+    tail = "one two three four five six seven."
+    lm = {"template": "{tail}", "tail": tail, "superseded_after": 4}
+    _, comps, trace, events = run(["Count for me."], [Segment(buzz(700))], lm=lm)
+    assert [e["result"] for e in trace if e["event"] == "speculation"] == ["hit"]
+    (resp,) = done(events)
+    assert resp["output_text"] == tail == resp["heard_text"]
+    assert comps.lm.calls[1]["drafts"] == [1000, 1001, 1002, 1003]
+
+
 def test_speculation_hit_released_before_its_first_clause_continues():
     """The final lands while the speculative LM is still on its first clause (slow LM)."""
     lm = {"template": "{tail}", "tail": "one two three four five six seven.", "step_s": 0.12}
