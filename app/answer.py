@@ -150,7 +150,6 @@ class Answer:
         self._prompt = messages  # what the generation was asked (without history on a retry)
         self._chunker: Any = None
         self._uncut: str | None = ""  # text before the first chunk; None once it is cut
-        self._fallback = False  # answering without history (the first try copied it)
         self._sentences = 0  # sentence ends among the chunks spoken so far
         self._spoken_text = ""  # the chunks handed to TTS, joined
         self._pushed_chars = 0  # text the generation handed out
@@ -255,9 +254,10 @@ class Answer:
             self._generation.close()
         self._chunker = self.s.c.new_chunker(self.s.cfg.tts)
         self._uncut, self._sentences, self._spoken_text, self._pushed_chars = "", 0, "", 0
-        self._prompt, self._fallback = messages, messages is not self.messages
-        # Only a prompt with earlier answers in it can be copied: the rest go out unchecked.
-        copyable = not self._fallback and any(m["role"] == "assistant" for m in messages[:-1])
+        self._prompt = messages
+        # Only a prompt with earlier answers in it can be copied (a retry has none): the rest
+        # go out unchecked.
+        copyable = any(m["role"] == "assistant" for m in messages[:-1])
         self._held, self._held_chunks = ("" if copyable else None), []
         self._generation = self.s.lm_session.generate(
             messages, cancel=self.cancel_event, drafts=self.drafts
@@ -285,8 +285,6 @@ class Answer:
         model leaning on the last exchange instead of answering ("Mars is a terrestrial
         planet" after the user cut off "My planet Mars is a terrestrial"); the new turn then
         goes without history."""
-        if self._fallback:
-            return False
         words = normalize(text).split()[:COPY_WORDS]
         n = len(words)
         for m in self.messages[:-1]:
