@@ -17,7 +17,8 @@ End of turn (``end_of_turn: adaptive``): the pause's fresh transcript also gets 
 LM's P(the turn is complete) (``end_decision``) sets how much silence ends this pause's turn:
 ``end_complete_ms`` when likely complete, ``end_incomplete_ms`` when likely not ("What is the
 capital of"), vad.speech_end_ms when unsure; speech that sounds cut mid-sentence
-(``end_audio_cut``) is incomplete unless the LM is sure (``end_audio_gate``). Speech within
+(``end_audio_cut``) is incomplete unless the LM is sure (``end_audio_gate``), and unsure if it
+is. Speech within
 ``reopen_ms`` of a turn that ended after such a decision continues that turn (``ReopenTurn``): its
 answer is cancelled, its user message taken back, and the whole turn (one transcript) gets one
 answer.
@@ -100,7 +101,9 @@ def end_decision(
     movement on the last word) is "incomplete" unless the LM is sure of its end (``p_end`` at
     or above ``end_audio_gate``): Whisper completes a cut sentence on its own ("How far is the"
     -> "How far is that?"), which the LM reads as barely complete, while the speech's score
-    alone would make a few complete questions wait too.
+    alone would make a few complete questions wait too. Where the LM is sure and the speech
+    still sounds cut, the two disagree: "unsure" (in real time "How far is that?" scored LM
+    0.31-0.55 with the speech at 0.02-0.05, and its answer beat a 300 ms pause).
     A transcript that trails off ("So my question is...": Whisper's own mark for speech that
     stops mid-phrase) or stops on a word that leads to another (`stops_open`: "So my question
     is.") is "incomplete" under the same gate: the LM's score drops the marks, and read without
@@ -112,7 +115,8 @@ def end_decision(
     turn whose last sentence tells something without asking or requesting (`tells_something`).
     """
     sure = p_end is not None and p_end >= cfg.end_audio_gate
-    if p_audio is not None and p_audio < cfg.end_audio_cut and not sure:
+    sounds_cut = p_audio is not None and p_audio < cfg.end_audio_cut
+    if sounds_cut and not sure:
         return "incomplete"
     if (_TRAILING_OFF.search(text) or stops_open(text)) and not sure:
         return "incomplete"
@@ -125,7 +129,7 @@ def end_decision(
     story = len(text.split()) >= STORY_WORDS and _SENTENCE_BREAK.search(text.strip())
     if story and not text.rstrip().endswith("?"):
         return "unsure"
-    return "unsure" if tells_something(text) else "complete"
+    return "unsure" if sounds_cut or tells_something(text) else "complete"
 
 
 def stops_open(text: str) -> bool:

@@ -403,7 +403,8 @@ def test_speech_that_sounds_cut_is_incomplete_whatever_its_transcript():
     assert end_decision(0.05, cfg, text, p_audio=0.05) == "incomplete"
     assert end_decision(0.05, cfg, text, p_audio=0.2) == "complete"  # at the threshold: heard
     assert end_decision(0.05, cfg, text, p_audio=None) == "complete"  # not heard: the LM alone
-    assert end_decision(0.1, cfg, text, p_audio=0.05) == "complete"  # the LM is sure
+    assert end_decision(0.1, cfg, text, p_audio=0.05) == "unsure"  # the LM is sure: they disagree
+    assert end_decision(0.9, cfg, text, p_audio=0.05) == "unsure"
     assert end_decision(0.01, cfg, text, p_audio=0.1) == "incomplete"
     assert end_decision(None, cfg, text, p_audio=0.1) == "incomplete"
     assert end_decision(None, cfg, text, p_audio=0.9) == "unsure"  # sounding final is not enough
