@@ -117,11 +117,14 @@ class Answer:
         *,
         speculative: bool,
         drafts: list[int] | None = None,
+        end_score: Callable[[float | None], None] | None = None,
     ) -> None:
         self.s = session
         self.gen, self.turn, self.messages = gen, turn, messages
         self.speculative = speculative
         self.drafts = drafts
+        # Takes P(end of the user's turn), which the generation's first forward reads on the way.
+        self._end_score = end_score
         self.cancel_event = threading.Event()
         self.cancelled = False
         self.status = "in_progress"
@@ -260,8 +263,9 @@ class Answer:
         copyable = any(m["role"] == "assistant" for m in messages[:-1])
         self._held, self._held_chunks = ("" if copyable else None), []
         self._generation = self.s.lm_session.generate(
-            messages, cancel=self.cancel_event, drafts=self.drafts
+            messages, cancel=self.cancel_event, drafts=self.drafts, end_score=self._end_score
         )
+        self._end_score = None  # a retry's prompt is not the scored one
         self._iter = iter(self._generation)
 
     def _regenerate(self) -> None:

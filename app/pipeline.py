@@ -116,6 +116,9 @@ class VoiceSession:
         self._last_final: tuple[Any, str] = (None, "")  # the latest final and its transcriber
         self._onset_t: float | None = None
         self._pause_end: float | None = None  # audio ms where the current pause began
+        # The speech's own P(end of turn) for the current pause: (p, compute ms), scored in the
+        # LM thread while the pause's ASR pass runs; None when end_audio is off.
+        self._speech_end: asyncio.Future[tuple[float | None, float]] | None = None
         # The latest input, for the end of turn heard in the speech (audio/prosody.py reads
         # its last 1.6 s of speech; the rest covers the pause's silence).
         self._recent: deque[np.ndarray] = deque(maxlen=RECENT_MS // cfg.audio.frame_ms + 1)
@@ -267,6 +270,7 @@ class VoiceSession:
         elif kind == "pause":
             self._pause_end = audio_ms
             self.trace("pause", turn, self.tm.gen, end_ms=self.t_of(audio_ms))
+            self._score_speech()
             self._do(self.tm.on_pause(audio_ms))
         elif kind == "resume":
             self._pause_end = None
@@ -493,30 +497,60 @@ class VoiceSession:
         }[type(a)]
         handler(a)
 
-    def _score_end(self, a: ScoreEnd) -> None:
-        """P(end of turn) in the LM worker, ahead of the speculation queued after it; the
-        decision sets the silence that ends this pause's turn."""
-        loop = asyncio.get_running_loop()
-        utt, pause, turn, t0 = self._utt, self._pause_end, self.tm.turn, now_ms()
-        heard = self._speech_before_pause()
-        prosody, end_of_turn = self.c.turn_audio, self.lm_session.end_of_turn
+    def _score_speech(self) -> None:
+        """At a pause: the end of turn heard in the speech, in the LM thread (~4 ms), which is
+        idle while the pause's ASR pass runs, so the LM's score does not wait on it."""
+        heard, prosody = self._speech_before_pause(), self.c.turn_audio
+        if heard is None or self.cfg.conversation.end_of_turn != "adaptive":
+            self._speech_end = None
+            return
 
-        def score() -> tuple[float | None, float | None, float]:
+        def score() -> tuple[float | None, float]:
             t = now_ms()
-            p_audio = None if heard is None else prosody.score(heard)
-            return end_of_turn(a.messages), p_audio, now_ms() - t
+            return prosody.score(heard), now_ms() - t
 
-        fut = loop.run_in_executor(self.lm_executor, score)
+        fut = asyncio.get_running_loop().run_in_executor(self.lm_executor, score)
+        self._speech_end = fut
+        self._lm_jobs.add(fut)
+        fut.add_done_callback(self._lm_jobs.discard)
 
-        def done(f: asyncio.Future[tuple[float | None, float | None, float]]) -> None:
+    def _score_end(self, a: ScoreEnd) -> None:
+        """P(end of turn) in the LM worker, ahead of any speculation queued after it."""
+        loop, decide = asyncio.get_running_loop(), self._end_scorer(a.gen, a.text)
+        fut = loop.run_in_executor(self.lm_executor, self.lm_session.end_of_turn, a.messages)
+
+        def done(f: asyncio.Future[float | None]) -> None:
             self._lm_jobs.discard(f)
-            if f.cancelled() or utt != self._utt or pause != self._pause_end:
-                return  # the user spoke again: this pause is over
+            if f.cancelled():
+                return
             if f.exception() is not None:
                 log.error("end-of-turn score failed: %s", f.exception())
                 return
-            p, p_audio, audio_ms = f.result()
-            decision = self.tm.on_end_score(a.text, p, p_audio)
+            decide(f.result())
+
+        self._lm_jobs.add(fut)
+        fut.add_done_callback(done)
+
+    def _end_scorer(self, gen: int, text: str) -> Callable[[float | None], None]:
+        """What takes the LM's P(end of turn) for this pause's ``text``, from any thread: with
+        the speech's score, the decision sets the silence that ends this pause's turn."""
+        loop = asyncio.get_running_loop()
+        utt, pause, turn, t0 = self._utt, self._pause_end, self.tm.turn, now_ms()
+        speech = self._speech_end
+
+        def decide(p: float | None) -> None:
+            if utt != self._utt or pause != self._pause_end:
+                return  # the user spoke again: this pause is over
+            if speech is not None and not speech.done():
+                speech.add_done_callback(lambda _: decide(p))
+                return
+            p_audio, audio_ms = None, 0.0
+            if speech is not None and not speech.cancelled():
+                if speech.exception() is not None:
+                    log.error("end-of-turn speech score failed: %s", speech.exception())
+                else:
+                    p_audio, audio_ms = speech.result()
+            decision = self.tm.on_end_score(text, p, p_audio)
             if decision is None:
                 return
             conv = self.cfg.conversation
@@ -525,16 +559,19 @@ class VoiceSession:
                 "incomplete": conv.end_incomplete_ms,
             }.get(decision, self.cfg.vad.speech_end_ms)
             self.trace(
-                "end_of_turn", turn, a.gen, p_end=None if p is None else round(p, 4),
+                "end_of_turn", turn, gen, p_end=None if p is None else round(p, 4),
                 p_audio=None if p_audio is None else round(p_audio, 4),
                 decision=decision, wait_ms=wait, compute_ms=round(now_ms() - t0, 1),
-                audio_compute_ms=round(audio_ms, 2), text=a.text,
+                audio_compute_ms=round(audio_ms, 2), text=text,
             )  # fmt: skip
             for ev in self.vad.end_after(wait):
                 self._on_vad(ev.kind, ev.audio_ms, ev.detected_ms)
 
-        self._lm_jobs.add(fut)
-        fut.add_done_callback(done)
+        def from_any_thread(p: float | None) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(decide, p)
+
+        return from_any_thread
 
     def _speech_before_pause(self) -> np.ndarray | None:
         """The latest input up to the current pause's start, for the end heard in the speech;
@@ -548,7 +585,8 @@ class VoiceSession:
         return pcm[: max(0, len(pcm) - after)]
 
     def _speculate(self, a: StartSpeculation) -> None:
-        ans = Answer(self, a.gen, self.tm.turn, a.messages, speculative=True)
+        score = self._end_scorer(a.gen, a.user_text) if a.score else None
+        ans = Answer(self, a.gen, self.tm.turn, a.messages, speculative=True, end_score=score)
         self.answers[a.gen] = ans
         self._speculation_t[a.gen] = now_ms()
         self.trace("speculation_start", self.tm.turn, a.gen, text=a.user_text)

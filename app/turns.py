@@ -13,12 +13,13 @@ Speculation (the user pauses ~200 ms mid-turn):
   final == speculated text (normalized) -> ``ReleaseSpeculation`` (hit): play it at once
   final != speculated text             -> ``StartAnswer(refine_of=spec gen)``: the pipeline hands
                                           the speculative answer's tokens as first drafts
-End of turn (``end_of_turn: adaptive``): the pause's fresh transcript also gets ``ScoreEnd``: the
-LM's P(the turn is complete) (``end_decision``) sets how much silence ends this pause's turn:
-``end_complete_ms`` when likely complete, ``end_incomplete_ms`` when likely not ("What is the
-capital of"), vad.speech_end_ms when unsure; speech that sounds cut mid-sentence
-(``end_audio_cut``) is incomplete unless the LM is sure (``end_audio_gate``), and unsure if it
-is. Speech within
+End of turn (``end_of_turn: adaptive``): the pause's fresh transcript is also scored: the LM's
+P(the turn is complete), read by the speculation's first forward (``StartSpeculation.score``), or
+by ``ScoreEnd`` where no speculation starts on it. With the speech's own score it
+(``end_decision``) sets how much silence ends this pause's turn: ``end_complete_ms`` when likely
+complete, ``end_incomplete_ms`` when likely not ("What is the capital of"), vad.speech_end_ms
+when unsure; speech that sounds cut mid-sentence (``end_audio_cut``) is incomplete unless the LM
+is sure (``end_audio_gate``), and unsure if it is. Speech within
 ``reopen_ms`` of a turn that ended after such a decision continues that turn (``ReopenTurn``): its
 answer is cancelled, its user message taken back, and the whole turn (one transcript) gets one
 answer.
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.pipeline_config import ConversationConfig
 
@@ -185,10 +186,12 @@ class RequestPartial(Action):
 
 @dataclass(frozen=True)
 class StartSpeculation(Action):
-    """Start answering ``user_text`` with audio held; ``messages`` is the LM prompt."""
+    """Start answering ``user_text`` with audio held; ``messages`` is the LM prompt. ``score``:
+    it stands for a ``ScoreEnd`` on the same prompt too, which its first forward reads."""
 
     user_text: str
     messages: list[dict[str, str]]
+    score: bool = False
 
 
 @dataclass(frozen=True)
@@ -629,13 +632,20 @@ class TurnManager:
             self.last_partial = text
         if not (self.paused and self.user_speaking and self.agent == "idle"):
             return []
-        actions: list[Action] = []
         new_text = self.scored is None or normalize(self.scored) != normalize(text)
-        if complete and self.cfg.end_of_turn == "adaptive" and normalize(text) and new_text:
+        score = complete and self.cfg.end_of_turn == "adaptive" and normalize(text) and new_text
+        if score:
             self.scored, self.decision = text, None
-            prompt = self.history.prompt(self.cfg.system_prompt, text)
-            actions.append(ScoreEnd(self.gen, text, prompt))
-        return actions + (self._speculate(text) if self.cfg.speculation else [])
+        actions = self._speculate(text) if self.cfg.speculation else []
+        if not score:
+            return actions
+        # A speculation that starts on this text scores it on the way (one forward fewer).
+        at = next((i for i, a in enumerate(actions) if isinstance(a, StartSpeculation)), None)
+        if at is not None:
+            actions[at] = replace(actions[at], score=True)
+            return actions
+        prompt = self.history.prompt(self.cfg.system_prompt, text)
+        return [ScoreEnd(self.gen, text, prompt), *actions]
 
     def on_end_score(
         self, text: str, p_end: float | None, p_audio: float | None = None

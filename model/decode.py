@@ -95,6 +95,10 @@ class DecodeRequest:
     # How many sessions' steps share a forward now (StepBatcher.sessions): a hybrid decoder's
     # verify rows then cost every one of them time.
     sharing: Callable[[], int] = lambda: 1
+    # A prompt row whose logits the caller wants too (the end-of-turn score's, ChatSession):
+    # its prefill forward computes them as well and hands them to on_tap, (V,), once.
+    tap: int | None = None
+    on_tap: Callable[[torch.Tensor], None] | None = None
 
     def __post_init__(self) -> None:
         if self.forward is None:
@@ -143,11 +147,21 @@ def prefill(req: DecodeRequest) -> Iterator[torch.Tensor | None]:
     for i in range(0, len(rest), PREFILL_CHUNK):
         chunk = torch.tensor([rest[i : i + PREFILL_CHUNK]], device=dev)  # (1, T)
         last = i + PREFILL_CHUNK >= len(rest)
-        out = req.forward(chunk, cache=cache, logits="last" if last else "none")
+        tap = tap_row(req, chunk.shape[1])
+        rows = tap if tap is not None else "last" if last else "none"
+        out = req.forward(chunk, cache=cache, logits=rows)
+        if tap is not None:
+            req.on_tap(out.logits[0, 0])  # type: ignore[misc]
         if last:
             yield out.logits[0, -1]
         else:
             yield None
+
+
+def tap_row(req: DecodeRequest, rows: int) -> int | None:
+    """The index of the tapped prompt row among the next `rows` rows fed, if it is one."""
+    at = None if req.tap is None else req.tap - req.cache.length
+    return at if at is not None and 0 <= at < rows else None
 
 
 @register("ar")

@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -174,24 +174,37 @@ class ChatSession:
         or a sentence end (. ? !). The message's own final marks are not read: a speech
         recognizer punctuates cut speech too ("What is the capital of?"), and without them the
         two kinds of transcript separate better (ROC AUC 0.996 vs 0.965, bench/end_of_turn.py).
-        The prompt shares all but the last token or two with a speculative answer's to the same
-        messages, so a generate() on them feeds little more than the assistant header: the
-        score costs about one forward. None where the template ends a user message with no
+        The prompt shares all but the last token or two with an answer's to the same messages,
+        so generate(..., end_score=) reads the same score on its first forward (no forward of
+        its own), and a generate() after this call feeds little more than the assistant
+        header. None where the template ends a user message with no
         stop token (Mistral's [/INST]) or when cancelled."""
         self._active = None
+        return self._score(self._end_probe(messages), cancel)
+
+    def _end_probe(self, messages: Sequence[dict[str, str]]) -> tuple[list[int], int] | None:
+        """The scored prompt (the last message without its final marks) and the index of the
+        end-of-message token the score reads; None where there is none or no words."""
         *past, last = messages
         words = _TRAILING_MARKS.sub("", last["content"])
         ids = self.fit_budget([*past, {**last, "content": words}], self.lm.cfg.max_new_tokens)
         stops = self.lm.tokenizer.stop_ids
         end = next((i for i in range(len(ids) - 1, 0, -1) if ids[i] in stops), 0)
-        if end == 0 or not words:
-            return None
-        self.reuse_prefix(ids[:end])  # leaves at least one token to feed
-        logits = self._feed(ids, end, cancel, logits=True)
-        if logits is None:
-            return None
+        return (ids, end) if end and words else None
+
+    def _p_end(self, logits: torch.Tensor, ids: list[int], end: int) -> float:
         probs = torch.softmax(logits.float(), dim=-1)
         return float(probs[[ids[end], *self.lm.tokenizer.sentence_end_ids]].sum())
+
+    def _score(
+        self, probe: tuple[list[int], int] | None, cancel: threading.Event | None
+    ) -> float | None:
+        if probe is None:
+            return None
+        ids, end = probe
+        self.reuse_prefix(ids[:end])  # leaves at least one token to feed
+        logits = self._feed(ids, end, cancel, logits=True)
+        return None if logits is None else self._p_end(logits, ids, end)
 
     def generate(
         self,
@@ -202,17 +215,25 @@ class ChatSession:
         decoder: str | None = None,
         drafts: list[int] | None = None,
         stop: Sequence[str] = (),
+        end_score: Callable[[float | None], None] | None = None,
     ) -> Generation:
         """Stream the assistant's answer to `messages`; nothing runs until iterated.
 
         stop: extra stop strings (the text is cut before them); stop tokens (EOS, <|im_end|>)
         always apply. drafts: an earlier answer's token ids for refining decoders (ar ignores).
+        end_score: called, in the iterating thread before the first text, with what
+        end_of_turn(messages) would return. The score's row is one of the prompt rows the
+        first forward feeds anyway (the user's last word, before its final mark and the
+        assistant header), so it costs no forward of its own; where the two prompts part
+        earlier (a mark the tokenizer merges into the word) it is one forward before them.
         """
         cfg = self.lm.cfg
         max_new = cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
         dec = decode.get_decoder(decoder or cfg.decoder)
         prompt = self.fit_budget(messages, max_new)
         gen = Generation(self, prompt, dec, max_new, cancel, drafts, tuple(stop))
+        if end_score is not None:
+            gen.score_end(self._end_probe(messages), end_score)
         self._active = gen
         return gen
 
@@ -237,7 +258,15 @@ class Generation:
         self._cancel = cancel
         self._stop = stop
         self._guard = RepeatGuard() if session.lm.cfg.loop_guard else None
+        self._probe: tuple[list[int], int] | None = None
+        self._on_score: Callable[[float | None], None] | None = None
         self._it = self._run(decoder, max_new, drafts)
+
+    def score_end(
+        self, probe: tuple[list[int], int] | None, on_score: Callable[[float | None], None]
+    ) -> None:
+        """Score the end of the user's turn on the way (ChatSession.generate's end_score)."""
+        self._probe, self._on_score = probe, on_score
 
     def __iter__(self) -> Iterator[str]:
         return self
@@ -265,6 +294,19 @@ class Generation:
         safe = max(self._guard.check(self.text + piece) - len(self.text), 0)
         return piece[:safe], piece[safe:] + held
 
+    def _tap(self) -> tuple[int | None, Callable[[torch.Tensor], None] | None]:
+        """The prompt row the end-of-turn score reads and what takes its logits (None, None:
+        no score wanted, or it was given already: no words to score, or a prompt that parts
+        from the scored one before that row, which is then fed on its own first)."""
+        on_score, probe = self._on_score, self._probe
+        if on_score is None:
+            return None, None
+        if probe is not None and self.prompt[: probe[1]] == probe[0][: probe[1]]:
+            ids, end = probe
+            return end - 1, lambda logits: on_score(self.session._p_end(logits, ids, end))
+        on_score(self.session._score(probe, self._cancel))
+        return None, None
+
     @property
     def superseded(self) -> bool:
         """Another call on the session (a generation, an end-of-turn score, a prefill) has
@@ -283,7 +325,11 @@ class Generation:
             st.stop_reason = "cancelled"
             return
         # 1. Reuse the longest common prefix of cache and prompt (keep >= 1 token to prefill).
+        tap, on_tap = self._tap()
         st.cached_tokens = s.reuse_prefix(self.prompt)
+        if tap is not None and s.cache.length > tap:
+            s.cache.truncate(tap)  # the scored row is fed again
+            st.cached_tokens = tap
         cfg = lm.cfg
         req = decode.DecodeRequest(
             model=lm.model,
@@ -296,6 +342,8 @@ class Generation:
             stop_ids=lm.tokenizer.stop_ids,
             cfg=cfg,
             drafts=drafts,
+            tap=tap,
+            on_tap=on_tap,
         )
         steps = decoder(req)
         detok = lm.tokenizer.stream()

@@ -39,7 +39,7 @@ import torch
 from kernels import cpu_rows
 from kernels.verify_select import verify_select
 from model.config import LMConfig
-from model.decode import PREFILL_CHUNK, DecodeRequest, register
+from model.decode import PREFILL_CHUNK, DecodeRequest, register, tap_row
 from model.drafter import BlockDrafter, load_default
 from model.lookup import PromptLookup
 from model.ngram import NgramStore
@@ -230,7 +230,12 @@ class HybridStepper:
             positions = torch.tensor([*range(start, at + 1), *depths], device=self.dev)  # (T,)
             mask = causal_mask(t, start, self.dev)
             mask[len(pre) + 1 :, at + 1 :] = tree.mask()  # (T, S + T), True = visible
-        logits, normed = self.forward_rows(rows, len(pre), positions, mask)
+        tap = tap_row(self.req, len(pre))
+        first = len(pre) if tap is None else tap
+        logits, normed = self.forward_rows(rows, first, positions, mask)
+        if tap is not None:
+            self.req.on_tap(logits[0])  # type: ignore[misc]
+            logits, normed = logits[len(pre) - tap :], normed[len(pre) - tap :]
         path, bonus = self.accept(logits, tree)
         self.cache.move(at + 1, [at + 1 + j for j in path])
         self.cache.truncate(at + 1 + len(path))
@@ -293,9 +298,14 @@ def _decode(req: DecodeRequest, threshold: float) -> Iterator[list[int]]:
     # Prompt rows beyond the last chunk: plain prefill, no logits (cancel checked per chunk).
     rest = req.prompt[req.cache.length :]
     while len(rest) > PREFILL_CHUNK:
-        req.forward(
-            torch.tensor([rest[:PREFILL_CHUNK]], device=st.dev), cache=req.cache, logits="none"
+        tap = tap_row(req, PREFILL_CHUNK)
+        out = req.forward(
+            torch.tensor([rest[:PREFILL_CHUNK]], device=st.dev),
+            cache=req.cache,
+            logits="none" if tap is None else tap,
         )
+        if tap is not None:
+            req.on_tap(out.logits[0, 0])  # type: ignore[misc]
         rest = rest[PREFILL_CHUNK:]
         yield []
     # First forward: the last prompt rows, the last one anchoring the earlier answer's tokens

@@ -181,6 +181,7 @@ class FakeLM:
     calls: list[dict] = field(default_factory=list)
     prefills: list[list[dict]] = field(default_factory=list)
     superseded_after: int | None = None  # the first generation's, see FakeGeneration
+    scored_alone: int = 0  # end_of_turn() calls: end-of-turn scores not read by a generation
 
     class tokenizer:  # noqa: N801 - mirrors LM.tokenizer
         @staticmethod
@@ -192,14 +193,24 @@ class FakeLM:
 
     def end_of_turn(self, messages, *, cancel=None) -> float:
         """Likely complete when the user's text ends in . ? ! (the real LM's score, roughly)."""
+        self.scored_alone += 1
+        return self._p_end(messages)
+
+    @staticmethod
+    def _p_end(messages) -> float:
         return 0.9 if messages[-1]["content"].rstrip().endswith((".", "?", "!")) else 0.001
 
     def prefill(self, messages, *, cancel=None) -> int:
         self.prefills.append(messages)
         return len(messages)
 
-    def generate(self, messages, *, cancel=None, max_new_tokens=None, decoder=None, drafts=None):
-        self.calls.append({"messages": messages, "drafts": drafts})
+    def generate(
+        self, messages, *, cancel=None, max_new_tokens=None, decoder=None, drafts=None,
+        end_score=None,
+    ):  # fmt: skip
+        self.calls.append({"messages": messages, "drafts": drafts, "scored": bool(end_score)})
+        if end_score is not None:  # the real one: on the first forward, before any text
+            end_score(self._p_end(messages))
         user = messages[-1]["content"].rstrip(".?!")
         words = self.template.format(user=user, tail=self.tail).split()
         words = words[: max_new_tokens or len(words)]

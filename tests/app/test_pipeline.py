@@ -15,7 +15,7 @@ from app.config import Config
 from app.pipeline import VoiceSession
 from app.runner import Segment, TimelineSource, run_session
 from app.scheduler import LATER
-from app.trace import Tracer
+from app.trace import Tracer, now_ms
 from audio.vad import rms_dbfs
 from tests.app.fakes import ClockSink, FakeComponents, FakeTranscriber, buzz, silence
 
@@ -305,6 +305,8 @@ def test_adaptive_end_plays_before_the_fixed_wait():
     assert score["decision"] == "complete" and score["wait_ms"] == 200
     assert [e["result"] for e in trace if e["event"] == "speculation"] == ["hit"]
     assert len(comps.lm.calls) == 1
+    # The speculation's first forward scored the end of the turn: no forward of its own.
+    assert comps.lm.calls[0]["scored"] and comps.lm.scored_alone == 0
     (resp,) = done(events)
     assert resp["status"] == "completed"
     (lat,) = [e for e in events if e["type"] == "latency"]
@@ -321,9 +323,11 @@ class SoundsCut:
 
     def __init__(self) -> None:
         self.heard: list[int] = []
+        self.at: list[float] = []
 
     def score(self, pcm: np.ndarray) -> float:
         self.heard.append(len(pcm))
+        self.at.append(now_ms())
         return 0.05
 
 
@@ -338,6 +342,12 @@ def test_speech_that_sounds_cut_waits_although_its_text_reads_complete():
     assert score["decision"] == "incomplete" and score["p_audio"] == 0.05
     assert score["wait_ms"] == CFG.conversation.end_incomplete_ms
     assert 0 < sounds_cut.heard[0] <= 16000 * 3  # the speech up to the pause, RECENT_MS at most
+    # Scored at the pause, while its ASR pass runs: the LM's score does not wait on it.
+    slow, sounds_cut = {**SHORT, "asr_s": 0.15}, SoundsCut()
+    _, _, trace, _ = run(["What is it?"], segs, cfg=cfg, turn_audio=sounds_cut, **slow)
+    (pause,) = [i for i, e in enumerate(trace) if e["event"] == "pause"]
+    pause_pass = next(e for e in trace[pause:] if e["event"] == "asr_partial")
+    assert pause_pass["compute_ms"] > 100 and sounds_cut.at[0] < pause_pass["t_ms"] - 50
     off = replace(CFG, conversation=replace(conv, end_audio=False))
     _, _, trace, _ = run(["What is the capital of France?"], segs, cfg=off, turn_audio=SoundsCut())
     (score,) = [e for e in trace if e["event"] == "end_of_turn"]  # end_audio off: not asked

@@ -416,13 +416,12 @@ def test_speech_that_sounds_cut_is_incomplete_whatever_its_transcript():
     assert tm.decision == "incomplete"
 
 
-def test_adaptive_scores_each_new_pause_transcript_before_speculating():
+def test_adaptive_scores_each_new_pause_transcript_with_its_speculation():
     tm = TurnManager(CFG)  # end_of_turn: adaptive
     tm.on_speech_start(0)
     assert tm.on_pause() == [RequestPartial(tm.gen)]
-    score, spec = tm.on_partial("What is the capital of France?", complete=True)
-    assert isinstance(score, ScoreEnd) and isinstance(spec, StartSpeculation)
-    assert score.messages == spec.messages  # the speculation reuses the scored prefix
+    (spec,) = tm.on_partial("What is the capital of France?", complete=True)
+    assert isinstance(spec, StartSpeculation) and spec.score  # its first forward scores it
     assert tm.on_partial("What is the capital of France?", complete=True) == []  # once a text
     assert tm.on_end_score("What is the capital of France?", 0.8) == "complete"
     tm.on_resume()
@@ -430,14 +429,20 @@ def test_adaptive_scores_each_new_pause_transcript_before_speculating():
     tm = TurnManager(replace(CFG, end_of_turn="fixed"))
     tm.on_speech_start(0)
     tm.on_pause()
-    assert kinds(tm.on_partial("What is it?", complete=True)) == ["StartSpeculation"]
+    (spec,) = tm.on_partial("What is it?", complete=True)
+    assert isinstance(spec, StartSpeculation) and not spec.score
+    tm = TurnManager(CFG)  # too few words to speculate on: the LM scores them alone
+    tm.on_speech_start(0)
+    tm.on_pause()
+    (score,) = tm.on_partial("Thanks.", complete=True)
+    assert isinstance(score, ScoreEnd) and score.messages[-1]["content"] == "Thanks."
 
 
 def early_end(tm: TurnManager, text: str, end_ms: float = 1000.0) -> int:
     """A turn the LM judged complete at its pause, ended early; returns the answer's gen."""
     tm.on_speech_start(0)
     tm.on_pause()
-    _, spec = tm.on_partial(text, complete=True)
+    (spec,) = tm.on_partial(text, complete=True)
     tm.on_end_score(text, 0.9)
     tm.on_speech_end(end_ms)
     assert tm.on_final(text) == [ReleaseSpeculation(spec.gen)]
@@ -464,7 +469,7 @@ def test_reopen_before_the_final_drops_the_speculation_only():
     tm = TurnManager(CFG)
     tm.on_speech_start(0)
     tm.on_pause()
-    _, spec = tm.on_partial("Tell me a fun fact.", complete=True)
+    (spec,) = tm.on_partial("Tell me a fun fact.", complete=True)
     tm.on_end_score("Tell me a fun fact.", 0.9)
     tm.on_speech_end(1000)
     assert tm.on_speech_start(1400) == [DropSpeculation(spec.gen, "reopen")]

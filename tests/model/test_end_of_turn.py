@@ -47,6 +47,49 @@ def test_the_answer_after_the_score_feeds_only_what_changed(lm: LM) -> None:
     assert gen.token_ids == fresh.token_ids
 
 
+class _Counted:
+    """The LM's forward, counted."""
+
+    def __init__(self, forward) -> None:
+        self.forward, self.calls = forward, 0
+
+    def __call__(self, *a, **kw):
+        self.calls += 1
+        return self.forward(*a, **kw)
+
+    def __getattr__(self, name: str):
+        return getattr(self.forward, name)
+
+
+@pytest.mark.parametrize("decoder", ["hybrid", "ar"])
+def test_an_answer_scores_the_end_of_turn_on_its_first_forward(lm: LM, monkeypatch, decoder):
+    counted = _Counted(lm.batcher)
+    monkeypatch.setattr(lm, "batcher", counted)
+    follow_up = [
+        SYSTEM,
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "The capital of France is Paris."},
+        {"role": "user", "content": "And how big is it?"},
+    ]
+    for msgs in [turn("What is the capital of France?"), turn("How far is the"), follow_up]:
+        apart, fused = lm.session(), lm.session()
+        for s in (apart, fused):
+            s.prefill([SYSTEM])
+        n0 = counted.calls
+        p = apart.end_of_turn(msgs)
+        plain = apart.generate(msgs, max_new_tokens=8, decoder=decoder)
+        text = "".join(plain)
+        n1 = counted.calls
+        got: list[float | None] = []
+        gen = fused.generate(msgs, max_new_tokens=8, decoder=decoder, end_score=got.append)
+        assert "".join(gen) == text and gen.token_ids == plain.token_ids
+        assert got == [pytest.approx(p, rel=1e-3, abs=1e-6)]
+        assert counted.calls - n1 == n1 - n0 - 1  # no forward of its own
+    got = []
+    list(lm.session().generate(turn("..."), max_new_tokens=2, end_score=got.append))
+    assert got == [None]  # no words to score
+
+
 def test_labeled_subset_auc(lm: LM) -> None:
     s = lm.session()
     data = labeled()[::4]  # 62 of the 248
