@@ -4,8 +4,9 @@ Scores every transcript of bench/turn_end_set.py (complete turns, the same turns
 that cannot end a sentence, hesitations) as the pipeline does at a pause: the app's system
 prompt and the transcript as the user message, through one ChatSession, so each call reuses
 the cached system prompt as a live session would. Prints JSON: ROC AUC, accuracy of the
-adaptive endpointer's three-way decision at the configured thresholds, the cost per call, and
-the misjudged transcripts.
+adaptive endpointer's three-way decision at the configured thresholds, the cost per call, the
+time to an answer's first token with the score read apart and on the answer's first forward
+(as the speculation reads it), and the misjudged transcripts.
 
     .venv/bin/python bench/end_of_turn.py [--set conversation.end_likely=0.5] [--seed 0]
 
@@ -113,6 +114,29 @@ def spoken(cfg, clips_path: str | None) -> dict:
     return {"bench": "end_of_turn_spoken", **out, "loadavg_1m": round(os.getloadavg()[0], 2)}
 
 
+def first_token_ms(lm, system: list[dict], texts: list[str]) -> dict[str, float]:
+    """Median ms from the pause's transcript to the answer's first token, the score read apart
+    (end_of_turn, then generate) and on the way (generate's end_score), each after the cache
+    was warmed as while the user speaks: with all but the last word."""
+    apart, fused = lm.session(), lm.session()
+    times: dict[str, list[float]] = {"scored_apart": [], "scored_on_the_way": []}
+    for i, text in enumerate(texts):
+        msgs = [*system, {"role": "user", "content": text}]
+        lead = [*system, {"role": "user", "content": text.rsplit(" ", 1)[0]}]
+        for name in ("scored_apart", "scored_on_the_way")[:: 1 if i % 2 else -1]:
+            s = apart if name == "scored_apart" else fused
+            s.prefill(lead)
+            t0 = time.perf_counter()
+            if name == "scored_apart":
+                s.end_of_turn(msgs)
+                gen = s.generate(msgs, max_new_tokens=1)
+            else:
+                gen = s.generate(msgs, max_new_tokens=1, end_score=lambda p: None)
+            next(iter(gen), None)
+            times[name].append(1000.0 * (time.perf_counter() - t0))
+    return {k: round(statistics.median(v), 2) for k, v in times.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=None)
@@ -168,6 +192,7 @@ def main() -> int:
             "p50": round(statistics.median(costs), 2),
             "p95": round(sorted(costs)[int(0.95 * (len(costs) - 1))], 2),
         },
+        "answer_first_token_ms": first_token_ms(lm, system, [t for t, _ in data]),
         "median_p": {
             "complete": round(statistics.median(s for s, y in pairs if y), 4),
             "incomplete": round(statistics.median(s for s, y in pairs if not y), 4),
