@@ -498,7 +498,7 @@ class VoiceSession:
         handler(a)
 
     def _score_speech(self) -> None:
-        """At a pause: the end of turn heard in the speech, in the LM thread (~4 ms), which is
+        """At a pause: the end of turn heard in the speech, in the LM thread (~2 ms), which is
         idle while the pause's ASR pass runs, so the LM's score does not wait on it."""
         heard, prosody = self._speech_before_pause(), self.c.turn_audio
         if heard is None or self.cfg.conversation.end_of_turn != "adaptive":
