@@ -3,7 +3,9 @@
 A decoder is a generator function taking a DecodeRequest and yielding, once per forward pass,
 the list of token ids that pass committed (possibly empty, e.g. a prefill chunk). Contract:
 - on entry the cache holds `prompt[:cache.length]` (the reused prefix, at least one token short
-  of the prompt); the decoder prefills the rest;
+  of the prompt); the decoder prefills the rest, and hands the logits of the prompt row
+  `req.tap` (when set, and among the rows it feeds) to `req.on_tap` from the forward that
+  feeds it;
 - whenever it yields, the cache holds a prefix of `prompt + every token yielded so far`
   (rejected draft rows already rolled back), so the session can reuse it next turn;
 - it may be abandoned at any yield (EOS, stop string, max tokens, cancel): the engine owns
