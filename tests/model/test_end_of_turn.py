@@ -61,7 +61,7 @@ class _Counted:
         return getattr(self.forward, name)
 
 
-@pytest.mark.parametrize("decoder", ["hybrid", "ar"])
+@pytest.mark.parametrize("decoder", ["hybrid", "ar", "parallel"])
 def test_an_answer_scores_the_end_of_turn_on_its_first_forward(lm: LM, monkeypatch, decoder):
     counted = _Counted(lm.batcher)
     monkeypatch.setattr(lm, "batcher", counted)
