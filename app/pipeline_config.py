@@ -115,7 +115,7 @@ class ConversationConfig:
         default=True,
         metadata={
             "help": "adaptive end of turn also hears the speech: a last word that does not "
-            "sound like a sentence's end (audio/prosody.py, ~4 ms a pause) makes the turn "
+            "sound like a sentence's end (audio/prosody.py, ~2 ms a pause) makes the turn "
             "incomplete unless the LM is sure of its end (end_audio_gate), unsure if it is: "
             "Whisper completes cut speech on its own ('How far is the' -> 'How far is that?')"
         },
