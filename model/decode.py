@@ -142,22 +142,22 @@ def get_decoder(name: str) -> Decoder:
 def prefill(req: DecodeRequest) -> Iterator[torch.Tensor | None]:
     """Feed prompt[cache.length:] in chunks; yields None after each non-final chunk, and the
     last prompt row's (V,) logits at the end."""
-    model, cache = req.model, req.cache
-    rest = req.prompt[cache.length :]
+    rest = req.prompt[req.cache.length :]
     assert rest, "the engine always leaves at least one prompt token to prefill"
-    dev = model.embed.weight.device
     for i in range(0, len(rest), PREFILL_CHUNK):
-        chunk = torch.tensor([rest[i : i + PREFILL_CHUNK]], device=dev)  # (1, T)
-        last = i + PREFILL_CHUNK >= len(rest)
-        tap = tap_row(req, chunk.shape[1])
-        rows = tap if tap is not None else "last" if last else "none"
-        out = req.forward(chunk, cache=cache, logits=rows)
-        if tap is not None:
-            req.on_tap(out.logits[0, 0])  # type: ignore[misc]
-        if last:
-            yield out.logits[0, -1]
-        else:
-            yield None
+        yield feed_rows(req, rest[i : i + PREFILL_CHUNK], last=i + PREFILL_CHUNK >= len(rest))
+
+
+def feed_rows(req: DecodeRequest, ids: list[int], last: bool) -> torch.Tensor | None:
+    """One forward over prompt rows `ids`: the tapped row's logits, if it is one of them, go
+    to `req.on_tap`; returns the last row's (V,) logits when `last`, else None."""
+    tap = tap_row(req, len(ids))
+    rows = tap if tap is not None else "last" if last else "none"
+    chunk = torch.tensor([ids], device=req.model.embed.weight.device)  # (1, T)
+    out = req.forward(chunk, cache=req.cache, logits=rows)
+    if tap is not None:
+        req.on_tap(out.logits[0, 0])  # type: ignore[misc]
+    return out.logits[0, -1] if last else None
 
 
 def tap_row(req: DecodeRequest, rows: int) -> int | None:

@@ -231,9 +231,8 @@ class ChatSession:
         max_new = cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
         dec = decode.get_decoder(decoder or cfg.decoder)
         prompt = self.fit_budget(messages, max_new)
-        gen = Generation(self, prompt, dec, max_new, cancel, drafts, tuple(stop))
-        if end_score is not None:
-            gen.score_end(self._end_probe(messages), end_score)
+        score = None if end_score is None else (self._end_probe(messages), end_score)
+        gen = Generation(self, prompt, dec, max_new, cancel, drafts, tuple(stop), score)
         self._active = gen
         return gen
 
@@ -250,6 +249,7 @@ class Generation:
         cancel: threading.Event | None,
         drafts: list[int] | None,
         stop: tuple[str, ...],
+        score: tuple[tuple[list[int], int] | None, Callable[[float | None], None]] | None = None,
     ) -> None:
         self.session, self.prompt = session, prompt
         self.text = ""
@@ -258,15 +258,9 @@ class Generation:
         self._cancel = cancel
         self._stop = stop
         self._guard = RepeatGuard() if session.lm.cfg.loop_guard else None
-        self._probe: tuple[list[int], int] | None = None
-        self._on_score: Callable[[float | None], None] | None = None
+        # ChatSession.generate's end_score: the scored prompt and its end, and the callback.
+        self._score = score
         self._it = self._run(decoder, max_new, drafts)
-
-    def score_end(
-        self, probe: tuple[list[int], int] | None, on_score: Callable[[float | None], None]
-    ) -> None:
-        """Score the end of the user's turn on the way (ChatSession.generate's end_score)."""
-        self._probe, self._on_score = probe, on_score
 
     def __iter__(self) -> Iterator[str]:
         return self
@@ -298,9 +292,9 @@ class Generation:
         """The prompt row the end-of-turn score reads and what takes its logits (None, None:
         no score wanted, or it was given already: no words to score, or a prompt that parts
         from the scored one before that row, which is then fed on its own first)."""
-        on_score, probe = self._on_score, self._probe
-        if on_score is None:
+        if self._score is None:
             return None, None
+        probe, on_score = self._score
         if probe is not None and self.prompt[: probe[1]] == probe[0][: probe[1]]:
             ids, end = probe
             return end - 1, lambda logits: on_score(self.session._p_end(logits, ids, end))

@@ -39,7 +39,7 @@ import torch
 from kernels import cpu_rows
 from kernels.verify_select import verify_select
 from model.config import LMConfig
-from model.decode import PREFILL_CHUNK, DecodeRequest, register, tap_row
+from model.decode import PREFILL_CHUNK, DecodeRequest, feed_rows, register, tap_row
 from model.drafter import BlockDrafter, load_default
 from model.lookup import PromptLookup
 from model.ngram import NgramStore
@@ -298,14 +298,7 @@ def _decode(req: DecodeRequest, threshold: float) -> Iterator[list[int]]:
     # Prompt rows beyond the last chunk: plain prefill, no logits (cancel checked per chunk).
     rest = req.prompt[req.cache.length :]
     while len(rest) > PREFILL_CHUNK:
-        tap = tap_row(req, PREFILL_CHUNK)
-        out = req.forward(
-            torch.tensor([rest[:PREFILL_CHUNK]], device=st.dev),
-            cache=req.cache,
-            logits="none" if tap is None else tap,
-        )
-        if tap is not None:
-            req.on_tap(out.logits[0, 0])  # type: ignore[misc]
+        feed_rows(req, rest[:PREFILL_CHUNK], last=False)
         rest = rest[PREFILL_CHUNK:]
         yield []
     # First forward: the last prompt rows, the last one anchoring the earlier answer's tokens
