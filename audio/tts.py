@@ -7,10 +7,15 @@ decides, so a mark at the end of the text waits for more) nor after abbreviation
 
 `PiperTTS` synthesizes one chunk per call with the bundled en_US-joe-medium voice (or any
 Piper voice), yields int16 pieces of piece_ms at the requested rate, and checks `cancel`
-between Piper's sentences and between pieces. One ONNX run (~150 ms for a 6-word clause on
-this CPU) cannot be interrupted, so cancel takes effect within one run. A chunk that ends on a
-word (an answer's first clause, cut inside its sentence) loses Piper's closing silence beyond
-30 ms: the next chunk goes on in mid-phrase.
+between ONNX runs and between pieces. A Piper voice is VITS: a front (text encoder, durations,
+flow) makes a latent of one frame per 256 output samples, and a convolutional decoder turns it
+into audio. `split_voice` cuts the graph there, so a sentence's audio comes out in chunks: the
+front, then the decoder over ~20 frames first (3 words on Zen 4: first audio after 48 ms
+instead of the whole 82 ms run); a voice whose graph does not cut that way runs whole. Audio
+gets one gain per voice, set at load from calibration phrases (a chunk's gain cannot wait for
+its sentence's peak, and a peak per clause made one sentence's clauses differ by up to 6 dB). A
+chunk that ends on a word (an answer's first clause, cut inside its sentence) loses Piper's
+closing silence beyond 30 ms: the next chunk goes on in mid-phrase.
 """
 
 import copy
@@ -78,6 +83,17 @@ _CAPITALIZED = frozenset(
         "Sun",
     }
 )
+# The decoder's first chunk: ~230 ms of audio, more than the next chunk takes to decode.
+_FIRST_FRAMES = 20
+_CHUNK_FRAMES = 80
+# Latent frames decoded on either side of a chunk: its audio then matches one whole decode to
+# 1e-6 of full scale (8 frames: 2e-3, a click).
+_CONTEXT_FRAMES = 12
+# A sentence's last chunk holds at least this many frames, so it holds Piper's closing silence
+# (~10 frames) whole for trim_tail.
+_LAST_MIN_FRAMES = 24
+_CALIBRATION = ("Hello.", "Yes, that is right.", "The capital of France is Paris.")
+_CALIBRATED_PEAK = 0.9  # full scale the calibration phrases' loudest sample gets, at volume 1
 _DOTTED = re.compile(r"^(?:[A-Za-z]\.)+[A-Za-z]$")  # e.g, i.e, U.S, a.m
 _CLOSERS = "\"')]}\u201d\u2019"
 _SENTENCE_END = ".!?"
@@ -183,20 +199,64 @@ class TTSPiece:
     last_in_chunk: bool
 
 
-def trim_tail(
-    audio: np.ndarray, rate_hz: int, keep_ms: int = 30, floor_db: float = -40.0
-) -> np.ndarray:
-    """``audio`` up to ``keep_ms`` after its last 5 ms block within ``floor_db`` of the loudest
-    (a word's release stays; the silence after it goes)."""
+def _block_rms(audio: np.ndarray, rate_hz: int) -> np.ndarray:
+    """RMS of each whole 5 ms block."""
     block = max(1, rate_hz // 200)
     n = len(audio) // block
-    if n == 0:
+    return np.sqrt((audio[: n * block].reshape(n, block) ** 2).mean(axis=1))
+
+
+def trim_tail(
+    audio: np.ndarray,
+    rate_hz: int,
+    keep_ms: int = 30,
+    floor_db: float = -40.0,
+    loudest: float = 0.0,
+) -> np.ndarray:
+    """``audio`` up to ``keep_ms`` after its last 5 ms block within ``floor_db`` of the loudest
+    (a word's release stays; the silence after it goes). ``loudest``: the block RMS to measure
+    from where ``audio`` is the end of a longer sound (0: ``audio``'s own loudest block)."""
+    block = max(1, rate_hz // 200)
+    rms = _block_rms(audio, rate_hz)
+    if len(rms) == 0:
         return audio
-    rms = np.sqrt((audio[: n * block].reshape(n, block) ** 2).mean(axis=1))
-    loud = np.flatnonzero(rms > rms.max() * 10 ** (floor_db / 20))
+    loud = np.flatnonzero(rms > max(float(rms.max()), loudest) * 10 ** (floor_db / 20))
+    keep = rate_hz * keep_ms // 1000
     if len(loud) == 0:
-        return audio
-    return audio[: (loud[-1] + 1) * block + rate_hz * keep_ms // 1000]
+        return audio[:keep] if loudest > 0 else audio
+    return audio[: (loud[-1] + 1) * block + keep]
+
+
+def split_voice(path: Path, opts: object) -> tuple[object, object, str] | None:
+    """A Piper voice's graph cut where its audio decoder starts: onnxruntime sessions for the
+    front (the voice's inputs -> latent) and the decoder (latent -> audio), and the latent's
+    name; None when no single tensor feeds the decoder (``/dec/`` nodes, as Piper's export
+    names them), e.g. a multi-speaker voice whose decoder also takes the speaker."""
+    import onnx
+    import onnxruntime
+    from onnx.utils import Extractor
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    dec = [n for n in graph.node if n.name.startswith("/dec/")]
+    made = {out for n in dec for out in n.output}
+    weights = {t.name for t in graph.initializer}
+    into = {i for n in dec for i in n.input if i and i not in made and i not in weights}
+    if len(into) != 1:
+        return None
+    (latent,) = into
+    cut = Extractor(model)
+    front = cut.extract_model([i.name for i in graph.input], [latent])
+    back = cut.extract_model([latent], [o.name for o in graph.output])
+
+    def session(part: object) -> object:
+        return onnxruntime.InferenceSession(
+            part.SerializeToString(),  # type: ignore[attr-defined]
+            sess_options=opts,
+            providers=["CPUExecutionProvider"],
+        )
+
+    return session(front), session(back), latent
 
 
 class PiperTTS:
@@ -222,18 +282,23 @@ class PiperTTS:
             opts.intra_op_num_threads = cfg.threads
         try:
             config = PiperConfig.from_dict(json.loads(meta.read_text(encoding="utf-8")))
-            session = onnxruntime.InferenceSession(
-                str(onnx), sess_options=opts, providers=["CPUExecutionProvider"]
+            self._split = split_voice(onnx, opts) if cfg.chunked_decode else None
+            if self._split is None and cfg.chunked_decode:
+                log.info("tts: %s does not cut at its decoder; one run per sentence", onnx.name)
+            session = (
+                self._split[0]
+                if self._split
+                else onnxruntime.InferenceSession(
+                    str(onnx), sess_options=opts, providers=["CPUExecutionProvider"]
+                )
             )
-        except Exception as e:  # onnxruntime raises its own exception types
+        except Exception as e:  # onnx and onnxruntime raise their own exception types
             raise ModelLoadError(f"cannot load Piper voice {onnx}: {e}") from e
         self.voice = PiperVoice(session=session, config=config)
         self.voice_rate_hz = int(config.sample_rate)
         self.sample_rate_hz = sample_rate_hz or self.voice_rate_hz
         self._lock = threading.Lock()
-        # The first ONNX run pays graph set-up (~2x a normal run): pay it at load time.
-        for _ in self.synthesize("Hello."):
-            pass
+        self._gain = self._calibrate()
 
     def at_rate(self, sample_rate_hz: int) -> "PiperTTS":
         """The same loaded voice, resampling its output to another rate (e.g. the sink's)."""
@@ -250,9 +315,73 @@ class PiperTTS:
             volume=self.cfg.volume,
         )
 
+    def _calibrate(self) -> float:
+        """The voice's gain, from the calibration phrases without Piper's noise (the same every
+        load). Their first runs also pay each session's set-up (~2x a normal run) here rather
+        than in the first answer."""
+        from piper import SynthesisConfig
+
+        still = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
+        peak = 0.0
+        for text in _CALIBRATION:
+            for phonemes in self.voice.phonemize(text):
+                for audio, _ in self._sentence_audio(self.voice.phonemes_to_ids(phonemes), still):
+                    peak = max(peak, float(np.abs(audio).max(initial=0.0)))
+        if peak < 1e-4:
+            raise ModelLoadError("the Piper voice is silent on its calibration phrases")
+        return _CALIBRATED_PEAK / peak
+
+    def _inputs(self, ids: list[int], syn: object) -> dict[str, np.ndarray]:
+        """The voice graph's inputs for one sentence's phoneme ids, as Piper builds them."""
+        c = self.voice.config
+
+        def given(value: float | None, default: float) -> float:
+            return default if value is None else value
+
+        args = {
+            "input": np.array([ids], np.int64),
+            "input_lengths": np.array([len(ids)], np.int64),
+            "scales": np.array(
+                [
+                    given(syn.noise_scale, c.noise_scale),  # type: ignore[attr-defined]
+                    given(syn.length_scale, c.length_scale),  # type: ignore[attr-defined]
+                    given(syn.noise_w_scale, c.noise_w_scale),  # type: ignore[attr-defined]
+                ],
+                np.float32,
+            ),
+        }
+        if c.num_speakers > 1:
+            sid = syn.speaker_id  # type: ignore[attr-defined]
+            args["sid"] = np.array([c.default_speaker_id if sid is None else sid], np.int64)
+        return args
+
+    def _sentence_audio(self, ids: list[int], syn: object) -> Iterator[tuple[np.ndarray, bool]]:
+        """One sentence's raw float audio as the decoder makes it: (chunk, whether last)."""
+        if self._split is None:
+            with self._lock:  # one onnxruntime run at a time, across callers
+                audio = np.asarray(self.voice.phoneme_ids_to_audio(ids, syn), np.float32)
+            yield audio, True
+            return
+        front, back, latent = self._split
+        with self._lock:
+            z = front.run(None, self._inputs(ids, syn))[0]  # type: ignore[attr-defined]
+        frames = z.shape[2]  # z: (1, channels, frames)
+        start = 0
+        while start < frames:
+            end = min(frames, start + (_FIRST_FRAMES if start == 0 else _CHUNK_FRAMES))
+            if frames - end < _LAST_MIN_FRAMES:
+                end = frames
+            lo, hi = max(0, start - _CONTEXT_FRAMES), min(frames, end + _CONTEXT_FRAMES)
+            with self._lock:
+                audio = back.run(None, {latent: z[:, :, lo:hi]})[0].reshape(-1)  # type: ignore[attr-defined]
+            hop = len(audio) // (hi - lo)
+            yield audio[(start - lo) * hop : (end - lo) * hop].astype(np.float32), end == frames
+            start = end
+
     def synthesize(self, text: str, cancel: threading.Event | None = None) -> Iterator[np.ndarray]:
         """int16 pieces of `text` at sample_rate_hz; stops promptly when `cancel` is set."""
         syn = self._scales()
+        gain = self._gain * syn.volume
         rs = Resampler(self.voice_rate_hz, self.sample_rate_hz)
         piece = max(1, self.sample_rate_hz * self.cfg.piece_ms // 1000)
         pending = np.zeros(0, np.float32)
@@ -264,19 +393,17 @@ class PiperTTS:
         for i, phonemes in enumerate(sentences):
             if cancel is not None and cancel.is_set():
                 return
-            ids = self.voice.phonemes_to_ids(phonemes)
-            with self._lock:  # one onnxruntime session shared by callers
-                audio = np.asarray(self.voice.phoneme_ids_to_audio(ids, syn), np.float32)
-            if runs_on and i == len(sentences) - 1:
-                audio = trim_tail(audio, self.voice_rate_hz)
-            peak = float(np.max(np.abs(audio))) if audio.size else 0.0
-            audio = audio / peak * syn.volume if peak > 1e-8 else np.zeros_like(audio)
-            pending = np.concatenate([pending, rs.process(audio)])
-            while len(pending) >= piece:
-                if cancel is not None and cancel.is_set():
-                    return
-                yield to_int16(pending[:piece])
-                pending = pending[piece:]
+            loudest = 0.0  # the sentence's loudest 5 ms block so far
+            for audio, last in self._sentence_audio(self.voice.phonemes_to_ids(phonemes), syn):
+                if last and runs_on and i == len(sentences) - 1:
+                    audio = trim_tail(audio, self.voice_rate_hz, loudest=loudest)
+                loudest = max(loudest, float(_block_rms(audio, self.voice_rate_hz).max(initial=0)))
+                pending = np.concatenate([pending, rs.process(audio * gain)])
+                while len(pending) >= piece:
+                    if cancel is not None and cancel.is_set():
+                        return
+                    yield to_int16(pending[:piece])
+                    pending = pending[piece:]
         if cancel is not None and cancel.is_set():
             return
         pending = np.concatenate([pending, rs.flush()])

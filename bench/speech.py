@@ -184,7 +184,28 @@ def bench_tts(reps: int) -> dict:
                 cancel.set()
         t_cancel.append(1000 * (time.perf_counter() - t0))
     chunks = ClauseChunker().push("Sure, the capital of France is Paris, a city on the Seine. ")
+    # An answer's first clause by its length, the decoder in chunks vs one run, interleaved.
+    whole = PiperTTS(TTSConfig(chunked_decode=False))
+    answers = (
+        "The capital of France is Paris.",
+        "A spider has eight legs in total.",
+        "The sky is blue because of sunlight.",
+        "Bees make honey from the nectar of flowers.",
+        "To make a good cup of coffee, grind fresh beans.",
+    )
+    first_by_words: dict[int, dict[str, list[float]]] = {}
+    for rep in range(reps):
+        for n in (2, 3, 4, 6):
+            by = first_by_words.setdefault(n, {"chunked": [], "whole": []})
+            for name, voice in (("chunked", tts), ("whole", whole))[:: 1 if rep % 2 else -1]:
+                for answer in answers:
+                    t0 = time.perf_counter()
+                    next(voice.synthesize(" ".join(answer.split()[:n])))
+                    by[name].append(1000 * (time.perf_counter() - t0))
     return {
+        "first_audio_ms_first_clause_by_words": {
+            n: {name: med(v) for name, v in by.items()} for n, by in first_by_words.items()
+        },
         "voice": "en_US-joe-medium (22050 Hz)",
         "first_audio_ms_6_word_clause_median": med(first),
         "first_audio_cpu_ms_1_thread_median": med(first_cpu),

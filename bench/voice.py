@@ -120,7 +120,11 @@ class Voices:
 
     def say(self, text: str, voice: str) -> np.ndarray:
         if voice in self.piper:
-            return _trim(np.concatenate(list(self.piper[voice].synthesize(text))))
+            # The user's level is the bench's, not the agent's output gain: peaks at full scale.
+            pcm = _trim(np.concatenate(list(self.piper[voice].synthesize(text))))
+            return (pcm * (32767 / max(1, int(np.abs(pcm.astype(np.int32)).max())))).astype(
+                np.int16
+            )
         if self.espeak is None:
             return self.say(text, "piper")
         out = subprocess.run(

@@ -1,13 +1,14 @@
 """Clause chunker cases, Piper synthesis, rate conversion and cancellation."""
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from audio.config import TTSConfig
 from audio.errors import ModelLoadError
-from audio.tts import ClauseChunker, PiperTTS
+from audio.tts import _FIRST_FRAMES, ClauseChunker, PiperTTS, default_voice, split_voice
 
 
 def chunk(pieces: list[str], **kw) -> list[str]:
@@ -124,6 +125,59 @@ def test_cancel_stops_within_one_chunk(tts: PiperTTS) -> None:
     assert {p.chunk_index for p in pieces} == {0, 1}
     cancel.set()
     assert list(tts.stream(iter(["Never spoken."]), cancel)) == []
+
+
+def _still(tts: PiperTTS, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Piper without its noise, so two syntheses of a text are the same audio."""
+    from piper import SynthesisConfig
+
+    monkeypatch.setattr(tts, "_scales", lambda: SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0))
+
+
+def test_chunked_decode_is_one_whole_run_at_one_gain_per_voice(
+    tts: PiperTTS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import onnxruntime
+    from piper import PiperVoice
+
+    _still(tts, monkeypatch)
+    whole = PiperVoice(
+        session=onnxruntime.InferenceSession(str(default_voice())), config=tts.voice.config
+    )
+    text = "The capital of France is Paris, a city of art and food."
+    (phonemes,) = tts.voice.phonemize(text)
+    ids = tts.voice.phonemes_to_ids(phonemes)
+    chunks = list(tts._sentence_audio(ids, tts._scales()))
+    assert len(chunks) >= 3 and [last for _, last in chunks][-1]  # ~3 s: 3+ decoder chunks
+    assert len(chunks[0][0]) == _FIRST_FRAMES * tts.voice.config.hop_length
+    ref = np.asarray(whole.phoneme_ids_to_audio(ids, tts._scales()), np.float32)
+    got = np.concatenate([a for a, _ in chunks])
+    assert got.shape == ref.shape and np.abs(got - ref).max() < 1e-4  # no seam at the cuts
+    # One gain for the voice, not a peak per clause: the output is the raw audio times it.
+    pcm = np.concatenate(list(tts.synthesize(text))).astype(np.float32) / 32767
+    assert np.abs(pcm - ref * tts._gain).max() < 2e-4
+
+
+def test_a_voice_that_does_not_cut_runs_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"], name="/enc_p/Identity")],
+        "no_decoder",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    path = tmp_path / "no_decoder.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    assert split_voice(path, None) is None
+    monkeypatch.setattr("audio.tts.split_voice", lambda path, opts: None)
+    for tts in (PiperTTS(TTSConfig()), PiperTTS(TTSConfig(chunked_decode=False))):
+        assert tts._split is None
+        pcm = np.concatenate(list(tts.synthesize("The sky is blue.")))
+        assert 0.8 < len(pcm) / 22050 < 3.0 and np.abs(pcm).max() > 10000
 
 
 def test_bad_voice_path() -> None:
