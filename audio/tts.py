@@ -355,8 +355,11 @@ class PiperTTS:
             args["sid"] = np.array([c.default_speaker_id if sid is None else sid], np.int64)
         return args
 
-    def _sentence_audio(self, ids: list[int], syn: object) -> Iterator[tuple[np.ndarray, bool]]:
-        """One sentence's raw float audio as the decoder makes it: (chunk, whether last)."""
+    def _sentence_audio(
+        self, ids: list[int], syn: object, cancel: threading.Event | None = None
+    ) -> Iterator[tuple[np.ndarray, bool]]:
+        """One sentence's raw float audio as the decoder makes it: (chunk, whether last); no
+        further run once ``cancel`` is set."""
         if self._split is None:
             with self._lock:  # one onnxruntime run at a time, across callers
                 audio = np.asarray(self.voice.phoneme_ids_to_audio(ids, syn), np.float32)
@@ -367,7 +370,7 @@ class PiperTTS:
             z = front.run(None, self._inputs(ids, syn))[0]  # type: ignore[attr-defined]
         frames = z.shape[2]  # z: (1, channels, frames)
         start = 0
-        while start < frames:
+        while start < frames and not (cancel is not None and cancel.is_set()):
             end = min(frames, start + (_FIRST_FRAMES if start == 0 else _CHUNK_FRAMES))
             if frames - end < _LAST_MIN_FRAMES:
                 end = frames
@@ -394,7 +397,8 @@ class PiperTTS:
             if cancel is not None and cancel.is_set():
                 return
             loudest = 0.0  # the sentence's loudest 5 ms block so far
-            for audio, last in self._sentence_audio(self.voice.phonemes_to_ids(phonemes), syn):
+            ids = self.voice.phonemes_to_ids(phonemes)
+            for audio, last in self._sentence_audio(ids, syn, cancel):
                 if last and runs_on and i == len(sentences) - 1:
                     audio = trim_tail(audio, self.voice_rate_hz, loudest=loudest)
                 loudest = max(loudest, float(_block_rms(audio, self.voice_rate_hz).max(initial=0)))

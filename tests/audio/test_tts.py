@@ -158,6 +158,26 @@ def test_chunked_decode_is_one_whole_run_at_one_gain_per_voice(
     assert np.abs(pcm - ref * tts._gain).max() < 2e-4
 
 
+def test_cancel_runs_no_further_decoder_chunk(
+    tts: PiperTTS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    front, back, latent = tts._split
+    runs = []
+
+    class Counting:
+        def run(self, *args, **kw):
+            runs.append(1)
+            return back.run(*args, **kw)
+
+    monkeypatch.setattr(tts, "_split", (front, Counting(), latent))
+    cancel = threading.Event()
+    pieces = 0
+    for _ in tts.synthesize("The capital of France is Paris, a city of art and food.", cancel):
+        pieces += 1
+        cancel.set()  # after the first 100 ms piece of the first ~230 ms chunk
+    assert pieces == 1 and len(runs) == 1
+
+
 def test_a_voice_that_does_not_cut_runs_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
