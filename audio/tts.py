@@ -10,8 +10,8 @@ Piper voice), yields int16 pieces of piece_ms at the requested rate, and checks 
 between ONNX runs and between pieces. A Piper voice is VITS: a front (text encoder, durations,
 flow) makes a latent of one frame per 256 output samples, and a convolutional decoder turns it
 into audio. `split_voice` cuts the graph there, so a sentence's audio comes out in chunks: the
-front, then the decoder over ~20 frames first (3 words on Zen 4: first audio after 48 ms
-instead of the whole 82 ms run); a voice whose graph does not cut that way runs whole. Audio
+front, then the decoder over ~20 frames first (3 words on Zen 4: first audio after 41 ms
+instead of 62-64 ms for the whole run); a voice whose graph does not cut that way runs whole. Audio
 gets one gain per voice, set at load from calibration phrases (a chunk's gain cannot wait for
 its sentence's peak, and a peak per clause made one sentence's clauses differ by up to 6 dB). A
 chunk that ends on a word (an answer's first clause, cut inside its sentence) loses Piper's
