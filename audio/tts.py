@@ -10,8 +10,8 @@ Piper voice), yields int16 pieces of piece_ms at the requested rate, and checks 
 between ONNX runs and between pieces. A Piper voice is VITS: a front (text encoder, durations,
 flow) makes a latent of one frame per 256 output samples, and a convolutional decoder turns it
 into audio. `split_voice` cuts the graph there, so a sentence's audio comes out in chunks: the
-front, then the decoder over ~20 frames first (3 words on Zen 4: first audio after 41 ms
-instead of 62-64 ms for the whole run); a voice whose graph does not cut that way runs whole. Audio
+front, then the decoder over ~20 frames first (3 words on Zen 4: first audio after 33-41 ms
+instead of 49-64 ms for the whole run); a voice whose graph does not cut that way runs whole. Audio
 gets one gain per voice, set at load from calibration phrases (a chunk's gain cannot wait for
 its sentence's peak, and a peak per clause made one sentence's clauses differ by up to 6 dB). A
 chunk that ends on a word (an answer's first clause, cut inside its sentence) loses Piper's
@@ -331,30 +331,6 @@ class PiperTTS:
             raise ModelLoadError("the Piper voice is silent on its calibration phrases")
         return _CALIBRATED_PEAK / peak
 
-    def _inputs(self, ids: list[int], syn: object) -> dict[str, np.ndarray]:
-        """The voice graph's inputs for one sentence's phoneme ids, as Piper builds them."""
-        c = self.voice.config
-
-        def given(value: float | None, default: float) -> float:
-            return default if value is None else value
-
-        args = {
-            "input": np.array([ids], np.int64),
-            "input_lengths": np.array([len(ids)], np.int64),
-            "scales": np.array(
-                [
-                    given(syn.noise_scale, c.noise_scale),  # type: ignore[attr-defined]
-                    given(syn.length_scale, c.length_scale),  # type: ignore[attr-defined]
-                    given(syn.noise_w_scale, c.noise_w_scale),  # type: ignore[attr-defined]
-                ],
-                np.float32,
-            ),
-        }
-        if c.num_speakers > 1:
-            sid = syn.speaker_id  # type: ignore[attr-defined]
-            args["sid"] = np.array([c.default_speaker_id if sid is None else sid], np.int64)
-        return args
-
     def _sentence_audio(
         self, ids: list[int], syn: object, cancel: threading.Event | None = None
     ) -> Iterator[tuple[np.ndarray, bool]]:
@@ -365,10 +341,11 @@ class PiperTTS:
                 audio = np.asarray(self.voice.phoneme_ids_to_audio(ids, syn), np.float32)
             yield audio, True
             return
-        front, back, latent = self._split
-        with self._lock:
-            z = front.run(None, self._inputs(ids, syn))[0]  # type: ignore[attr-defined]
-        frames = z.shape[2]  # z: (1, channels, frames)
+        _, back, latent = self._split
+        with self._lock:  # Piper's own run, on the front: the latent, squeezed
+            z = np.asarray(self.voice.phoneme_ids_to_audio(ids, syn))
+        z = z.reshape(1, z.shape[0], -1)  # (1, channels, frames)
+        frames = z.shape[2]
         start = 0
         while start < frames and not (cancel is not None and cancel.is_set()):
             end = min(frames, start + (_FIRST_FRAMES if start == 0 else _CHUNK_FRAMES))
