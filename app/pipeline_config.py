@@ -181,8 +181,8 @@ class ConversationConfig:
             "max": 100,
             "help": "cut the answer's first TTS chunk at a word boundary after this many words "
             "when no punctuation came yet (0 = only at punctuation); Piper's first audio grows "
-            "little with the clause (decoder in chunks, Zen 4: 2 words 37 ms, 3 43, 4 44, 6 47; "
-            "bench/speech.py)",
+            "little with the clause (decoder in chunks, Zen 4: 2 words 29-43 ms, 3 33-41, "
+            "4 38-50, 6 43-60; bench/speech.py)",
         },
     )
     barge_in: bool = field(
