@@ -537,6 +537,10 @@ class VoiceSession:
         loop = asyncio.get_running_loop()
         utt, pause, turn, t0 = self._utt, self._pause_end, self.tm.turn, now_ms()
         speech = self._speech_end
+        # The pass this text came from is the last one (ScoreEnd and the speculation that
+        # scores are both made from it at once).
+        last = self._last_pass[2] if self._last_pass is not None else None
+        logprob = last.logprob if last is not None and last.text == text else None
 
         def decide(p: float | None) -> None:
             if utt != self._utt or pause != self._pause_end:
@@ -550,7 +554,7 @@ class VoiceSession:
                     log.error("end-of-turn speech score failed: %s", speech.exception())
                 else:
                     p_audio, audio_ms = speech.result()
-            decision = self.tm.on_end_score(text, p, p_audio)
+            decision = self.tm.on_end_score(text, p, p_audio, logprob)
             if decision is None:
                 return
             conv = self.cfg.conversation
@@ -561,7 +565,8 @@ class VoiceSession:
             self.trace(
                 "end_of_turn", turn, gen, p_end=None if p is None else round(p, 4),
                 p_audio=None if p_audio is None else round(p_audio, 4),
-                decision=decision, wait_ms=wait, compute_ms=round(now_ms() - t0, 1),
+                asr_logprob=None if logprob is None else round(logprob, 3), decision=decision,
+                wait_ms=wait, compute_ms=round(now_ms() - t0, 1),
                 audio_compute_ms=round(audio_ms, 2), text=text,
             )  # fmt: skip
             for ev in self.vad.end_after(wait):

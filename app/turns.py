@@ -19,7 +19,8 @@ by ``ScoreEnd`` where no speculation starts on it. With the speech's own score i
 (``end_decision``) sets how much silence ends this pause's turn: ``end_complete_ms`` when likely
 complete, ``end_incomplete_ms`` when likely not ("What is the capital of"), vad.speech_end_ms
 when unsure; speech that sounds cut mid-sentence (``end_audio_cut``) is incomplete unless the LM
-is sure (``end_audio_gate``), and unsure if it is. Speech within
+is sure (``end_audio_gate``), and unsure if it is; an unsure LM score on words Whisper barely
+heard (``end_asr_logprob``) is incomplete. Speech within
 ``reopen_ms`` of a turn that ended after such a decision continues that turn (``ReopenTurn``): its
 answer is cancelled, its user message taken back, and the whole turn (one transcript) gets one
 answer.
@@ -93,10 +94,15 @@ _COPULAS = frozenset(("is", "are", "was", "were", "am"))
 
 
 def end_decision(
-    p_end: float | None, cfg: ConversationConfig, text: str = "", p_audio: float | None = None
+    p_end: float | None,
+    cfg: ConversationConfig,
+    text: str = "",
+    p_audio: float | None = None,
+    asr_logprob: float | None = None,
 ) -> str:
-    """ "complete", "unsure" or "incomplete" from the LM's P(end of turn) (None: not scored)
-    and the speech's own P(end) (audio/prosody.py; None: not heard).
+    """ "complete", "unsure" or "incomplete" from the LM's P(end of turn) (None: not scored),
+    the speech's own P(end) (audio/prosody.py; None: not heard) and how clearly Whisper heard
+    the words (``asr_logprob``, its mean log-probability per token; None: not measured).
 
     Speech that sounds cut (``p_audio`` below ``end_audio_cut``: no final lengthening or pitch
     movement on the last word) is "incomplete" unless the LM is sure of its end (``p_end`` at
@@ -114,6 +120,10 @@ def end_decision(
     complete message (in bench/conversation.py's monologues every sentence ended the turn and
     was reopened); "Never mind that. Tell me about dragons." is not a story. So is a shorter
     turn whose last sentence tells something without asking or requesting (`tells_something`).
+    An LM score between ``end_unlikely`` and ``end_likely`` on words Whisper barely heard
+    (``asr_logprob`` below ``end_asr_logprob``) is "incomplete": the cut speech Whisper
+    completes on its own ("How many legs does a" -> "How many lengths do I need?", -0.66) reads
+    as barely complete, while a question heard clearly scores -0.05 to -0.3.
     """
     sure = p_end is not None and p_end >= cfg.end_audio_gate
     sounds_cut = p_audio is not None and p_audio < cfg.end_audio_cut
@@ -126,7 +136,8 @@ def end_decision(
     if p_end < cfg.end_unlikely:
         return "incomplete"
     if p_end < cfg.end_likely:
-        return "unsure"
+        unclear = asr_logprob is not None and asr_logprob < cfg.end_asr_logprob
+        return "incomplete" if unclear else "unsure"
     story = len(text.split()) >= STORY_WORDS and _SENTENCE_BREAK.search(text.strip())
     if story and not text.rstrip().endswith("?"):
         return "unsure"
@@ -648,14 +659,19 @@ class TurnManager:
         return [ScoreEnd(self.gen, text, prompt), *actions]
 
     def on_end_score(
-        self, text: str, p_end: float | None, p_audio: float | None = None
+        self,
+        text: str,
+        p_end: float | None,
+        p_audio: float | None = None,
+        asr_logprob: float | None = None,
     ) -> str | None:
-        """The LM's P(end of turn) for ``text`` and the speech's (``p_audio``, None: not
-        heard); returns the decision ("complete", "unsure", "incomplete"), or None when the
-        user has spoken again since (nothing to decide)."""
+        """The LM's P(end of turn) for ``text``, the speech's (``p_audio``, None: not heard)
+        and Whisper's mean log-probability of ``text`` (None: not measured); returns the
+        decision ("complete", "unsure", "incomplete"), or None when the user has spoken again
+        since (nothing to decide)."""
         if not self.paused or self.scored is None or normalize(self.scored) != normalize(text):
             return None
-        self.decision = end_decision(p_end, self.cfg, text, p_audio)
+        self.decision = end_decision(p_end, self.cfg, text, p_audio, asr_logprob)
         return self.decision
 
     def _speculate(self, text: str) -> list[Action]:

@@ -80,6 +80,9 @@ class Transcript:
     compute_ms: float  # wall time of the pass
     # A final's closed segments (a long turn), and how many of them its whole pass covers.
     segments: tuple[int, int] = (0, 0)
+    # Whisper's mean log-probability per token of the pass over the current segment (None:
+    # no words): how clearly it heard them. Cut speech it completes on its own reads lower.
+    logprob: float | None = None
 
 
 EMPTY = Transcript("", "", False, 0.0, 0.0)
@@ -265,18 +268,18 @@ class WhisperASR:
             raise AudioFormatError(f"ASR wants mono 1-D 16 kHz PCM, got shape {pcm.shape}")
         audio = to_float32(pcm)
         audio_ms = 1000.0 * len(audio) / RATE_HZ
-        text = ""
+        text, logprob = "", None
         if len(audio) >= _FRAME and peak_dbfs((audio * 32767).astype(np.int16)) >= (
             self.cfg.min_rms_dbfs
         ):
             with self._lock:
                 if audio_ms <= _MAX_SHORT_S * 1000:
-                    text = self._short_pass(audio)
+                    text, logprob = self._short_pass(audio)
                 else:
-                    text = self._long_pass(audio)
+                    text, logprob = self._long_pass(audio)
         stable = text if final else agreed_prefix(prev.text, text) if prev else ""
         compute_ms = 1000.0 * (time.perf_counter() - t0)
-        return Transcript(text, stable, final, audio_ms, compute_ms)
+        return Transcript(text, stable, final, audio_ms, compute_ms, logprob=logprob)
 
     def has_speech(self, pcm16k: np.ndarray) -> bool:
         """Any 30 ms frame that webrtcvad (mode 3) calls voice above the energy gate, and that
@@ -309,17 +312,18 @@ class WhisperASR:
             return False
         return _compression_ratio(text) <= c.compression_ratio_threshold
 
-    def _short_pass(self, audio: np.ndarray) -> str:
+    def _short_pass(self, audio: np.ndarray) -> tuple[str, float | None]:
         window_s = _SMALL_WINDOW_S if len(audio) <= 6 * RATE_HZ else _WINDOW_S
         text, no_speech, logprob = _windowed_pass(
             self.model, self._prompt, self._tok, audio, window_s, self.cfg.beam_size
         )
         if not text or not self._accept(text, no_speech, logprob):
             log.debug("asr: dropped %r (no_speech %.2f)", text, no_speech)
-            return ""
-        return text
+            return "", None
+        return text, logprob
 
-    def _long_pass(self, audio: np.ndarray) -> str:
+    def _long_pass(self, audio: np.ndarray) -> tuple[str, float | None]:
+        """faster-whisper's 30 s windows; the log-probability is the last kept segment's."""
         segments, _ = self.model.transcribe(
             audio,
             language=self._tok.language_code,
@@ -333,11 +337,11 @@ class WhisperASR:
             compression_ratio_threshold=self.cfg.compression_ratio_threshold,
         )
         kept = [
-            s.text.strip()
+            (s.text.strip(), s.avg_logprob)
             for s in segments
-            if self._accept(s.text.strip(), s.no_speech_prob, s.avg_logprob)
+            if s.text.strip() and self._accept(s.text.strip(), s.no_speech_prob, s.avg_logprob)
         ]
-        return " ".join(t for t in kept if t)
+        return " ".join(t for t, _ in kept), kept[-1][1] if kept else None
 
 
 def _windowed_pass(
@@ -583,7 +587,7 @@ class StreamingTranscriber:
         last = self._joined(self._seg)
         ms = 1000.0 * (time.perf_counter() - t0)
         segments = (len(self._texts), self._prefix_k)
-        return Transcript(last.text, last.text, True, last.audio_ms, ms, segments)
+        return Transcript(last.text, last.text, True, last.audio_ms, ms, segments, last.logprob)
 
     def refinement(self) -> Future[str] | None:
         """After the final of a long turn (one with closed segments): one whole pass over all of
@@ -630,7 +634,7 @@ class StreamingTranscriber:
         text = merge_overlap(self._head, seg.text)
         stable = merge_overlap(self._head, seg.stable)
         audio_ms = self._closed_ms + seg.audio_ms
-        return Transcript(text, stable, seg.final, audio_ms, seg.compute_ms)
+        return Transcript(text, stable, seg.final, audio_ms, seg.compute_ms, logprob=seg.logprob)
 
     def _reusable(self) -> bool:
         """The last pass covers all the speech fed: nothing new, or only silence after it, and

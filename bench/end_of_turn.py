@@ -15,9 +15,10 @@ capital of") and whole questions in its five voices, and with ``--clips`` the he
 model/training/train_turn_audio.py (its clip cache: sentences and voices the speech's model did
 not train on). Each clip goes through Whisper with 120 ms of the pause after it, the LM scores
 the transcript and audio/prosody.py the speech; the decisions are counted with the LM alone,
-with the speech's score as configured (``end_audio_cut`` under ``end_audio_gate``) and with it
-ungated. A cut head is projected premature when its decision's wait is shorter than the
-mid-sentence pauses of bench/voice.py (300-700 ms):
+with the speech's score as configured (``end_audio_cut`` under ``end_audio_gate``), with it
+ungated, and as configured but without Whisper's confidence (``end_asr_logprob``). A cut head
+is projected premature when its decision's wait is shorter than the mid-sentence pauses of
+bench/voice.py (300-700 ms):
 
     .venv/bin/python bench/end_of_turn.py --spoken [--clips /tmp/turn_audio_clips.npz]
 """
@@ -78,9 +79,10 @@ def spoken(cfg, clips_path: str | None) -> dict:
                 kind = "head" if kind == "alone" else str(kind)
                 sets.setdefault(held[split], []).append((kind, pcm.astype(np.int16)))
     rules = {
-        "lm": replace(conv, end_audio_cut=0.0),
+        "lm": replace(conv, end_audio_cut=0.0, end_asr_logprob=-100.0),
         "lm_and_speech": conv,
         "lm_and_speech_ungated": replace(conv, end_audio_gate=1.01),
+        "lm_and_speech_without_asr_logprob": replace(conv, end_asr_logprob=-100.0),
     }
     wait = {
         "complete": conv.end_complete_ms,
@@ -93,12 +95,13 @@ def spoken(cfg, clips_path: str | None) -> dict:
         counts = {rule: {} for rule in rules}
         premature = dict.fromkeys(rules, 0.0)
         for kind, pcm in items:
-            text = asr.transcribe(np.concatenate([lead, pcm, pause]), final=True).text
+            tr = asr.transcribe(np.concatenate([lead, pcm, pause]), final=True)
+            text = tr.text
             msgs = [*system, {"role": "user", "content": text}]
             p = session.end_of_turn(msgs) if text else None
             p_audio = heard.score(np.concatenate([lead, pcm]))
             for rule, c in rules.items():
-                d = end_decision(p, c, text, p_audio)
+                d = end_decision(p, c, text, p_audio, tr.logprob)
                 by_kind = counts[rule].setdefault(kind, dict.fromkeys(wait, 0))
                 by_kind[d] += 1
                 if kind == "head":

@@ -42,8 +42,10 @@ class FakeASR:
         script: list[str | tuple[str, str]],
         compute_s: float = 0.03,
         refine: dict[str, str] | None = None,
+        logprob: float | None = None,
     ):
         self.script = list(script)
+        self.logprob = logprob  # every pass's Whisper mean log-probability (None: unmeasured)
         # A long turn's refinement after its final: final text -> the refined text, 0.2 s later.
         self.refine = refine or {}
         self.refine_s = 0.2
@@ -85,7 +87,8 @@ class FakeTranscriber:
         self.last_partial_ms = self.fed_ms
         self.asr.heard_ms.append(self.fed_ms)
         text = self._item()[2 * self.stage]
-        return Transcript(text, text, False, self.fed_ms, self.asr.compute_s * 1000)
+        ms = self.asr.compute_s * 1000
+        return Transcript(text, text, False, self.fed_ms, ms, logprob=self.asr.logprob)
 
     def refinement(self) -> Future[str] | None:
         """As StreamingTranscriber.refinement: the whole pass over a long turn, 0.2 s later."""
@@ -261,7 +264,9 @@ class FakeChunker:
 
 class FakeComponents(Components):
     def __init__(self, script, **kw):
-        asr = FakeASR(script, kw.pop("asr_s", 0.03), refine=kw.pop("refine", None))
+        asr = FakeASR(
+            script, kw.pop("asr_s", 0.03), kw.pop("refine", None), kw.pop("asr_logprob", None)
+        )
         super().__init__(lm=FakeLM(**kw.pop("lm", {})), asr=asr, tts=FakeTTS(**kw))
 
     def new_transcriber(self, cfg):

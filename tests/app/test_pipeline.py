@@ -354,6 +354,19 @@ def test_speech_that_sounds_cut_waits_although_its_text_reads_complete():
     assert score["decision"] == "complete" and score["p_audio"] is None
 
 
+def test_an_unsure_score_on_words_whisper_barely_heard_waits_as_incomplete():
+    # The fake LM scores text without an end mark 0.001: unsure between these thresholds.
+    conv = replace(CFG.conversation, end_likely=0.5, end_unlikely=0.0005, end_audio=False)
+    cfg, segs, text = replace(CFG, conversation=conv), [Segment(buzz(900))], "How many lengths"
+    _, _, trace, _ = run([text], segs, cfg=cfg, **SHORT, asr_logprob=-0.8)
+    (score,) = [e for e in trace if e["event"] == "end_of_turn"]
+    assert score["asr_logprob"] == -0.8 and score["decision"] == "incomplete"
+    assert score["wait_ms"] == conv.end_incomplete_ms
+    _, _, trace, _ = run([text], segs, cfg=cfg, **SHORT, asr_logprob=-0.2)  # heard clearly
+    (score,) = [e for e in trace if e["event"] == "end_of_turn"]
+    assert score["decision"] == "unsure" and score["wait_ms"] == CFG.vad.speech_end_ms
+
+
 def test_the_pause_pass_hears_the_last_word_to_its_unvoiced_end():
     # 120 ms of a fricative-like hiss after the voice (a final "s"): not voice to the VAD,
     # but a pass cut inside it reads "France" as "friend". The pass the end of the turn is

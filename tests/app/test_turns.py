@@ -416,6 +416,23 @@ def test_speech_that_sounds_cut_is_incomplete_whatever_its_transcript():
     assert tm.decision == "incomplete"
 
 
+def test_an_unsure_lm_score_on_words_whisper_barely_heard_is_incomplete():
+    # "How many legs does a" heard as "How many lengths do I need?": LM 0.003, Whisper -0.66.
+    text, low = "How many lengths do I need?", CFG.end_asr_logprob - 0.16
+    assert end_decision(0.003, CFG, text) == "unsure"
+    assert end_decision(0.003, CFG, text, asr_logprob=low) == "incomplete"
+    assert end_decision(0.003, CFG, text, asr_logprob=CFG.end_asr_logprob) == "unsure"
+    # Only the LM's unsure band: a score it reads as complete stays complete.
+    assert end_decision(CFG.end_likely, CFG, text, asr_logprob=low) == "complete"
+    off = replace(CFG, end_asr_logprob=-100.0)
+    assert end_decision(0.003, off, text, asr_logprob=low) == "unsure"
+    tm = TurnManager(CFG)
+    tm.on_speech_start(0)
+    tm.on_pause()
+    tm.on_partial(text, complete=True)
+    assert tm.on_end_score(text, 0.003, asr_logprob=low) == "incomplete"
+
+
 def test_adaptive_scores_each_new_pause_transcript_with_its_speculation():
     tm = TurnManager(CFG)  # end_of_turn: adaptive
     tm.on_speech_start(0)

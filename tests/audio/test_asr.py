@@ -37,6 +37,9 @@ def test_vad_then_asr_gives_the_words(voice: str, asr, request: pytest.FixtureRe
     assert t.final and t.stable == t.text
     got = words(t.text)
     assert {"what", "capital", "france"} <= set(got), t.text
+    # Heard clearly: bench/voice.py's clear questions read -0.05 to -0.3, its cut ones that
+    # Whisper completed on its own down to -0.9 (the end of turn's end_asr_logprob).
+    assert t.logprob is not None and -0.35 < t.logprob < 0, t.logprob
 
 
 def test_non_speech_gives_no_transcript(asr) -> None:
@@ -48,7 +51,8 @@ def test_non_speech_gives_no_transcript(asr) -> None:
         "440 Hz tone": (0.3 * 32767 * np.sin(2 * np.pi * 440 * t)).astype(np.int16),
     }
     for name, pcm in cases.items():
-        assert asr.transcribe(pcm, final=True).text == "", name
+        t = asr.transcribe(pcm, final=True)
+        assert t.text == "" and t.logprob is None, name
 
 
 def test_streaming_partials_and_fast_final(asr, france_piper: np.ndarray) -> None:
@@ -166,8 +170,9 @@ def test_long_utterance_goes_through_chunked_transcribe(asr) -> None:
     )
     pcm = speech_pcm(text, "piper", tail_ms=300)
     assert len(pcm) > 9.5 * 16000  # beyond the 10 s window: the 30 s path
-    got = set(words(asr.transcribe(pcm, final=True).text))
-    assert {"fox", "dog", "peter", "wood"} <= got
+    t = asr.transcribe(pcm, final=True)
+    assert {"fox", "dog", "peter", "wood"} <= set(words(t.text))
+    assert t.logprob is not None and t.logprob < 0  # its last segment's
 
 
 class WordsASR:
