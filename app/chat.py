@@ -58,6 +58,10 @@ class ChatDisplay:
             self.partial = ev["transcript"]
         elif kind == "conversation.item.input_audio_transcription.completed":
             self._user, self.partial = ev["transcript"], ev["transcript"]
+        elif kind == "conversation.item.input_audio_transcription.revised":
+            old, new = ev["previous_transcript"], ev["transcript"]
+            self._user = new if self._user == old else self._user
+            self.log = [(new if user == old else user, a, n) for user, a, n in self.log]
         elif kind == "response.speculation.delta":
             self.tentative = ev["text"]
         elif kind == "response.speculation.dropped":

@@ -445,7 +445,8 @@ class VoiceSession:
     def _follow_refinement(self, transcriber: Any, turn: int, text: str) -> None:
         """A long turn, heard in segments: one whole pass over all of it on the Refiner after
         its final (the answer does not wait for it); its text replaces the final's in the
-        history, so the later turns' prompts carry it."""
+        history, so the later turns' prompts carry it, and the client is told
+        (``...input_audio_transcription.revised``), so its transcript stays the history's."""
         refinement = getattr(transcriber, "refinement", None)
         if refinement is None or self._closed:
             return
@@ -460,6 +461,13 @@ class VoiceSession:
                 return  # the turn went on (reopened): its new final asks for its own
             if self.tm.history.revise_user(text, refined):
                 self.trace("asr_refined", turn, self.tm.gen, text=refined)
+                self.emit(
+                    {
+                        "type": "conversation.item.input_audio_transcription.revised",
+                        "transcript": refined,
+                        "previous_transcript": text,
+                    }
+                )
 
         def refined(fut: Future[str]) -> None:  # in the refiner's thread
             self._refinements.discard(fut)

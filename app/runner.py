@@ -144,6 +144,11 @@ class TurnPrinter:
         kind = ev["type"]
         if kind == "conversation.item.input_audio_transcription.completed":
             self._user = ev["transcript"]
+        elif kind == "conversation.item.input_audio_transcription.revised":
+            old, new = ev["previous_transcript"], ev["transcript"]
+            self._user = new if self._user == old else self._user
+            for turn in self.turns:
+                turn["user"] = new if turn["user"] == old else turn["user"]
         elif kind == "response.done":
             r = ev["response"]
             self.turns.append({"user": self._user, "gen": r["gen"], **r})

@@ -126,3 +126,20 @@ def test_finished_turns_print_once_unwrapped_for_a_log():
         "agent: The capital of France is Paris, a city on the Seine.",
         "voice-to-voice 612 ms (asr_final 80, lm_clause 150, tts_first 210 ms), speculation hit",
     ]
+
+
+def test_a_revised_long_turn_replaces_its_final_in_the_display():
+    d = ChatDisplay()
+    final, better = "What can I cook that is vegetarian? I need it.", "What can I cook? Easy."
+    d.on_event({"type": "conversation.item.input_audio_transcription.completed",
+                "transcript": final})  # fmt: skip
+    d.on_event(
+        {"type": "response.done",
+         "response": {"gen": 2, "status": "completed", "output_text": "Pasta.", "heard_text": ""}}
+    )  # fmt: skip
+    d.on_event(
+        {"type": "conversation.item.input_audio_transcription.revised", "transcript": better,
+         "previous_transcript": final}
+    )  # fmt: skip
+    out = render(d)
+    assert better in out and "I need it" not in out

@@ -412,6 +412,17 @@ def test_a_refinement_done_after_the_final_revises_the_history_not_the_answer():
     assert refined["text"] == better and refined["turn"] == 1
     first, _ = done(events)
     assert "nob" in first["output_text"]  # the answer was made from the final
+    # The client's transcript follows the history's.
+    (revised,) = [e for e in events if e["type"].endswith("input_audio_transcription.revised")]
+    assert revised == {
+        "type": "conversation.item.input_audio_transcription.revised",
+        "transcript": better,
+        "previous_transcript": final,
+    }
+    kinds = [e["type"] for e in events]
+    assert kinds.index(revised["type"]) > kinds.index(
+        "conversation.item.input_audio_transcription.completed"
+    )
 
 
 def test_a_refinement_not_started_when_the_session_closes_never_runs():

@@ -190,3 +190,32 @@ def test_page_resampler_filters_what_16_khz_cannot_carry(tmp_path: Path) -> None
     assert abs(n - 16000) <= 20
     assert abs(rms_1k - 0.5 / 2**0.5) < 0.02  # the speech band passes at its level
     assert rms_12k < 0.005  # >= 40 dB down; box averaging left 0.118 (-9.5 dB)
+
+
+def test_page_shows_a_long_turn_revised_after_its_final() -> None:
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (make test installs it)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    page_file = Path(__file__).resolve().parents[2] / "app" / "static" / "index.html"
+    final, better = "What can I cook that is vegetarian? I need it.", "What can I cook? Easy."
+    script = """([final, better]) => {
+      const heard = (text) => ({type: "conversation.item.input_audio_transcription.completed",
+                                transcript: text});
+      onEvent({type: "input_audio_buffer.speech_started"});
+      onEvent(heard(final));
+      onEvent({type: "input_audio_buffer.speech_started"});
+      onEvent(heard("And for dessert?"));
+      onEvent({type: "conversation.item.input_audio_transcription.revised",
+               transcript: better, previous_transcript: final});
+      return [...document.querySelectorAll("#chat .msg.user")].map(
+        (m) => [m.querySelector(".text").textContent, m.querySelector(".tags").textContent]);
+    }"""
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(page_file.as_uri())
+            rows = page.evaluate(script, [final, better])
+        finally:
+            browser.close()
+    assert rows == [[better, "re-heard"], ["And for dessert?", ""]]
