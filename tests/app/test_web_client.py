@@ -160,13 +160,25 @@ new MutationObserver((records) => {
 }).observe(document, {childList: true, subtree: true});"""
 
 
-def test_page_resampler_filters_what_16_khz_cannot_carry(tmp_path: Path) -> None:
-    """The page's 48 -> 16 kHz resampler: 1 kHz passes, 12 kHz (which averaging each 3 samples
-    folded to 4 kHz at a third of its level) is removed, across 20 ms chunks."""
+def evaluate_on_page(script: str, *args: Any) -> list[Any]:
+    """``script`` run on the page (opened as a file, no server) once for each of ``args``."""
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed (make test installs it)")
     playwright = pytest.importorskip("playwright.sync_api")
     page_file = Path(__file__).resolve().parents[2] / "app" / "static" / "index.html"
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(page_file.as_uri())
+            return [page.evaluate(script, arg) for arg in args]
+        finally:
+            browser.close()
+
+
+def test_page_resampler_filters_what_16_khz_cannot_carry(tmp_path: Path) -> None:
+    """The page's 48 -> 16 kHz resampler: 1 kHz passes, 12 kHz (which averaging each 3 samples
+    folded to 4 kHz at a third of its level) is removed, across 20 ms chunks."""
     script = """(f) => {
       const res = makeResampler(48000), out = [];
       for (let k = 0; k < 50; k++) {                      // 1 s in 20 ms chunks
@@ -178,25 +190,13 @@ def test_page_resampler_filters_what_16_khz_cannot_carry(tmp_path: Path) -> None
       const tail = out.slice(1600);                         // past the filter's start-up
       return [out.length, Math.sqrt(tail.reduce((s, v) => s + v * v, 0) / tail.length) / 32768];
     }"""
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page()
-            page.goto(page_file.as_uri())
-            n, rms_1k = page.evaluate(script, 1000)
-            _, rms_12k = page.evaluate(script, 12000)
-        finally:
-            browser.close()
+    (n, rms_1k), (_, rms_12k) = evaluate_on_page(script, 1000, 12000)
     assert abs(n - 16000) <= 20
     assert abs(rms_1k - 0.5 / 2**0.5) < 0.02  # the speech band passes at its level
     assert rms_12k < 0.005  # >= 40 dB down; box averaging left 0.118 (-9.5 dB)
 
 
 def test_page_shows_a_long_turn_revised_after_its_final() -> None:
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (make test installs it)")
-    playwright = pytest.importorskip("playwright.sync_api")
-    page_file = Path(__file__).resolve().parents[2] / "app" / "static" / "index.html"
     final, better = "What can I cook that is vegetarian? I need it.", "What can I cook? Easy."
     script = """([final, better]) => {
       const heard = (text) => ({type: "conversation.item.input_audio_transcription.completed",
@@ -210,12 +210,5 @@ def test_page_shows_a_long_turn_revised_after_its_final() -> None:
       return [...document.querySelectorAll("#chat .msg.user")].map(
         (m) => [m.querySelector(".text").textContent, m.querySelector(".tags").textContent]);
     }"""
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page()
-            page.goto(page_file.as_uri())
-            rows = page.evaluate(script, [final, better])
-        finally:
-            browser.close()
+    (rows,) = evaluate_on_page(script, [final, better])
     assert rows == [[better, "re-heard"], ["And for dessert?", ""]]
