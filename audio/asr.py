@@ -66,6 +66,10 @@ _MERGE_SLACK = 4  # words the two passes may add or drop at the overlap's ends
 # Longest turn a refinement transcribes again: 2 min of audio is ~4 MB kept and ~4 Whisper
 # windows (~4 s on a 2-core Zen 1, idle class); a longer turn keeps its segments' text.
 _REFINE_MAX = 120 * RATE_HZ
+# A long turn's last segment shorter than this is heard again with the closed segment before it
+# at the final: a cut at a breath inside the last sentence ("vegetarian [90 ms] and easy?") left
+# 0.5 s, which tiny.en heard alone as "vegetarian? I need it.".
+_SHORT_LAST = 3 * RATE_HZ // 2
 _REFINE_WINDOW_MAX_S = 29  # a refinement up to this long is one pass in a window of its size
 _TICK = RATE_HZ // 100  # 10 ms: the resolution of sound_goes_on()
 _SOUND_DB = 12.0  # above the background: the end of a word, not noise
@@ -504,6 +508,8 @@ class StreamingTranscriber:
         self._texts: list[str] = []  # each closed segment's own text
         self._prefix_k = 0  # the closed segments the newest whole pass in the turn's text covers
         self._head = ""  # the turn's text up to the last closed segment
+        # ... up to the closed segment before the last (None: a whole pass covers the last)
+        self._head_before: str | None = ""
         self._closed = 0  # where the last closed segment ends in the turn's audio
         self._origin = 0  # where the current segment's audio begins in the turn's
         # The turn's audio up to _closed, kept for the refinement only (None: too long for one).
@@ -568,7 +574,7 @@ class StreamingTranscriber:
                     self._kept = None
             self._closed = self._origin + closed
         self._texts.append(seg.text)
-        self._head = merge_overlap(self._head, seg.text)
+        self._head_before, self._head = self._head, merge_overlap(self._head, seg.text)
         self._roll()
         self._closed_ms += 1000.0 * (len(pcm) - len(rest)) / RATE_HZ
         self._origin += len(pcm) - len(rest)
@@ -581,13 +587,29 @@ class StreamingTranscriber:
         """The final transcript; reuses the last pass when only silence was fed after it."""
         t0 = time.perf_counter()
         self._roll()
-        if not self._reusable():
-            self._seg = self.asr.transcribe(self.audio(), final=True, prev=self._seg)
-            self._n_at_pass = self._n
-        last = self._joined(self._seg)
+        last = self._with_last_closed()
+        if last is None:
+            if not self._reusable():
+                self._seg = self.asr.transcribe(self.audio(), final=True, prev=self._seg)
+                self._n_at_pass = self._n
+            last = self._joined(self._seg)
         ms = 1000.0 * (time.perf_counter() - t0)
         segments = (len(self._texts), self._prefix_k)
         return Transcript(last.text, last.text, True, last.audio_ms, ms, segments, last.logprob)
+
+    def _with_last_closed(self) -> Transcript | None:
+        """A final over a last segment of under _SHORT_LAST past its cut, heard again with the
+        closed segment before it (and the overlap before that), where no whole pass covers
+        that one yet; None otherwise. One pass of up to ~10 s instead of reusing the pause's."""
+        new = self.audio()[max(0, self._closed - self._origin) : self._n]
+        if not self._kept or self._head_before is None or len(new) >= _SHORT_LAST:
+            return None
+        lead = self._kept[-2][-_OVERLAP:] if len(self._kept) >= 2 else self._kept[-1][:0]
+        pcm = np.concatenate([lead, self._kept[-1], new])
+        seg = self.asr.transcribe(pcm, final=True)
+        text = merge_overlap(self._head_before, seg.text)
+        audio_ms = self._closed_ms + 1000.0 * self._n / RATE_HZ
+        return Transcript(text, text, True, audio_ms, seg.compute_ms, logprob=seg.logprob)
 
     def refinement(self) -> Future[str] | None:
         """After the final of a long turn (one with closed segments): one whole pass over all of
@@ -618,10 +640,11 @@ class StreamingTranscriber:
         if fut is not None and fut.done():
             self._rolling = None
             if not fut.cancelled() and fut.exception() is None and fut.result():
-                head, self._prefix_k = fut.result(), self._rolling_k
+                heads, self._prefix_k = [fut.result()], self._rolling_k
                 for text in self._texts[self._prefix_k :]:
-                    head = merge_overlap(head, text)
-                self._head = head
+                    heads.append(merge_overlap(heads[-1], text))
+                self._head = heads[-1]
+                self._head_before = heads[-2] if len(heads) >= 2 else None
         k = len(self._texts)
         if self._rolling is None and self._kept and k >= 2 and k > self._rolling_k:
             self._rolling = self.refiner.submit(np.concatenate(self._kept))

@@ -348,6 +348,33 @@ def test_a_long_turn_is_refined_whole_while_it_goes_on_and_after_its_final() -> 
     assert StreamingTranscriber(WordsASR(), ASRConfig()).refinement() is None
 
 
+def test_a_short_last_segment_is_heard_again_with_the_closed_one_before_it() -> None:
+    class CountingASR(WordsASR):
+        def __init__(self) -> None:
+            self.heard: list[int] = []  # samples of each pass
+
+        def transcribe(self, pcm16k: np.ndarray, *, final: bool, prev=None) -> Transcript:
+            self.heard.append(len(pcm16k))
+            return super().transcribe(pcm16k, final=final, prev=prev)
+
+    gap = np.zeros(4000, np.int16)
+    for tail, reheard in ((8000, True), (32000, False)):  # 0.5 s after the cut, then 2 s
+        asr = CountingASR()
+        st = StreamingTranscriber(asr, ASRConfig(), HeldRefiner())
+        st.feed(np.concatenate([np.full(8000, 1, np.int16), gap, np.full(8000, 2, np.int16), gap]))
+        st.close_segment()  # the VAD's cut at a breath inside the last sentence
+        st.feed(np.full(tail, 3, np.int16))
+        paused = st.partial()  # the pause's pass: the last segment alone
+        asr.heard.clear()
+        final = st.final()
+        assert final.text == paused.text == "w1 w2 w3" and final.final
+        assert final.audio_ms == paused.audio_ms
+        if reheard:  # one pass from the closed segment's start: all 1.5 s + 0.5 s of the turn
+            assert asr.heard == [24000 + tail]
+        else:  # the pause's pass is the final
+            assert asr.heard == []
+
+
 @pytest.mark.slow  # the refinement runs when the CPU is idle: seconds, more when it is not
 def test_refinement_is_one_whole_pass_over_the_long_turn(asr) -> None:
     # Four sentences in 4 s segments: after the final, all of the turn is transcribed again as
