@@ -66,10 +66,13 @@ _MERGE_SLACK = 4  # words the two passes may add or drop at the overlap's ends
 # Longest turn a refinement transcribes again: 2 min of audio is ~4 MB kept and ~4 Whisper
 # windows (~4 s on a 2-core Zen 1, idle class); a longer turn keeps its segments' text.
 _REFINE_MAX = 120 * RATE_HZ
-# A long turn's last segment shorter than this is heard again with the closed segment before it
-# at the final: a cut at a breath inside the last sentence ("vegetarian [90 ms] and easy?") left
-# 0.5 s, which tiny.en heard alone as "vegetarian? I need it.".
+# A long turn's last segment shorter than this past its cut is heard again at the final with the
+# audio before the cut: a cut at a breath inside the last sentence ("vegetarian [90 ms] and
+# easy?") left 0.5 s, which tiny.en heard alone as "vegetarian? I need it.". All of the closed
+# segment before it where no whole pass covers that one yet, else its last _REHEAR: ~9 words,
+# within what merge_overlap() joins on (_MERGE_WORDS).
 _SHORT_LAST = 3 * RATE_HZ // 2
+_REHEAR = 3 * RATE_HZ
 _REFINE_WINDOW_MAX_S = 29  # a refinement up to this long is one pass in a window of its size
 _TICK = RATE_HZ // 100  # 10 ms: the resolution of sound_goes_on()
 _SOUND_DB = 12.0  # above the background: the end of a word, not noise
@@ -508,8 +511,9 @@ class StreamingTranscriber:
         self._texts: list[str] = []  # each closed segment's own text
         self._prefix_k = 0  # the closed segments the newest whole pass in the turn's text covers
         self._head = ""  # the turn's text up to the last closed segment
-        # ... up to the closed segment before the last (None: a whole pass covers the last)
+        # ... up to the closed segment before it (None: a whole pass covers the last one)
         self._head_before: str | None = ""
+        self._before_cut = np.zeros(0, np.int16)  # the last _REHEAR of audio before the cut
         self._closed = 0  # where the last closed segment ends in the turn's audio
         self._origin = 0  # where the current segment's audio begins in the turn's
         # The turn's audio up to _closed, kept for the refinement only (None: too long for one).
@@ -575,6 +579,7 @@ class StreamingTranscriber:
             self._closed = self._origin + closed
         self._texts.append(seg.text)
         self._head_before, self._head = self._head, merge_overlap(self._head, seg.text)
+        self._before_cut = pcm[max(0, closed - _REHEAR) : closed].copy()
         self._roll()
         self._closed_ms += 1000.0 * (len(pcm) - len(rest)) / RATE_HZ
         self._origin += len(pcm) - len(rest)
@@ -587,7 +592,7 @@ class StreamingTranscriber:
         """The final transcript; reuses the last pass when only silence was fed after it."""
         t0 = time.perf_counter()
         self._roll()
-        last = self._with_last_closed()
+        last = self._short_last_again()
         if last is None:
             if not self._reusable():
                 self._seg = self.asr.transcribe(self.audio(), final=True, prev=self._seg)
@@ -597,17 +602,22 @@ class StreamingTranscriber:
         segments = (len(self._texts), self._prefix_k)
         return Transcript(last.text, last.text, True, last.audio_ms, ms, segments, last.logprob)
 
-    def _with_last_closed(self) -> Transcript | None:
+    def _short_last_again(self) -> Transcript | None:
         """A final over a last segment of under _SHORT_LAST past its cut, heard again with the
-        closed segment before it (and the overlap before that), where no whole pass covers
-        that one yet; None otherwise. One pass of up to ~10 s instead of reusing the pause's."""
+        audio before the cut and joined to the turn's text before that audio: all of the last
+        closed segment (and the overlap before it) where no whole pass covers it yet, else its
+        last _REHEAR. None for a turn without a cut or a longer last segment. One pass of up to
+        ~10 s (4.5 s) instead of reusing the pause's."""
         new = self.audio()[max(0, self._closed - self._origin) : self._n]
-        if not self._kept or self._head_before is None or len(new) >= _SHORT_LAST:
+        if not self._texts or len(new) >= _SHORT_LAST:
             return None
-        lead = self._kept[-2][-_OVERLAP:] if len(self._kept) >= 2 else self._kept[-1][:0]
-        pcm = np.concatenate([lead, self._kept[-1], new])
+        if self._kept and self._head_before is not None:
+            lead = self._kept[-2][-_OVERLAP:] if len(self._kept) >= 2 else new[:0]
+            pcm, head = np.concatenate([lead, self._kept[-1], new]), self._head_before
+        else:
+            pcm, head = np.concatenate([self._before_cut, new]), self._head
         seg = self.asr.transcribe(pcm, final=True)
-        text = merge_overlap(self._head_before, seg.text)
+        text = merge_overlap(head, seg.text)
         audio_ms = self._closed_ms + 1000.0 * self._n / RATE_HZ
         return Transcript(text, text, True, audio_ms, seg.compute_ms, logprob=seg.logprob)
 

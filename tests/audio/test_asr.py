@@ -348,7 +348,7 @@ def test_a_long_turn_is_refined_whole_while_it_goes_on_and_after_its_final() -> 
     assert StreamingTranscriber(WordsASR(), ASRConfig()).refinement() is None
 
 
-def test_a_short_last_segment_is_heard_again_with_the_closed_one_before_it() -> None:
+def test_a_short_last_segment_is_heard_again_with_the_audio_before_its_cut() -> None:
     class CountingASR(WordsASR):
         def __init__(self) -> None:
             self.heard: list[int] = []  # samples of each pass
@@ -358,21 +358,25 @@ def test_a_short_last_segment_is_heard_again_with_the_closed_one_before_it() -> 
             return super().transcribe(pcm16k, final=final, prev=prev)
 
     gap = np.zeros(4000, np.int16)
-    for tail, reheard in ((8000, True), (32000, False)):  # 0.5 s after the cut, then 2 s
+    said = np.concatenate([np.concatenate([np.full(8000, v, np.int16), gap]) for v in range(1, 7)])
+    for tail, refiner in ((8000, None), (8000, HeldRefiner()), (32000, None)):
         asr = CountingASR()
-        st = StreamingTranscriber(asr, ASRConfig(), HeldRefiner())
-        st.feed(np.concatenate([np.full(8000, 1, np.int16), gap, np.full(8000, 2, np.int16), gap]))
+        st = StreamingTranscriber(asr, ASRConfig(), refiner)
+        st.feed(said)  # 4.5 s: w1 .. w6
         st.close_segment()  # the VAD's cut at a breath inside the last sentence
-        st.feed(np.full(tail, 3, np.int16))
+        st.feed(np.full(tail, 7, np.int16))
         paused = st.partial()  # the pause's pass: the last segment alone
         asr.heard.clear()
         final = st.final()
-        assert final.text == paused.text == "w1 w2 w3" and final.final
+        assert final.text == paused.text == "w1 w2 w3 w4 w5 w6 w7" and final.final
         assert final.audio_ms == paused.audio_ms
-        if reheard:  # one pass from the closed segment's start: all 1.5 s + 0.5 s of the turn
-            assert asr.heard == [24000 + tail]
-        else:  # the pause's pass is the final
+        if tail >= 24000:  # 2 s after the cut: the pause's pass is the final
             assert asr.heard == []
+        elif refiner is not None:  # the closed segment's audio is kept and no whole pass
+            assert asr.heard == [len(said) + tail]  # covers it yet: all of it again
+        else:  # the 3 s before the cut
+            (heard,) = asr.heard
+            assert 48000 + tail < heard <= 48000 + tail + len(gap)
 
 
 @pytest.mark.slow  # the refinement runs when the CPU is idle: seconds, more when it is not
