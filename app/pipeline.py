@@ -305,9 +305,9 @@ class VoiceSession:
         transcriber.feed(pcm)
         self._heard_ms = end_ms
 
-    def _pass(self, transcriber: Any) -> tuple[float, Any]:
+    def _pass(self, transcriber: Any, at_pause: bool) -> tuple[float, Any]:
         """In the ASR worker: a partial pass, and the audio ms it heard up to."""
-        return self._heard_ms, transcriber.partial()
+        return self._heard_ms, transcriber.partial(at_pause)
 
     def _submit_asr(
         self, fn: Callable[[], Any], done: Callable[[Any], None], priority: int
@@ -344,8 +344,12 @@ class VoiceSession:
                 self._partial_again = True
             return
         self._pass_at_ms = self.audio_ms
+        # One after the words (in a pause, or in the silence before one is detected) may be the
+        # pass the end of the turn waits on: in a long turn it hears a short last segment again
+        # with the audio before its cut, as the final would.
+        after_words = urgent or self._word_end.sound_ms < self.audio_ms
         self._partial_job = self._submit_asr(
-            functools.partial(self._pass, self.transcriber),
+            functools.partial(self._pass, self.transcriber, after_words),
             self._on_partial,
             URGENT if urgent else LATER,
         )

@@ -39,7 +39,7 @@ import time
 import zlib
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -66,12 +66,13 @@ _MERGE_SLACK = 4  # words the two passes may add or drop at the overlap's ends
 # Longest turn a refinement transcribes again: 2 min of audio is ~4 MB kept and ~4 Whisper
 # windows (~4 s on a 2-core Zen 1, idle class); a longer turn keeps its segments' text.
 _REFINE_MAX = 120 * RATE_HZ
-# A long turn's last segment shorter than this past its cut is heard again at the final with the
-# audio before the cut: a cut at a breath inside the last sentence ("vegetarian [90 ms] and
-# easy?") left 0.5 s, which tiny.en heard alone as "vegetarian? I need it.". All of the closed
-# segment before it where no whole pass covers that one yet, else its last _REHEAR: ~9 words,
-# within what merge_overlap() joins on (_MERGE_WORDS).
-_SHORT_LAST = 3 * RATE_HZ // 2
+# A long turn's last segment shorter than this past its cut is heard again, at the pause (else
+# at the final), with the audio before the cut: a cut at a breath inside the last sentence
+# ("vegetarian [90 ms] and easy?") left 0.5 s, which tiny.en heard alone as "vegetarian? I need
+# it."; a 2.5 s question after a 5 s cut, "Well, shall I pack for a wicked Iceland?". All of the
+# closed segment before it where no whole pass covers that one yet and the pass stays in the
+# short window, else its last _REHEAR: ~9 words, within what merge_overlap() joins on.
+_SHORT_LAST = 3 * RATE_HZ
 _REHEAR = 3 * RATE_HZ
 _REFINE_WINDOW_MAX_S = 29  # a refinement up to this long is one pass in a window of its size
 _TICK = RATE_HZ // 100  # 10 ms: the resolution of sound_goes_on()
@@ -523,6 +524,7 @@ class StreamingTranscriber:
         self._n = 0  # samples fed to the current segment
         self._n_at_pass = 0  # samples covered by the last pass
         self._seg = EMPTY  # the last pass over the current segment alone
+        self._again: Transcript | None = None  # ... or the turn, heard again at the pause
 
     def feed(self, pcm16k: np.ndarray) -> None:
         pcm = np.asarray(pcm16k)
@@ -546,13 +548,20 @@ class StreamingTranscriber:
         due = max(self._interval, int(RATE_HZ * self._seg.compute_ms / 1000))
         return self._n - self._n_at_pass >= due
 
-    def partial(self) -> Transcript:
-        """Transcribe the current segment (blocking; run in a worker); text is the turn's."""
+    def partial(self, at_pause: bool = False) -> Transcript:
+        """Transcribe the current segment (blocking; run in a worker); text is the turn's.
+        ``at_pause``: a pass after the words (in a pause, or the silence before one is
+        detected), which the end of the turn may wait on: in a long turn with a short last
+        segment it hears that segment again with the audio before its cut, as the final would,
+        so the end-of-turn score and the speculation read that text and the final reuses it."""
         n = self._n
         self._roll()
-        self._seg = self.asr.transcribe(self.audio()[:n], final=False, prev=self._seg)
+        again = self._short_last_again(n) if at_pause else None
+        self._again = again
+        if again is None:
+            self._seg = self.asr.transcribe(self.audio()[:n], final=False, prev=self._seg)
         self._n_at_pass = n
-        return self._joined(self._seg)
+        return self._joined(self._seg) if again is None else replace(again, final=False)
 
     def close_segment(self) -> Transcript:
         """Finish the current segment (at the VAD `segment` event): transcribe it, or reuse the
@@ -561,7 +570,9 @@ class StreamingTranscriber:
         """
         t0 = time.perf_counter()
         pcm = self.audio()
-        if self._reusable():  # what followed the last pass goes on to the next segment
+        # What followed the last pass goes on to the next segment (not one heard again at a
+        # pause: its text is the turn's, not this segment's).
+        if self._again is None and self._reusable():
             seg, rest, closed = self._seg, pcm[self._n_at_pass :], self._n_at_pass
         else:
             # The segment ends at a quiet point, and the next one starts _OVERLAP earlier: tiny.en
@@ -584,7 +595,7 @@ class StreamingTranscriber:
         self._closed_ms += 1000.0 * (len(pcm) - len(rest)) / RATE_HZ
         self._origin += len(pcm) - len(rest)
         self._chunks = [rest.copy()] if len(rest) else []
-        self._n, self._n_at_pass, self._seg = len(rest), 0, EMPTY
+        self._n, self._n_at_pass, self._seg, self._again = len(rest), 0, EMPTY, None
         ms = 1000.0 * (time.perf_counter() - t0)
         return Transcript(self._head, self._head, False, self._closed_ms, ms)
 
@@ -592,9 +603,12 @@ class StreamingTranscriber:
         """The final transcript; reuses the last pass when only silence was fed after it."""
         t0 = time.perf_counter()
         self._roll()
-        last = self._short_last_again()
+        reusable = self._reusable()
+        last = self._again if reusable else None
         if last is None:
-            if not self._reusable():
+            last = self._short_last_again(self._n)
+        if last is None:
+            if not reusable:
                 self._seg = self.asr.transcribe(self.audio(), final=True, prev=self._seg)
                 self._n_at_pass = self._n
             last = self._joined(self._seg)
@@ -602,23 +616,27 @@ class StreamingTranscriber:
         segments = (len(self._texts), self._prefix_k)
         return Transcript(last.text, last.text, True, last.audio_ms, ms, segments, last.logprob)
 
-    def _short_last_again(self) -> Transcript | None:
-        """A final over a last segment of under _SHORT_LAST past its cut, heard again with the
-        audio before the cut and joined to the turn's text before that audio: all of the last
-        closed segment (and the overlap before it) where no whole pass covers it yet, else its
-        last _REHEAR. None for a turn without a cut or a longer last segment. One pass of up to
-        ~10 s (4.5 s) instead of reusing the pause's."""
-        new = self.audio()[max(0, self._closed - self._origin) : self._n]
+    def _short_last_again(self, n: int) -> Transcript | None:
+        """The turn up to sample ``n`` of a last segment of under _SHORT_LAST past its cut,
+        heard again with the audio before the cut and joined to the turn's text before that
+        audio: all of the last closed segment (and the overlap before it) where no whole pass
+        covers it yet and all of it fits the short window, else its last _REHEAR. None for a
+        turn without a cut, a longer last segment, or a pass that heard nothing (the segments'
+        text stands). One pass of up to 9 s (6 s)."""
+        new = self.audio()[max(0, self._closed - self._origin) : n]
         if not self._texts or len(new) >= _SHORT_LAST:
             return None
-        if self._kept and self._head_before is not None:
-            lead = self._kept[-2][-_OVERLAP:] if len(self._kept) >= 2 else new[:0]
+        lead = self._kept[-2][-_OVERLAP:] if self._kept and len(self._kept) >= 2 else new[:0]
+        fits = self._kept and len(lead) + len(self._kept[-1]) + len(new) <= _MAX_SHORT_S * RATE_HZ
+        if fits and self._head_before is not None:
             pcm, head = np.concatenate([lead, self._kept[-1], new]), self._head_before
         else:
             pcm, head = np.concatenate([self._before_cut, new]), self._head
         seg = self.asr.transcribe(pcm, final=True)
+        if not seg.text:
+            return None
         text = merge_overlap(head, seg.text)
-        audio_ms = self._closed_ms + 1000.0 * self._n / RATE_HZ
+        audio_ms = self._closed_ms + 1000.0 * n / RATE_HZ
         return Transcript(text, text, True, audio_ms, seg.compute_ms, logprob=seg.logprob)
 
     def refinement(self) -> Future[str] | None:

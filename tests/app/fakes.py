@@ -82,7 +82,7 @@ class FakeTranscriber:
     def partial_due(self) -> bool:
         return self.fed_ms - self.last_partial_ms >= self.interval_ms
 
-    def partial(self) -> Transcript:
+    def partial(self, at_pause: bool = False) -> Transcript:
         time.sleep(self.asr.compute_s)
         self.last_partial_ms = self.fed_ms
         self.asr.heard_ms.append(self.fed_ms)

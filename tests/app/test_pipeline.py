@@ -524,9 +524,9 @@ def test_finals_go_before_the_other_sessions_queued_partial_passes():
     ran: list[tuple[str, object]] = []  # (pass, transcriber) in the order the worker ran them
 
     class Transcriber(FakeTranscriber):
-        def partial(self):
+        def partial(self, at_pause=False):
             ran.append(("partial", self))
-            return super().partial()
+            return super().partial(at_pause)
 
         def final(self):
             ran.append(("final", self))

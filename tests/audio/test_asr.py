@@ -348,35 +348,94 @@ def test_a_long_turn_is_refined_whole_while_it_goes_on_and_after_its_final() -> 
     assert StreamingTranscriber(WordsASR(), ASRConfig()).refinement() is None
 
 
-def test_a_short_last_segment_is_heard_again_with_the_audio_before_its_cut() -> None:
-    class CountingASR(WordsASR):
-        def __init__(self) -> None:
-            self.heard: list[int] = []  # samples of each pass
+class CountingASR(WordsASR):
+    """WordsASR that records the samples of each pass and can hear nothing in one that long."""
 
-        def transcribe(self, pcm16k: np.ndarray, *, final: bool, prev=None) -> Transcript:
-            self.heard.append(len(pcm16k))
-            return super().transcribe(pcm16k, final=final, prev=prev)
+    def __init__(self, deaf_to: int = -1) -> None:
+        self.heard: list[int] = []
+        self.deaf_to = deaf_to
 
+    def transcribe(self, pcm16k: np.ndarray, *, final: bool, prev=None) -> Transcript:
+        self.heard.append(len(pcm16k))
+        if len(pcm16k) == self.deaf_to:
+            return Transcript("", "", final, len(pcm16k) / 16, 1.0)
+        return super().transcribe(pcm16k, final=final, prev=prev)
+
+
+def _sentence(words: int) -> np.ndarray:
+    """Words w1 .. w<words>, 0.5 s each with 0.25 s of silence after it."""
     gap = np.zeros(4000, np.int16)
-    said = np.concatenate([np.concatenate([np.full(8000, v, np.int16), gap]) for v in range(1, 7)])
-    for tail, refiner in ((8000, None), (8000, HeldRefiner()), (32000, None)):
+    return np.concatenate(
+        [np.concatenate([np.full(8000, v, np.int16), gap]) for v in range(1, words + 1)]
+    )
+
+
+@pytest.mark.parametrize("at_pause", [False, True])
+def test_a_short_last_segment_is_heard_again_with_the_audio_before_its_cut(at_pause) -> None:
+    # A cut at a breath inside the last sentence: the last segment (w7) is heard again with the
+    # audio before the cut, by the pause's pass where the pipeline says it is one (the final then
+    # reuses it), else by the final.
+    said = _sentence(6)  # 4.5 s
+    for tail, refiner in ((8000, None), (8000, HeldRefiner()), (56000, None)):
         asr = CountingASR()
         st = StreamingTranscriber(asr, ASRConfig(), refiner)
-        st.feed(said)  # 4.5 s: w1 .. w6
-        st.close_segment()  # the VAD's cut at a breath inside the last sentence
+        st.feed(said)
+        st.close_segment()
         st.feed(np.full(tail, 7, np.int16))
-        paused = st.partial()  # the pause's pass: the last segment alone
+        asr.heard.clear()
+        paused = st.partial(at_pause=at_pause)
+        by_pause = list(asr.heard)
         asr.heard.clear()
         final = st.final()
         assert final.text == paused.text == "w1 w2 w3 w4 w5 w6 w7" and final.final
-        assert final.audio_ms == paused.audio_ms
-        if tail >= 24000:  # 2 s after the cut: the pause's pass is the final
-            assert asr.heard == []
-        elif refiner is not None:  # the closed segment's audio is kept and no whole pass
-            assert asr.heard == [len(said) + tail]  # covers it yet: all of it again
+        assert not paused.final and final.audio_ms == paused.audio_ms
+        again = by_pause if at_pause else asr.heard
+        if tail >= 48000:  # 3.5 s after the cut: heard alone, the pause's pass is the final
+            assert len(by_pause) == 1 and asr.heard == []
+            continue
+        assert asr.heard == [] if at_pause else len(by_pause) == 1  # the segment alone
+        if refiner is not None:  # the closed segment's audio is kept and no whole pass
+            assert again == [len(said) + tail]  # covers it yet: all of it again
         else:  # the 3 s before the cut
-            (heard,) = asr.heard
-            assert 48000 + tail < heard <= 48000 + tail + len(gap)
+            (heard,) = again
+            assert 48000 + tail < heard <= 48000 + tail + 4000
+
+
+def test_a_short_last_segment_heard_again_stays_in_the_short_window_and_never_loses_words():
+    # A closed segment of 9 s: with it the pass would leave Whisper's short window, so the 3 s
+    # before the cut go instead; a pass that hears nothing leaves the segments' text.
+    said = _sentence(12)  # 9 s
+    asr = CountingASR()
+    st = StreamingTranscriber(asr, ASRConfig(), HeldRefiner())
+    st.feed(said)
+    st.close_segment()
+    st.feed(np.full(8000, 13, np.int16))
+    asr.heard.clear()
+    assert st.final().text == " ".join(f"w{k}" for k in range(1, 14))
+    (heard,) = asr.heard
+    assert 48000 + 8000 < heard <= 48000 + 8000 + 4000
+
+    asr = CountingASR(deaf_to=len(_sentence(6)) + 8000)
+    st = StreamingTranscriber(asr, ASRConfig(), HeldRefiner())
+    st.feed(_sentence(6))
+    st.close_segment()
+    st.feed(np.full(8000, 7, np.int16))
+    assert st.partial(at_pause=True).text == "w1 w2 w3 w4 w5 w6 w7"
+    assert st.final().text == "w1 w2 w3 w4 w5 w6 w7"
+
+
+def test_a_segment_closed_after_a_pause_heard_again_keeps_its_words() -> None:
+    # The pause's pass heard the turn again, and the segment is cut in that pause (a short
+    # vad.max_turn_s): the closed segment's text is its own pass, not the one before the pause.
+    st = StreamingTranscriber(CountingASR(), ASRConfig(), HeldRefiner())
+    st.feed(_sentence(6))
+    st.close_segment()
+    st.feed(np.full(8000, 7, np.int16))
+    st.partial(at_pause=True)
+    st.feed(np.zeros(8000, np.int16))
+    assert st.close_segment().text == "w1 w2 w3 w4 w5 w6 w7"
+    st.feed(np.full(48000, 8, np.int16))
+    assert st.final().text == "w1 w2 w3 w4 w5 w6 w7 w8"
 
 
 @pytest.mark.slow  # the refinement runs when the CPU is idle: seconds, more when it is not
