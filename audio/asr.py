@@ -17,9 +17,10 @@ Hallucinations on silence/noise/tones are filtered by an energy gate, no_speech_
 `StreamingTranscriber` keeps one turn: partial passes every partial_interval_ms of new audio (or
 as much audio as the last pass took to compute, where that is longer), a stable prefix = the
 words two consecutive passes agree on, and a final that reuses the last pass when only silence
-came after it (call partial() at the VAD `pause` event and final() at
-`speech_end` returns at once). A long turn is cut into segments (`close_segment()` at the VAD
-`segment` event): a closed segment keeps its text and drops its audio, so a pass only ever sees
+came after it (call partial(at_pause=True) at the VAD `pause` event and final() at
+`speech_end` returns at once; in a long turn that pass also hears a short last segment again).
+A long turn is cut into segments (`close_segment()` at the VAD `segment` event): a closed
+segment keeps its text and drops its audio, so a pass only ever sees
 the current segment however long the user talks. A segment heard alone lacks the context of the
 ones before it, so a `Refiner` transcribes the turn again as whole passes on a second copy of the
 model whose threads run only when the CPU is otherwise idle: during the turn over the closed
