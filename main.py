@@ -16,23 +16,23 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from app.config import Config, ConfigError, load_config, render_yaml
+from dllm_voice.app.config import Config, ConfigError, load_config, render_yaml
 
 
 def _cmd_chat(cfg: Config, args: argparse.Namespace) -> int:
-    from app.chat import chat
+    from dllm_voice.app.chat import chat
 
     return chat(cfg)
 
 
 def _cmd_serve(cfg: Config, args: argparse.Namespace) -> int:
-    from app.server import serve
+    from dllm_voice.app.server import serve
 
     return serve(cfg)
 
 
 def _cmd_ask(cfg: Config, args: argparse.Namespace) -> int:
-    from model.cli import ask
+    from dllm_voice.model.cli import ask
 
     lm_cfg = cfg.lm if args.decoder is None else _replace(cfg.lm, decoder=args.decoder)
     return ask(
@@ -41,13 +41,13 @@ def _cmd_ask(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _cmd_run(cfg: Config, args: argparse.Namespace) -> int:
-    from app.runner import run_wavs
+    from dllm_voice.app.runner import run_wavs
 
     return run_wavs(cfg, args.input, output=args.output, trace=args.trace, realtime=args.realtime)
 
 
 def _cmd_trace(cfg: Config, args: argparse.Namespace) -> int:
-    from app.trace_tools import trace_export, trace_summary
+    from dllm_voice.app.trace_tools import trace_export, trace_summary
 
     if args.action == "summary":
         return trace_summary(args.file)
@@ -57,7 +57,7 @@ def _cmd_trace(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _cmd_devices(cfg: Config, args: argparse.Namespace) -> int:
-    from audio.devices import list_devices
+    from dllm_voice.audio.devices import list_devices
 
     print(list_devices())
     return 0
@@ -159,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _is_user_error(exc: BaseException) -> bool:
     """Errors with a message meant for the user: bad config, missing device, bad model file."""
-    from audio.errors import AudioError
-    from model.errors import ModelError
+    from dllm_voice.audio.errors import AudioError
+    from dllm_voice.model.errors import ModelError
 
     return isinstance(exc, ConfigError | AudioError | ModelError)
 

@@ -29,10 +29,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from app.frames import ClauseFrame, EndOfAnswerFrame, TTSAudioFrame
-from app.scheduler import LATER, URGENT
-from app.trace import now_ms
-from app.turns import normalize
+from dllm_voice.app.frames import ClauseFrame, EndOfAnswerFrame, TTSAudioFrame
+from dllm_voice.app.scheduler import LATER, URGENT
+from dllm_voice.app.trace import now_ms
+from dllm_voice.app.turns import normalize
 
 log = logging.getLogger(__name__)
 
@@ -401,7 +401,7 @@ class Answer:
         pcm = np.asarray(frame.pcm, dtype=np.int16)
         src, dst = self.s.c.tts.sample_rate_hz, self.s.sink.sample_rate_hz
         if src != dst:  # normally equal: sinks are opened at the TTS rate
-            from audio.resample import resample
+            from dllm_voice.audio.resample import resample
 
             pcm = resample(pcm, src, dst)
         if len(pcm) == 0:

@@ -21,9 +21,9 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from app.console import terminal_log
-from app.otel import SpanExport, span_export
-from app.trace import Tracer, default_trace_dir, default_trace_path
+from dllm_voice.app.console import terminal_log
+from dllm_voice.app.otel import SpanExport, span_export
+from dllm_voice.app.trace import Tracer, default_trace_dir, default_trace_path
 
 # Extra speech needed to pause the agent while it plays through speakers (chat mode): the echo
 # reaches the mic ~20-60 ms after playback at a level webrtcvad calls speech.
@@ -128,9 +128,9 @@ def open_audio(cfg: Any) -> tuple[Any, Any, Any]:
     "interruptions" that transcribe as its own words. Returns (source, sink, cfg with the guard
     set).
     """
-    from audio.echo import EchoCanceller
-    from audio.sinks import SpeakerSink
-    from audio.sources import MicSource
+    from dllm_voice.audio.echo import EchoCanceller
+    from dllm_voice.audio.sinks import SpeakerSink
+    from dllm_voice.audio.sources import MicSource
 
     echo = EchoCanceller(cfg.echo, cfg.audio.sample_rate_hz) if cfg.echo.mode != "off" else None
     sink = SpeakerSink(
@@ -167,9 +167,9 @@ def chat(cfg: Any, components: Any = None) -> int:
 def _chat(
     cfg: Any, components: Any, console: Console, path: str | None, spans: SpanExport | None
 ) -> int:
-    from app.components import Components
-    from app.pipeline import VoiceSession
-    from audio.errors import AudioDeviceError, AudioFormatError
+    from dllm_voice.app.components import Components
+    from dllm_voice.app.pipeline import VoiceSession
+    from dllm_voice.audio.errors import AudioDeviceError, AudioFormatError
 
     try:
         source, sink, cfg = open_audio(cfg)

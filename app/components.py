@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from app.scheduler import Worker
+from dllm_voice.app.scheduler import Worker
 
 SMALL_LM_PARAMS = 1_000_000_000
 
@@ -35,10 +35,10 @@ class Components:
         """Load LM, ASR and TTS from the root config; ``warmup`` runs each once (first calls of
         onnxruntime / CTranslate2 / torch are 2-5x slower and would land in the first turn).
         ``tts_rate_hz``: synthesize at this rate (the speaker's), 0 = the voice's own."""
-        from audio.asr import WhisperASR
-        from audio.prosody import TurnEndAudio
-        from audio.tts import PiperTTS
-        from model.engine import LM
+        from dllm_voice.audio.asr import WhisperASR
+        from dllm_voice.audio.prosody import TurnEndAudio
+        from dllm_voice.audio.tts import PiperTTS
+        from dllm_voice.model.engine import LM
 
         comps = cls(lm=LM.load(cfg.lm), asr=WhisperASR(cfg.asr), tts=PiperTTS(cfg.tts, tts_rate_hz))
         if cfg.conversation.end_audio:
@@ -49,7 +49,7 @@ class Components:
 
     def warmup(self) -> None:
         pcm = next(iter(self.tts.synthesize("Hello there.")), np.zeros(1600, np.int16))
-        from audio.resample import resample
+        from dllm_voice.audio.resample import resample
 
         self.asr.transcribe(resample(pcm, self.tts.sample_rate_hz, 16000), final=True)
         gen = self.lm.session().generate([{"role": "user", "content": "Hi"}], max_new_tokens=2)
@@ -58,14 +58,14 @@ class Components:
 
     def new_transcriber(self, cfg: Any) -> Any:
         """Per-utterance streaming ASR state over the shared Whisper model."""
-        from audio.asr import StreamingTranscriber
+        from dllm_voice.audio.asr import StreamingTranscriber
 
         refiner = self.asr.refiner if cfg.refine_long_turns else None
         return StreamingTranscriber(self.asr, cfg, refiner)
 
     def new_chunker(self, cfg: Any) -> Any:
         """Cuts the LM's text stream into speakable clauses."""
-        from audio.tts import ClauseChunker
+        from dllm_voice.audio.tts import ClauseChunker
 
         return ClauseChunker.from_config(cfg)
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from app.pipeline_config import ConversationConfig, TraceConfig
-from audio.config import ASRConfig, AudioConfig, EchoConfig, TTSConfig, VADConfig
-from model.config import LMConfig
+from dllm_voice.app.pipeline_config import ConversationConfig, TraceConfig
+from dllm_voice.audio.config import ASRConfig, AudioConfig, EchoConfig, TTSConfig, VADConfig
+from dllm_voice.model.config import LMConfig
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config.yaml"
 

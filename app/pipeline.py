@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from app.answer import Answer
-from app.components import Components
-from app.scheduler import LATER, URGENT
-from app.trace import Tracer, now_ms
-from app.trace_tools import latency_event
-from app.turns import (
+from dllm_voice.app.answer import Answer
+from dllm_voice.app.components import Components
+from dllm_voice.app.scheduler import LATER, URGENT
+from dllm_voice.app.trace import Tracer, now_ms
+from dllm_voice.app.trace_tools import latency_event
+from dllm_voice.app.turns import (
     Action,
     CancelAnswer,
     DropSpeculation,
@@ -48,7 +48,7 @@ from app.turns import (
     StartSpeculation,
     TurnManager,
 )
-from audio.asr import WordEnd
+from dllm_voice.audio.asr import WordEnd
 
 __all__ = ["Components", "VoiceSession"]
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class VoiceSession:
         tracer: Tracer | None = None,
         on_event: EventFn | None = None,
     ) -> None:
-        from audio.vad import Endpointer
+        from dllm_voice.audio.vad import Endpointer
 
         self.c, self.cfg = components, cfg
         self.source, self.sink = source, sink

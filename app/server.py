@@ -51,10 +51,10 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
-from app.config import Config, ConfigError, ServerConfig
-from app.metrics import ServerMetrics
-from app.otel import span_export
-from app.trace import default_trace_dir
+from dllm_voice.app.config import Config, ConfigError, ServerConfig
+from dllm_voice.app.metrics import ServerMetrics
+from dllm_voice.app.otel import span_export
+from dllm_voice.app.trace import default_trace_dir
 
 log = logging.getLogger(__name__)
 
@@ -445,11 +445,11 @@ class Connection:
             raise ClientError(f"unknown event type {_show(kind)}")
 
     async def run(self) -> None:
-        from app.pipeline import VoiceSession
-        from app.session_control import SessionControl, describe
-        from app.trace import Tracer
-        from audio.sinks import ClientSink
-        from audio.sources import PushSource
+        from dllm_voice.app.pipeline import VoiceSession
+        from dllm_voice.app.session_control import SessionControl, describe
+        from dllm_voice.app.trace import Tracer
+        from dllm_voice.audio.sinks import ClientSink
+        from dllm_voice.audio.sources import PushSource
 
         cfg = self.server.cfg
         components = self.server.components
@@ -715,7 +715,7 @@ def serve(cfg: Config) -> int:
     """`python main.py serve`: load the models once, then serve until Ctrl+C."""
     from rich.console import Console
 
-    from app.pipeline import Components
+    from dllm_voice.app.pipeline import Components
 
     console = Console()
     scfg = cfg.server

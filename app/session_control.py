@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from app.config import Config, ConfigError, with_changes
+from dllm_voice.app.config import Config, ConfigError, with_changes
 
 # What a session may change while it runs: each takes effect from the next frame or answer.
 SETTINGS = ("lm.decoder", "lm.threshold", "tts.length_scale", "vad.pause_ms", "vad.speech_end_ms")

@@ -45,10 +45,10 @@ from pathlib import Path
 
 import numpy as np
 
-from audio.config import ASRConfig
-from audio.errors import AudioFormatError, ModelLoadError
-from audio.resample import to_float32, to_int16
-from audio.vad import SileroGate, rms_dbfs
+from dllm_voice.audio.config import ASRConfig
+from dllm_voice.audio.errors import AudioFormatError, ModelLoadError
+from dllm_voice.audio.resample import to_float32, to_int16
+from dllm_voice.audio.vad import SileroGate, rms_dbfs
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from audio.errors import AudioDeviceError
+from dllm_voice.audio.errors import AudioDeviceError
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from typing import Protocol
 
 import numpy as np
 
-from audio.config import EchoConfig
-from audio.errors import AudioFormatError
-from audio.resample import Resampler, to_float32, to_int16
-from audio.vad import rms_dbfs
+from dllm_voice.audio.config import EchoConfig
+from dllm_voice.audio.errors import AudioFormatError
+from dllm_voice.audio.resample import Resampler, to_float32, to_int16
+from dllm_voice.audio.vad import rms_dbfs
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from math import gcd
 
 import numpy as np
 
-from audio.errors import AudioFormatError
+from dllm_voice.audio.errors import AudioFormatError
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from audio.config import AudioConfig
-from audio.devices import resolve_device, sounddevice
-from audio.errors import AudioDeviceError, AudioFormatError
-from audio.resample import to_int16
+from dllm_voice.audio.config import AudioConfig
+from dllm_voice.audio.devices import resolve_device, sounddevice
+from dllm_voice.audio.errors import AudioDeviceError, AudioFormatError
+from dllm_voice.audio.resample import to_int16
 
 log = logging.getLogger(__name__)
 

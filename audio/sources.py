@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from audio.config import AudioConfig
-from audio.devices import resolve_device, sounddevice
-from audio.errors import AudioDeviceError, AudioFormatError
-from audio.resample import Resampler, to_float32, to_int16, to_mono
+from dllm_voice.audio.config import AudioConfig
+from dllm_voice.audio.devices import resolve_device, sounddevice
+from dllm_voice.audio.errors import AudioDeviceError, AudioFormatError
+from dllm_voice.audio.resample import Resampler, to_float32, to_int16, to_mono
 
 log = logging.getLogger(__name__)
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from audio.config import TTSConfig
-from audio.errors import ModelLoadError
-from audio.resample import Resampler, to_int16
+from dllm_voice.audio.config import TTSConfig
+from dllm_voice.audio.errors import ModelLoadError
+from dllm_voice.audio.resample import Resampler, to_int16
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from audio.config import VADConfig
-from audio.errors import AudioFormatError
-from audio.resample import to_int16
+from dllm_voice.audio.config import VADConfig
+from dllm_voice.audio.errors import AudioFormatError
+from dllm_voice.audio.resample import to_int16
 
 log = logging.getLogger(__name__)
 

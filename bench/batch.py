@@ -28,9 +28,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench/lm.py
 
 import torch  # noqa: E402
 
-from model.config import LMConfig  # noqa: E402
-from model.engine import LM  # noqa: E402
-from model.transformer import Call  # noqa: E402
+from dllm_voice.model.config import LMConfig  # noqa: E402
+from dllm_voice.model.engine import LM  # noqa: E402
+from dllm_voice.model.transformer import Call  # noqa: E402
 
 QUESTIONS = [
     "Tell me a story about a dragon and a knight.",

@@ -44,13 +44,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.config import load_config  # noqa: E402
-from app.runner import Segment, TimelineSource, run_session  # noqa: E402
-from app.trace import Tracer, now_ms  # noqa: E402
-from audio.asr import whole_pass  # noqa: E402
 from bench import conversation_metrics as m  # noqa: E402
 from bench.conversation_scripts import SCRIPTS, VOICES, Script  # noqa: E402
 from bench.user_voices import RATE_HZ, UserVoices  # noqa: E402
+from dllm_voice.app.config import load_config  # noqa: E402
+from dllm_voice.app.runner import Segment, TimelineSource, run_session  # noqa: E402
+from dllm_voice.app.trace import Tracer, now_ms  # noqa: E402
+from dllm_voice.audio.asr import whole_pass  # noqa: E402
 
 SENTENCE_GAP_MS = 300  # between a monologue's sentences: > vad.pause_ms, < vad.speech_end_ms
 WAIT_LIMIT_S = 90.0  # a turn waiting longer for the agent plays anyway (counted as forced)
@@ -113,7 +113,7 @@ async def _converse(
     tracer: Tracer,
     timeout_s: float,
 ) -> tuple[Recorder, bool]:
-    from audio.sinks import CallbackSink
+    from dllm_voice.audio.sinks import CallbackSink
 
     async def discard(_: bytes) -> None:
         return None
@@ -399,7 +399,7 @@ def _segments(script: Script, voices: UserVoices) -> tuple[list[Segment], list[b
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from app.components import Components
+    from dllm_voice.app.components import Components
 
     overrides = list(args.overrides) + ([f"lm.decoder={args.decoder}"] if args.decoder else [])
     cfg = load_config(args.config, overrides)

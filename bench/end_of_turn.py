@@ -35,8 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.config import load_config  # noqa: E402
 from bench.turn_end_set import labeled  # noqa: E402
+from dllm_voice.app.config import load_config  # noqa: E402
 
 
 def roc_auc(scores: list[float], labels: list[bool]) -> float:
@@ -53,11 +53,11 @@ def spoken(cfg, clips_path: str | None) -> dict:
 
     import numpy as np
 
-    from app.turns import end_decision
-    from audio.asr import WhisperASR
-    from audio.prosody import TurnEndAudio
     from bench.voice import GAPS_MS, PAUSED, QUESTIONS, VOICES, Voices
-    from model.engine import LM
+    from dllm_voice.app.turns import end_decision
+    from dllm_voice.audio.asr import WhisperASR
+    from dllm_voice.audio.prosody import TurnEndAudio
+    from dllm_voice.model.engine import LM
 
     conv, asr, heard = cfg.conversation, WhisperASR(cfg.asr), TurnEndAudio()
     session = LM.load(cfg.lm).session()
@@ -70,7 +70,7 @@ def spoken(cfg, clips_path: str | None) -> dict:
             kind = "complete" if text in QUESTIONS else "head"
             sets["bench_voice"].append((kind, voices.say(text, voice)))
     if clips_path:
-        from model.training.train_turn_audio import make_clips
+        from dllm_voice.model.training.train_turn_audio import make_clips
 
         clips = make_clips(Path(clips_path))
         held = {"test": "held_out_sentences_and_voices", "test_voice": "held_out_voices"}
@@ -149,8 +149,8 @@ def main() -> int:
     ap.add_argument("--clips", default=None, help="with --spoken: train_turn_audio.py's clips")
     args = ap.parse_args()
 
-    from app.turns import end_decision
-    from model.engine import LM
+    from dllm_voice.app.turns import end_decision
+    from dllm_voice.model.engine import LM
 
     cfg = load_config(args.config, args.overrides)
     if args.spoken:

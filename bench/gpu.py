@@ -66,7 +66,7 @@ def sha256(path: Path) -> str:
 
 def prepare() -> None:
     sys.path.insert(0, str(ROOT))
-    from model.loader import default_model_path
+    from dllm_voice.model.loader import default_model_path
 
     gguf = default_model_path()
     data = gguf.read_bytes()

@@ -41,15 +41,15 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from kernels import backend, exact_rows  # noqa: E402
-from kernels.hybrid_attention import (  # noqa: E402
+from dllm_voice.kernels import backend, exact_rows  # noqa: E402
+from dllm_voice.kernels.hybrid_attention import (  # noqa: E402
     block_desc,
     causal_desc,
     hybrid_attention_torch,
     hybrid_attention_triton,
     visibility_mask,
 )
-from kernels.verify_select import verify_select_torch, verify_select_triton  # noqa: E402
+from dllm_voice.kernels.verify_select import verify_select_torch, verify_select_triton  # noqa: E402
 
 HQ, HKV, HEAD_DIM, VOCAB, K_DRAFT = 9, 3, 64, 49152, 4
 

@@ -209,8 +209,8 @@ def _mic_path(n: int, stall_ms: int, root: Path) -> dict:
     server = SoundServer(root)
     # PortAudio reads the sound server's address when sounddevice is first imported.
     os.environ.update({k: server.env[k] for k in ("XDG_RUNTIME_DIR", "PULSE_SERVER")})
-    from audio.config import AudioConfig
-    from audio.sources import MicSource
+    from dllm_voice.audio.config import AudioConfig
+    from dllm_voice.audio.sources import MicSource
 
     rec = server.record(f"{MIC_SINK}.monitor")
     try:

@@ -29,12 +29,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
-from app.pipeline_config import DEFAULT_SYSTEM_PROMPT  # noqa: E402
-from model.config import LMConfig  # noqa: E402
-from model.decode import DECODERS  # noqa: E402
-from model.engine import LM  # noqa: E402
-from model.hybrid import CPU_ROW_COST, bundled_only, drafter_for  # noqa: E402
-from model.training.prompts import conversations  # noqa: E402
+from dllm_voice.app.pipeline_config import DEFAULT_SYSTEM_PROMPT  # noqa: E402
+from dllm_voice.model.config import LMConfig  # noqa: E402
+from dllm_voice.model.decode import DECODERS  # noqa: E402
+from dllm_voice.model.engine import LM  # noqa: E402
+from dllm_voice.model.hybrid import CPU_ROW_COST, bundled_only, drafter_for  # noqa: E402
+from dllm_voice.model.training.prompts import conversations  # noqa: E402
 
 PROMPTS = [
     "What is the capital of France?",
@@ -95,7 +95,7 @@ def load_transformers(lm: LM, path: str):
     """transformers' own LlamaForCausalLM on the same GGUF: an independent speed reference."""
     from transformers import AutoModelForCausalLM
 
-    from model.loader import default_model_path
+    from dllm_voice.model.loader import default_model_path
 
     p = Path(path) if path else default_model_path()
     return AutoModelForCausalLM.from_pretrained(
@@ -125,7 +125,7 @@ def load_llama_cpp(path: str, threads: int):
         sys.exit(
             "--reference llama.cpp needs llama-cpp-python: .venv/bin/pip install -e '.[reference]'"
         )
-    from model.loader import default_model_path
+    from dllm_voice.model.loader import default_model_path
 
     p = Path(path) if path else default_model_path()
     n = threads or torch.get_num_threads()

@@ -55,12 +55,12 @@ sys.path.insert(0, str(ROOT))
 from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
-from app.server import AUDIO_HEADER  # noqa: E402
-from app.trace import read_trace  # noqa: E402
-from app.trace_tools import summarize, turn_rows  # noqa: E402
 from bench.soak import Server, free_port  # noqa: E402
 from bench.user_voices import RATE_HZ, UserVoices  # noqa: E402
 from bench.voice import QUESTIONS, _stats  # noqa: E402
+from dllm_voice.app.server import AUDIO_HEADER  # noqa: E402
+from dllm_voice.app.trace import read_trace  # noqa: E402
+from dllm_voice.app.trace_tools import summarize, turn_rows  # noqa: E402
 
 FRAME = RATE_HZ // 50  # 20 ms, the web page's frame
 LEAD_S = 0.5  # silence every client streams before the first question starts

@@ -20,12 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from model.lookup import PromptLookup  # noqa: E402
-from model.ngram import NgramStore  # noqa: E402
-from model.training import ngram  # noqa: E402
-from model.training.gen_data import load_records  # noqa: E402
-from model.training.prompts import TEMPLATES, TOPICS, conversations  # noqa: E402
-from model.tree import build  # noqa: E402
+from dllm_voice.model.lookup import PromptLookup  # noqa: E402
+from dllm_voice.model.ngram import NgramStore  # noqa: E402
+from dllm_voice.model.training import ngram  # noqa: E402
+from dllm_voice.model.training.gen_data import load_records  # noqa: E402
+from dllm_voice.model.training.prompts import TEMPLATES, TOPICS, conversations  # noqa: E402
+from dllm_voice.model.tree import build  # noqa: E402
 
 STOP = frozenset({0, 2})  # SmolLM2's end-of-text / im_end
 

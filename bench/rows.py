@@ -29,9 +29,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench/lm.py
 
 import torch  # noqa: E402
 
-import model.transformer as transformer  # noqa: E402
-from kernels import cpu_rows  # noqa: E402
-from model.loader import load  # noqa: E402
+import dllm_voice.model.transformer as transformer  # noqa: E402
+from dllm_voice.kernels import cpu_rows  # noqa: E402
+from dllm_voice.model.loader import load  # noqa: E402
 
 
 def main() -> int:

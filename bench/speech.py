@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from audio.asr import (  # noqa: E402
+from dllm_voice.audio.asr import (  # noqa: E402
     Refiner,
     StreamingTranscriber,
     WhisperASR,
@@ -34,10 +34,10 @@ from audio.asr import (  # noqa: E402
     sound_goes_on,
     whole_pass,
 )
-from audio.config import ASRConfig, EchoConfig, TTSConfig, VADConfig  # noqa: E402
-from audio.echo import EchoCanceller  # noqa: E402
-from audio.tts import ClauseChunker, PiperTTS  # noqa: E402
-from audio.vad import Endpointer  # noqa: E402
+from dllm_voice.audio.config import ASRConfig, EchoConfig, TTSConfig, VADConfig  # noqa: E402
+from dllm_voice.audio.echo import EchoCanceller  # noqa: E402
+from dllm_voice.audio.tts import ClauseChunker, PiperTTS  # noqa: E402
+from dllm_voice.audio.vad import Endpointer  # noqa: E402
 from tests.speech import echo_path, loopback_run, speech_pcm  # noqa: E402
 
 UTTERANCES = [  # (text, voice): 2-6 s of speech
@@ -309,7 +309,7 @@ def bench_echo_onsets() -> dict:
     pauses the agent, and the frames the echo alone is called the user's."""
     import copy
 
-    from audio.echo import DoubleTalkDetector
+    from dllm_voice.audio.echo import DoubleTalkDetector
     from tests.pulse import first_sound
 
     answers = [

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from audio.resample import resample
+from dllm_voice.audio.resample import resample
 
 RATE_HZ = 16000
 BROWSER_RATE_HZ = 48000

@@ -35,11 +35,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.config import load_config  # noqa: E402
-from app.runner import Segment, TimelineSource, run_session  # noqa: E402
-from app.trace import Tracer  # noqa: E402
-from app.trace_tools import percentile, summarize, turn_rows  # noqa: E402
-from audio.resample import resample  # noqa: E402
+from dllm_voice.app.config import load_config  # noqa: E402
+from dllm_voice.app.runner import Segment, TimelineSource, run_session  # noqa: E402
+from dllm_voice.app.trace import Tracer  # noqa: E402
+from dllm_voice.app.trace_tools import percentile, summarize, turn_rows  # noqa: E402
+from dllm_voice.audio.resample import resample  # noqa: E402
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -110,7 +110,7 @@ class Voices:
     """Speech at 16 kHz from Piper (two rates) and espeak-ng voices."""
 
     def __init__(self, cfg) -> None:
-        from audio.tts import PiperTTS
+        from dllm_voice.audio.tts import PiperTTS
 
         self.piper = {
             "piper": PiperTTS(cfg.tts, 16000),
@@ -140,7 +140,7 @@ class Voices:
 
 async def _session(comps, cfg, segments, tracer, realtime_sink: bool) -> list[float]:
     """The segments as one conversation; returns when each segment began (monotonic ms)."""
-    from audio.sinks import CallbackSink
+    from dllm_voice.audio.sinks import CallbackSink
 
     async def discard(_: bytes) -> None:
         return None
@@ -246,7 +246,7 @@ def main() -> int:
     )
     args = ap.parse_args()
 
-    from app.components import Components
+    from dllm_voice.app.components import Components
 
     cfgs = {
         "fixed": load_config(args.config, [*args.overrides, *FIXED]),

@@ -21,7 +21,7 @@ import os
 
 import torch
 
-from kernels.errors import KernelBackendError
+from dllm_voice.kernels.errors import KernelBackendError
 
 BACKENDS = ("auto", "torch", "triton")
 ENV_VAR = "DLLM_KERNEL_BACKEND"

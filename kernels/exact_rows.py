@@ -29,7 +29,7 @@ from contextlib import contextmanager
 
 import torch
 
-from kernels import backend
+from dllm_voice.kernels import backend
 
 _kernels = None
 FORCE = False  # tests: run them on CPU tensors too (needs TRITON_INTERPRET=1)

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from kernels import backend
-from kernels.errors import KernelInputError
+from dllm_voice.kernels import backend
+from dllm_voice.kernels.errors import KernelInputError
 
 _kernel = None  # the @triton.jit kernel, built on first use
 
@@ -266,7 +266,7 @@ def hybrid_attention_triton(
     if D > MAX_TRITON_HEAD_DIM:
         raise KernelInputError(
             f"Triton hybrid_attention supports head_dim <= {MAX_TRITON_HEAD_DIM}, got {D}; "
-            "use kernels.set_backend('torch')"
+            "use dllm_voice.kernels.backend.set_backend('torch')"
         )
     group = Hq // Hkv
     out = torch.empty_like(q, memory_format=torch.contiguous_format)  # (B, Hq, T, D)

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import backend
-from kernels.errors import KernelInputError
+from dllm_voice.kernels import backend
+from dllm_voice.kernels.errors import KernelInputError
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # 4096-wide tiles: 12 iterations for SmolLM2's 49152-token vocabulary, 16 KiB of fp32 per tile.

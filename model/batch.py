@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from model.kv_cache import KVCache
-from model.transformer import Call, ForwardOut, Transformer
+from dllm_voice.model.kv_cache import KVCache
+from dllm_voice.model.transformer import Call, ForwardOut, Transformer
 
 # How long a ready call waits for the other generations' calls. A step's own Python (sampling,
 # detokenizing, the decoder's bookkeeping) takes 0.2-1 ms between forwards of ~4 ms (one row,

@@ -6,8 +6,8 @@ import json
 import sys
 from typing import TextIO
 
-from model.config import LMConfig
-from model.engine import LM
+from dllm_voice.model.config import LMConfig
+from dllm_voice.model.engine import LM
 
 
 def ask(

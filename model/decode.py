@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import cpu_rows
-from model.config import LMConfig
-from model.errors import UnknownDecoderError
-from model.kv_cache import KVCache
-from model.transformer import ForwardOut, Transformer
+from dllm_voice.kernels import cpu_rows
+from dllm_voice.model.config import LMConfig
+from dllm_voice.model.errors import UnknownDecoderError
+from dllm_voice.model.kv_cache import KVCache
+from dllm_voice.model.transformer import ForwardOut, Transformer
 
 # Prompt rows per prefill forward: bounds the time between cancel checks on long prompts
 # (a 2000-token history is 8 forwards, each checked), while the chunks stay large enough for

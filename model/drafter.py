@@ -35,11 +35,11 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from kernels import cpu_rows
-from kernels.cpu_rows import Quantized, quantize_q8_0
-from model.errors import ModelLoadError
-from model.kv_cache import KVCache
-from model.transformer import (
+from dllm_voice.kernels import cpu_rows
+from dllm_voice.kernels.cpu_rows import Quantized, quantize_q8_0
+from dllm_voice.model.errors import ModelLoadError
+from dllm_voice.model.kv_cache import KVCache
+from dllm_voice.model.transformer import (
     Block,
     Linear,
     ModelArgs,

@@ -19,17 +19,17 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from model import (
+from dllm_voice.model import (
     decode,
     hybrid,  # noqa: F401  (importing it registers the hybrid and parallel decoders)
     loader,
 )
-from model.batch import StepBatcher
-from model.config import LMConfig
-from model.errors import ContextOverflowError
-from model.repeat import RepeatGuard
-from model.tokenizer import Tokenizer
-from model.transformer import Transformer
+from dllm_voice.model.batch import StepBatcher
+from dllm_voice.model.config import LMConfig
+from dllm_voice.model.errors import ContextOverflowError
+from dllm_voice.model.repeat import RepeatGuard
+from dllm_voice.model.tokenizer import Tokenizer
+from dllm_voice.model.transformer import Transformer
 
 log = logging.getLogger(__name__)
 # What Transformer.cpu_kernel names, for the startup log line.

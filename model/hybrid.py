@@ -36,16 +36,16 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import cpu_rows
-from kernels.verify_select import verify_select
-from model.config import LMConfig
-from model.decode import PREFILL_CHUNK, DecodeRequest, feed_rows, register, tap_row
-from model.drafter import BlockDrafter, load_default
-from model.lookup import PromptLookup
-from model.ngram import NgramStore
-from model.ngram import load_default as load_ngram
-from model.transformer import Transformer, causal_mask
-from model.tree import DraftTree, build
+from dllm_voice.kernels import cpu_rows
+from dllm_voice.kernels.verify_select import verify_select
+from dllm_voice.model.config import LMConfig
+from dllm_voice.model.decode import PREFILL_CHUNK, DecodeRequest, feed_rows, register, tap_row
+from dllm_voice.model.drafter import BlockDrafter, load_default
+from dllm_voice.model.lookup import PromptLookup
+from dllm_voice.model.ngram import NgramStore
+from dllm_voice.model.ngram import load_default as load_ngram
+from dllm_voice.model.transformer import Transformer, causal_mask
+from dllm_voice.model.tree import DraftTree, build
 
 # lm.row_cost = -1 on CPU: the extra cost of a verify row relative to a 1-row forward, by the
 # matrix kernel the model is packed for (Transformer.cpu_kernel; bench/rows.py, BENCHMARKS.md).

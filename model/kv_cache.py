@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from model.errors import ContextOverflowError
+from dllm_voice.model.errors import ContextOverflowError
 
 
 class KVCache:

@@ -22,11 +22,11 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType
 
-from kernels.cpu_rows import Quantized
-from model.errors import ModelLoadError
-from model.gguf_file import GGUFFile
-from model.tokenizer import Tokenizer
-from model.transformer import ModelArgs, Transformer
+from dllm_voice.kernels.cpu_rows import Quantized
+from dllm_voice.model.errors import ModelLoadError
+from dllm_voice.model.gguf_file import GGUFFile
+from dllm_voice.model.tokenizer import Tokenizer
+from dllm_voice.model.transformer import ModelArgs, Transformer
 
 GGUF_ARCHS = ("llama", "qwen2")
 HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}

@@ -28,8 +28,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
-from model.drafter import resolve_file
-from model.errors import ModelLoadError
+from dllm_voice.model.drafter import resolve_file
+from dllm_voice.model.errors import ModelLoadError
 
 DEFAULT_STORE = Path(__file__).parent / "adapters" / "ngram.safetensors"
 MAX_ORDER = 4

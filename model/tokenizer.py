@@ -21,7 +21,7 @@ from typing import Any
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as RustTokenizer
 
-from model.errors import ModelLoadError
+from dllm_voice.model.errors import ModelLoadError
 
 # Pre-tokenizer split patterns of llama.cpp's `tokenizer.ggml.pre` names.
 _LLAMA3_PAT = (

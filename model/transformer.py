@@ -39,8 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels import cpu_rows, exact_rows
-from model.kv_cache import KVCache
+from dllm_voice.kernels import cpu_rows, exact_rows
+from dllm_voice.model.kv_cache import KVCache
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.config import Config
+from dllm_voice.app.config import Config
 
 # Short answers keep the end-to-end tests quick; the pipeline does not depend on the length.
 E2E_CONFIG = replace(Config(), lm=replace(Config().lm, max_new_tokens=40))
@@ -17,7 +17,7 @@ E2E_CONFIG = replace(Config(), lm=replace(Config().lm, max_new_tokens=40))
 @pytest.fixture(scope="session")
 def components() -> Iterator[Any]:
     """LM (SmolLM2), Whisper tiny.en and Piper, each with its worker, shared by every test."""
-    from app.components import Components
+    from dllm_voice.app.components import Components
 
     comps = Components.load(E2E_CONFIG, warmup=False)
     yield comps

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from audio.resample import resample, to_int16
+from dllm_voice.audio.resample import resample, to_int16
 
 
 @functools.cache
@@ -136,12 +136,12 @@ def loopback_run(
     VAD path, as chat.open_audio does. The mic hears the echo (`echo_path` at delay_ms, gain_db),
     optional `user` speech starting at user_at_ms, and white noise.
     """
-    from app.chat import ECHO_GUARD_MS
-    from app.pipeline_config import ConversationConfig
-    from app.turns import HoldPlayback, TurnManager
-    from audio.config import EchoConfig, VADConfig
-    from audio.echo import EchoCanceller
-    from audio.vad import Endpointer
+    from dllm_voice.app.chat import ECHO_GUARD_MS
+    from dllm_voice.app.pipeline_config import ConversationConfig
+    from dllm_voice.app.turns import HoldPlayback, TurnManager
+    from dllm_voice.audio.config import EchoConfig, VADConfig
+    from dllm_voice.audio.echo import EchoCanceller
+    from dllm_voice.audio.vad import Endpointer
 
     rng = np.random.default_rng(1)
     n = len(far)

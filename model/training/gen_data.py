@@ -41,10 +41,10 @@ from pathlib import Path
 
 import torch
 
-from model.loader import load
-from model.tokenizer import Tokenizer
-from model.training import prompt_bulk, prompts
-from model.transformer import Transformer
+from dllm_voice.model.loader import load
+from dllm_voice.model.tokenizer import Tokenizer
+from dllm_voice.model.training import prompt_bulk, prompts
+from dllm_voice.model.transformer import Transformer
 
 # Hidden states are stored at the input of layer n_layers - 3: drafters with up to 3 layers can
 # be trained from them (the trainer runs the frozen top layers to rebuild context keys/values).

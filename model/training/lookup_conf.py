@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
-from model.lookup import PromptLookup
-from model.training.gen_data import load_records
+from dllm_voice.model.lookup import PromptLookup
+from dllm_voice.model.training.gen_data import load_records
 
 
 def calibrate(

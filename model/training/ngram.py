@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from model.ngram import (
+from dllm_voice.model.ngram import (
     CONF_ONE,
     DEFAULT_STORE,
     ID_BITS,
@@ -32,7 +32,7 @@ from model.ngram import (
     pack_entries,
     pack_keys,
 )
-from model.training.gen_data import load_records
+from dllm_voice.model.training.gen_data import load_records
 
 MIN_TOTAL = 2  # a context seen once is a coincidence more often than a habit
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import random
 import re
 
-from model.training.prompts import Message
-from model.training.prompts import conversations as base_conversations
+from dllm_voice.model.training.prompts import Message
+from dllm_voice.model.training.prompts import conversations as base_conversations
 
 # The app's default lm system prompt (app/pipeline_config.py; a test keeps the two equal).
 SYSTEM_APP = "You are a helpful voice assistant. Reply briefly in plain English."

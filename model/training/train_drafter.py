@@ -41,13 +41,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.drafter import DEFAULT_ADAPTER, BlockDrafter
-from model.kv_cache import KVCache
-from model.loader import load
-from model.lookup import PromptLookup
-from model.training import gen_data, ngram
-from model.training.gen_data import FEATURE_DEPTH, Record, load_records
-from model.transformer import Transformer, run_layers
+from dllm_voice.model.drafter import DEFAULT_ADAPTER, BlockDrafter
+from dllm_voice.model.kv_cache import KVCache
+from dllm_voice.model.loader import load
+from dllm_voice.model.lookup import PromptLookup
+from dllm_voice.model.training import gen_data, ngram
+from dllm_voice.model.training.gen_data import FEATURE_DEPTH, Record, load_records
+from dllm_voice.model.transformer import Transformer, run_layers
 
 
 def usable(r: Record) -> bool:

@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from turn_end_set import COMPLETE, HESITATIONS, NON_FINAL  # noqa: E402
 from voice import PAUSED, QUESTIONS  # noqa: E402
 
-from audio.prosody import FEATURE_NAMES, WEIGHTS, TurnEndAudio, features  # noqa: E402
-from audio.resample import resample  # noqa: E402
+from dllm_voice.audio.prosody import FEATURE_NAMES, WEIGHTS, TurnEndAudio, features  # noqa: E402
+from dllm_voice.audio.resample import resample  # noqa: E402
 
 TRAIN_VOICES = (
     "piper",

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.components import Components
-from app.trace import now_ms
-from audio.asr import Transcript
+from dllm_voice.app.components import Components
+from dllm_voice.app.trace import now_ms
+from dllm_voice.audio.asr import Transcript
 
 SR = 16000
 

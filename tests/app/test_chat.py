@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from app.chat import ChatDisplay, chat
-from app.config import Config
+from dllm_voice.app.chat import ChatDisplay, chat
+from dllm_voice.app.config import Config
 from tests.audio.test_io import fake_sd  # noqa: F401 - fixture
 
 
@@ -65,9 +65,9 @@ def test_open_audio_feeds_the_speaker_signal_to_the_echo_canceller():
 
     import numpy as np
 
-    from app.chat import ECHO_GUARD_MS, open_audio
-    from audio.echo import EchoCancelledSource, aec_available
-    from audio.sources import MicSource
+    from dllm_voice.app.chat import ECHO_GUARD_MS, open_audio
+    from dllm_voice.audio.echo import EchoCancelledSource, aec_available
+    from dllm_voice.audio.sources import MicSource
 
     if not aec_available():
         pytest.skip("pywebrtc-audio is not installed")

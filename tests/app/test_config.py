@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config, render_yaml
+from dllm_voice.app.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config, render_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,13 +14,13 @@ def test_native_stderr_and_logging_go_to_the_log_file(tmp_path) -> None:
     code = textwrap.dedent(
         f"""
         import ctypes, logging, os, sys
-        from app.console import terminal_log
+        from dllm_voice.app.console import terminal_log
         with terminal_log({str(log)!r}) as native:
             libc = ctypes.CDLL(None)
             msg = b"ALSA lib pcm.c:8570:(snd_pcm_recover) underrun occurred\\n"
             libc.write(2, msg, len(msg))  # from C, as ALSA does
             os.write(2, b"partial line without newline")
-            logging.getLogger("audio.sinks").warning("speaker: 3 underruns")
+            logging.getLogger("dllm_voice.audio.sinks").warning("speaker: 3 underruns")
             print("error: shown on the terminal", file=sys.stderr)
         print("lines", native.lines)
         print("after: terminal again", file=sys.stderr)
@@ -36,4 +36,4 @@ def test_native_stderr_and_logging_go_to_the_log_file(tmp_path) -> None:
     text = log.read_text()
     assert "native: ALSA lib pcm.c:8570:(snd_pcm_recover) underrun occurred" in text
     assert "native: partial line without newline" in text
-    assert "audio.sinks: speaker: 3 underruns" in text
+    assert "dllm_voice.audio.sinks: speaker: 3 underruns" in text

@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 import pytest
 from websockets.asyncio.client import connect
 
-from app.config import ConfigError
-from app.server import AUDIO_HEADER, client_address, trusted_networks
+from dllm_voice.app.config import ConfigError
+from dllm_voice.app.server import AUDIO_HEADER, client_address, trusted_networks
 from tests.app.test_server import Running
 from tests.app.test_server_exposure import raw, status, upgrade
 
@@ -89,7 +89,7 @@ def test_repeated_headers_are_refused_or_joined(
     answer = raw(run, with_lines("http://a.example", "Origin: http://b.example"))
     assert status(answer) == 403 and answer.endswith(b"more than one Origin header\n")
     forwarded = ("X-Forwarded-For: 203.0.113.9", "X-Forwarded-For: 127.0.0.1")
-    with caplog.at_level(logging.INFO, logger="app.server"):
+    with caplog.at_level(logging.INFO, logger="dllm_voice.app.server"):
         assert status(raw(run, with_lines(None, *forwarded), wait_s=0.5)) == 101
     assert "connected from 203.0.113.9 " in caplog.text  # the two lines read as one list
 

@@ -12,11 +12,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from app.runner import Segment, TimelineSource, run_session, run_wavs
-from app.trace import Tracer, read_trace
-from app.turns import normalize
-from audio.resample import resample
-from audio.sinks import WavSink
+from dllm_voice.app.runner import Segment, TimelineSource, run_session, run_wavs
+from dllm_voice.app.trace import Tracer, read_trace
+from dllm_voice.app.turns import normalize
+from dllm_voice.audio.resample import resample
+from dllm_voice.audio.sinks import WavSink
 from tests.conftest import E2E_CONFIG
 from tests.speech import speech_pcm, write_speech_wav
 

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from app.config import Config
-from app.pipeline import VoiceSession
-from app.runner import Segment, TimelineSource, run_session
-from app.scheduler import LATER
-from app.trace import Tracer, now_ms
-from audio.vad import rms_dbfs
+from dllm_voice.app.config import Config
+from dllm_voice.app.pipeline import VoiceSession
+from dllm_voice.app.runner import Segment, TimelineSource, run_session
+from dllm_voice.app.scheduler import LATER
+from dllm_voice.app.trace import Tracer, now_ms
+from dllm_voice.audio.vad import rms_dbfs
 from tests.app.fakes import ClockSink, FakeComponents, FakeTranscriber, buzz, silence
 
 # The buzz is speech to webrtcvad but not to Silero: these tests are about pipeline logic.

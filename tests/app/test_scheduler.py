@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from app.scheduler import LATER, URGENT, Job, JobQueue, Worker
+from dllm_voice.app.scheduler import LATER, URGENT, Job, JobQueue, Worker
 
 
 def job(name: str, priority: int, key: str = "a") -> Job:

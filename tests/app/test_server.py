@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from app.config import Config
-from app.server import AUDIO_HEADER, VoiceServer
+from dllm_voice.app.config import Config
+from dllm_voice.app.server import AUDIO_HEADER, VoiceServer
 from tests.speech import speech_pcm
 
 QUESTION = "What is the capital of France?"

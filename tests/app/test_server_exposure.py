@@ -21,10 +21,10 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from app.config import ServerConfig
-from app.metrics import ServerMetrics
-from app.server import Connection, Throttled, access_token, is_loopback
-from app.trace import default_trace_dir
+from dllm_voice.app.config import ServerConfig
+from dllm_voice.app.metrics import ServerMetrics
+from dllm_voice.app.server import Connection, Throttled, access_token, is_loopback
+from dllm_voice.app.trace import default_trace_dir
 from tests.app.fakes import silence
 from tests.app.protocol_fuzz import ErrorLog
 from tests.app.test_server import Running
@@ -232,7 +232,7 @@ def test_client_that_reads_nothing_is_closed_not_dropped(
 
 def test_throttled_log_says_what_it_held_back(caplog: pytest.LogCaptureFixture) -> None:
     log = Throttled(every_s=0.2)
-    with caplog.at_level(logging.WARNING, logger="app.server"):
+    with caplog.at_level(logging.WARNING, logger="dllm_voice.app.server"):
         for i in range(1000):
             log("client %d refused", i)
         asyncio.run(asyncio.sleep(0.25))

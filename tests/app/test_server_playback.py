@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from app.config import Config
-from app.metrics import ServerMetrics
-from app.server import AUDIO_HEADER, Connection
-from audio.sources import PushSource
+from dllm_voice.app.config import Config
+from dllm_voice.app.metrics import ServerMetrics
+from dllm_voice.app.server import AUDIO_HEADER, Connection
+from dllm_voice.audio.sources import PushSource
 from tests.app.fakes import FakeComponents, buzz, silence
 from tests.app.test_server import Running, make_cfg
 

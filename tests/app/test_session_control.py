@@ -10,8 +10,14 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from app.config import Config
-from app.session_control import MAX_TEXT_CHARS, SETTINGS, apply_settings, describe, user_text
+from dllm_voice.app.config import Config
+from dllm_voice.app.session_control import (
+    MAX_TEXT_CHARS,
+    SETTINGS,
+    apply_settings,
+    describe,
+    user_text,
+)
 from tests.app.test_server import Running
 from tests.app.test_server_playback import serve  # noqa: F401 - fixture
 

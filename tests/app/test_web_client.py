@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.server import VoiceServer
+from dllm_voice.app.server import VoiceServer
 from tests.app.test_server import Running, make_cfg
 from tests.speech import speech_pcm, write_speech_wav, write_wav
 

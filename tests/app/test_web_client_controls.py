@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.server import VoiceServer
-from app.trace import read_trace
-from app.trace_tools import summarize
+from dllm_voice.app.server import VoiceServer
+from dllm_voice.app.trace import read_trace
+from dllm_voice.app.trace_tools import summarize
 from tests.app.fakes import FakeComponents, silence
 from tests.app.test_server import Running
 from tests.app.test_server_playback import fake_cfg

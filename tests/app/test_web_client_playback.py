@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.server import Connection, VoiceServer
+from dllm_voice.app.server import Connection, VoiceServer
 from tests.app.fakes import FakeComponents, buzz, silence
 from tests.app.test_server import Running
 from tests.app.test_server_playback import ANSWER, QUESTION, fake_cfg

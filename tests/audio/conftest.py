@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from audio.asr import WhisperASR
-from audio.config import ASRConfig, TTSConfig
-from audio.tts import PiperTTS
+from dllm_voice.audio.asr import WhisperASR
+from dllm_voice.audio.config import ASRConfig, TTSConfig
+from dllm_voice.audio.tts import PiperTTS
 from tests.speech import speech_pcm
 
 FRANCE = "What is the capital of France?"

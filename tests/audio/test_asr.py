@@ -5,7 +5,7 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
-from audio.asr import (
+from dllm_voice.audio.asr import (
     StreamingTranscriber,
     Transcript,
     WordEnd,
@@ -13,9 +13,9 @@ from audio.asr import (
     cut_trailing_repeat,
     sound_goes_on,
 )
-from audio.config import ASRConfig, VADConfig
-from audio.errors import AudioFormatError
-from audio.vad import Endpointer
+from dllm_voice.audio.config import ASRConfig, VADConfig
+from dllm_voice.audio.errors import AudioFormatError
+from dllm_voice.audio.vad import Endpointer
 from tests.speech import frames, speech_pcm
 
 
@@ -212,7 +212,7 @@ def test_segments_keep_every_word_and_bound_the_audio() -> None:
 
 
 def test_merge_overlap_joins_where_the_passes_agree() -> None:
-    from audio.asr import merge_overlap
+    from dllm_voice.audio.asr import merge_overlap
 
     head = "Every summer we collected the honey in big glass..."
     text = "honey and big glass jars. What do bees do"
@@ -467,7 +467,7 @@ def test_refinement_is_one_whole_pass_over_the_long_turn(asr) -> None:
 
 
 def test_merge_overlap_never_joins_on_an_earlier_repeat_of_the_phrase() -> None:
-    from audio.asr import merge_overlap
+    from dllm_voice.audio.asr import merge_overlap
 
     head = "Guest houses. I want to see glaciers and maybe the northern lights. I only"
     text = "I want to bring one backpack."

@@ -9,9 +9,9 @@ on the whole clip). Word error rates are compared over the set.
 import numpy as np
 import pytest
 
-from audio.asr import StreamingTranscriber, WhisperASR, whole_pass
-from audio.config import ASRConfig, VADConfig
-from audio.vad import Endpointer
+from dllm_voice.audio.asr import StreamingTranscriber, WhisperASR, whole_pass
+from dllm_voice.audio.config import ASRConfig, VADConfig
+from dllm_voice.audio.vad import Endpointer
 from tests.speech import frames, speech_pcm
 
 QUESTIONS = (

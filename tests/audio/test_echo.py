@@ -8,8 +8,8 @@ audio delayed 150 ms (the speaker's buffer, the room, the mic's capture), attenu
 import numpy as np
 import pytest
 
-from audio.config import EchoConfig
-from audio.echo import EchoCanceller, aec_available
+from dllm_voice.audio.config import EchoConfig
+from dllm_voice.audio.echo import EchoCanceller, aec_available
 from tests.pulse import first_sound
 from tests.speech import echo_path, loopback_run, speech_pcm
 
@@ -160,7 +160,7 @@ def test_canceller_reference_fifo_and_rates() -> None:
 def test_wrapped_source_removes_the_echo(agent: np.ndarray) -> None:
     import asyncio
 
-    from audio.sources import PushSource
+    from dllm_voice.audio.sources import PushSource
 
     mic = echo_path(agent).astype(np.int16)
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audio import devices
-from audio.config import AudioConfig
-from audio.errors import AudioDeviceError, AudioFormatError
-from audio.sinks import CallbackSink, ClientSink, PlayClock, SpeakerSink, WavSink
-from audio.sources import MicSource, PushSource, WavSource
+from dllm_voice.audio import devices
+from dllm_voice.audio.config import AudioConfig
+from dllm_voice.audio.errors import AudioDeviceError, AudioFormatError
+from dllm_voice.audio.sinks import CallbackSink, ClientSink, PlayClock, SpeakerSink, WavSink
+from dllm_voice.audio.sources import MicSource, PushSource, WavSource
 from tests.speech import read_wav_bytes, write_wav
 
 
@@ -234,8 +234,8 @@ async def feed_realtime(src: PushSource, pcm: np.ndarray, block: int = 320) -> N
 
 
 def test_push_source_fills_the_gap_when_the_client_stops_and_the_vad_ends_the_turn() -> None:
-    from audio.config import VADConfig
-    from audio.vad import Endpointer
+    from dllm_voice.audio.config import VADConfig
+    from dllm_voice.audio.vad import Endpointer
     from tests.app.fakes import buzz
 
     async def run() -> tuple[list, float, int]:
@@ -501,11 +501,11 @@ class FakeSoundDevice:
 def fake_sd(monkeypatch: pytest.MonkeyPatch) -> FakeSoundDevice:
     sd = FakeSoundDevice()
     monkeypatch.setattr(devices, "sounddevice", lambda: sd)
-    import audio.sinks
-    import audio.sources
+    import dllm_voice.audio.sinks
+    import dllm_voice.audio.sources
 
-    monkeypatch.setattr(audio.sources, "sounddevice", lambda: sd)
-    monkeypatch.setattr(audio.sinks, "sounddevice", lambda: sd)
+    monkeypatch.setattr(dllm_voice.audio.sources, "sounddevice", lambda: sd)
+    monkeypatch.setattr(dllm_voice.audio.sinks, "sounddevice", lambda: sd)
     return sd
 
 

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from audio.prosody import FEATURE_NAMES, TurnEndAudio, features
+from dllm_voice.audio.prosody import FEATURE_NAMES, TurnEndAudio, features
 from tests.speech import speech_pcm
 
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from audio.errors import AudioFormatError
-from audio.resample import Resampler, resample, to_float32, to_int16, to_mono
+from dllm_voice.audio.errors import AudioFormatError
+from dllm_voice.audio.resample import Resampler, resample, to_float32, to_int16, to_mono
 
 
 def tone(freq: float, rate: int, seconds: float = 1.0, amp: float = 0.5) -> np.ndarray:

@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audio.config import TTSConfig
-from audio.errors import ModelLoadError
-from audio.tts import _FIRST_FRAMES, ClauseChunker, PiperTTS, default_voice, split_voice
+from dllm_voice.audio.config import TTSConfig
+from dllm_voice.audio.errors import ModelLoadError
+from dllm_voice.audio.tts import _FIRST_FRAMES, ClauseChunker, PiperTTS, default_voice, split_voice
 
 
 def chunk(pieces: list[str], **kw) -> list[str]:
@@ -193,7 +193,7 @@ def test_a_voice_that_does_not_cut_runs_whole(
     path = tmp_path / "no_decoder.onnx"
     onnx.save(helper.make_model(graph), str(path))
     assert split_voice(path, None) is None
-    monkeypatch.setattr("audio.tts.split_voice", lambda path, opts: None)
+    monkeypatch.setattr("dllm_voice.audio.tts.split_voice", lambda path, opts: None)
     for tts in (PiperTTS(TTSConfig()), PiperTTS(TTSConfig(chunked_decode=False))):
         assert tts._split is None
         pcm = np.concatenate(list(tts.synthesize("The sky is blue.")))

@@ -5,9 +5,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from audio.config import VADConfig
-from audio.errors import AudioFormatError
-from audio.vad import Endpointer
+from dllm_voice.audio.config import VADConfig
+from dllm_voice.audio.errors import AudioFormatError
+from dllm_voice.audio.vad import Endpointer
 from tests.speech import frames
 
 RATE = 16000

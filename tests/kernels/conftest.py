@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:  # pytest's rootdir-relative imports put only test
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from kernels import backend  # noqa: E402
+from dllm_voice.kernels import backend  # noqa: E402
 
 if not torch.cuda.is_available() and "triton" not in sys.modules:
     os.environ.setdefault("TRITON_INTERPRET", "1")

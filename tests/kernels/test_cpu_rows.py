@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from kernels import cpu_rows
+from dllm_voice.kernels import cpu_rows
 
 needs_kernel = pytest.mark.skipif(
     not cpu_rows.available(), reason="cpu_rows kernel not built here (no AVX2 or no compiler)"

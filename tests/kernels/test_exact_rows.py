@@ -12,12 +12,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels import backend, exact_rows
-from model import hybrid
-from model.config import LMConfig
-from model.decode import DecodeRequest, Sampler, get_decoder
-from model.drafter import BlockDrafter
-from model.transformer import ModelArgs, Transformer
+from dllm_voice.kernels import backend, exact_rows
+from dllm_voice.model import hybrid
+from dllm_voice.model.config import LMConfig
+from dllm_voice.model.decode import DecodeRequest, Sampler, get_decoder
+from dllm_voice.model.drafter import BlockDrafter
+from dllm_voice.model.transformer import ModelArgs, Transformer
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

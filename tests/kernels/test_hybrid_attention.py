@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from kernels import KernelBackendError, KernelInputError, backend
-from kernels.hybrid_attention import block_desc, causal_desc, hybrid_attention
+from dllm_voice.kernels import backend
+from dllm_voice.kernels.errors import KernelBackendError, KernelInputError
+from dllm_voice.kernels.hybrid_attention import block_desc, causal_desc, hybrid_attention
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import KernelInputError
-from kernels.verify_select import residual_probs, verify_select
+from dllm_voice.kernels.errors import KernelInputError
+from dllm_voice.kernels.verify_select import residual_probs, verify_select
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 # Probabilities are computed in fp32 from the (exactly representable) logits in every dtype.
@@ -167,7 +167,7 @@ def test_bad_inputs_raise(kwargs, match):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_compiled_triton_on_gpu(dtype):
-    from kernels.verify_select import verify_select_triton
+    from dllm_voice.kernels.verify_select import verify_select_triton
 
     for K, V, n_match in [(4, 49152, 2), (8, 49152, 8), (0, 1000, 0)]:
         logits, drafts = logits_with_drafts(K, V, dtype, seed=K, n_match=n_match)

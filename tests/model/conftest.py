@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from model.config import LMConfig
-from model.engine import LM
+from dllm_voice.model.config import LMConfig
+from dllm_voice.model.engine import LM
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,9 @@ import threading
 import pytest
 import torch
 
-from model.batch import StepBatcher
-from model.engine import LM
-from model.transformer import Call
+from dllm_voice.model.batch import StepBatcher
+from dllm_voice.model.engine import LM
+from dllm_voice.model.transformer import Call
 
 QUESTIONS = [
     "Why is the sky blue?",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model.decode import Sampler
+from dllm_voice.model.decode import Sampler
 
 
 def nucleus_reference(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model.drafter import BlockDrafter, load_default, q4_decode, q4_encode
-from model.errors import ModelLoadError
-from model.transformer import ModelArgs, Transformer
+from dllm_voice.model.drafter import BlockDrafter, load_default, q4_decode, q4_encode
+from dllm_voice.model.errors import ModelLoadError
+from dllm_voice.model.transformer import ModelArgs, Transformer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

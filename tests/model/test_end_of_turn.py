@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.pipeline_config import DEFAULT_SYSTEM_PROMPT, ConversationConfig
 from bench.end_of_turn import roc_auc
 from bench.turn_end_set import labeled
-from model.engine import LM
+from dllm_voice.app.pipeline_config import DEFAULT_SYSTEM_PROMPT, ConversationConfig
+from dllm_voice.model.engine import LM
 
 SYSTEM = {"role": "system", "content": DEFAULT_SYSTEM_PROMPT}
 

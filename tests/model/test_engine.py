@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from model.config import LMConfig
-from model.engine import CPU_KERNELS, LM, _split_stop
-from model.errors import ContextOverflowError, UnknownDecoderError
+from dllm_voice.model.config import LMConfig
+from dllm_voice.model.engine import CPU_KERNELS, LM, _split_stop
+from dllm_voice.model.errors import ContextOverflowError, UnknownDecoderError
 
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -184,7 +184,7 @@ def test_a_lead_ending_in_an_answer_warms_the_follow_ups_prompt(lm: LM) -> None:
 
 
 def test_load_says_which_model_decoder_and_kernel(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level("INFO", logger="model.engine"):
+    with caplog.at_level("INFO", logger="dllm_voice.model.engine"):
         lm = LM.load(LMConfig(decoder="ar"))
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("lm: "))
     assert "bundled SmolLM2-135M" in line and "ar decoding" in line

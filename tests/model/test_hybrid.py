@@ -9,14 +9,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from kernels import cpu_rows
-from model import hybrid
-from model.config import LMConfig
-from model.decode import DecodeRequest, Sampler, get_decoder
-from model.drafter import BlockDrafter
-from model.hybrid import HybridStepper
-from model.transformer import ModelArgs, Transformer
-from model.tree import DraftTree, build
+from dllm_voice.kernels import cpu_rows
+from dllm_voice.model import hybrid
+from dllm_voice.model.config import LMConfig
+from dllm_voice.model.decode import DecodeRequest, Sampler, get_decoder
+from dllm_voice.model.drafter import BlockDrafter
+from dllm_voice.model.hybrid import HybridStepper
+from dllm_voice.model.transformer import ModelArgs, Transformer
+from dllm_voice.model.tree import DraftTree, build
 
 CFG = LMConfig(drafter="none", ngram="none", row_cost=0.0)  # every draft slot verified
 

@@ -10,12 +10,12 @@ from dataclasses import replace
 
 import pytest
 
-from model import hybrid, loader
-from model.drafter import DEFAULT_ADAPTER, BlockDrafter
-from model.engine import LM
-from model.errors import ModelLoadError
-from model.ngram import DEFAULT_STORE
-from model.training.prompts import conversations
+from dllm_voice.model import hybrid, loader
+from dllm_voice.model.drafter import DEFAULT_ADAPTER, BlockDrafter
+from dllm_voice.model.engine import LM
+from dllm_voice.model.errors import ModelLoadError
+from dllm_voice.model.ngram import DEFAULT_STORE
+from dllm_voice.model.training.prompts import conversations
 
 PROMPTS = conversations("heldout")
 

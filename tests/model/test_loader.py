@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from model.errors import ModelLoadError
-from model.loader import load
-from model.transformer import ModelArgs, Transformer
+from dllm_voice.model.errors import ModelLoadError
+from dllm_voice.model.loader import load
+from dllm_voice.model.transformer import ModelArgs, Transformer
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -29,7 +29,7 @@ def test_corrupt_gguf(tmp_path: Path) -> None:
 
 
 def test_truncated_gguf(tmp_path: Path) -> None:
-    from model.loader import default_model_path
+    from dllm_voice.model.loader import default_model_path
 
     p = tmp_path / "cut.gguf"
     with default_model_path().open("rb") as f:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from model.lookup import LOOKUP_CONF, PromptLookup
+from dllm_voice.model.lookup import LOOKUP_CONF, PromptLookup
 
 
 def test_continues_the_most_recent_longest_match() -> None:

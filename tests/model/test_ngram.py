@@ -10,14 +10,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from model import hybrid
-from model.config import LMConfig
-from model.decode import DecodeRequest, Sampler, get_decoder
-from model.drafter import BlockDrafter
-from model.errors import ModelLoadError
-from model.ngram import NgramStore, load_default
-from model.training.ngram import MIN_TOTAL, build, save
-from model.transformer import ModelArgs, Transformer
+from dllm_voice.model import hybrid
+from dllm_voice.model.config import LMConfig
+from dllm_voice.model.decode import DecodeRequest, Sampler, get_decoder
+from dllm_voice.model.drafter import BlockDrafter
+from dllm_voice.model.errors import ModelLoadError
+from dllm_voice.model.ngram import NgramStore, load_default
+from dllm_voice.model.training.ngram import MIN_TOTAL, build, save
+from dllm_voice.model.transformer import ModelArgs, Transformer
 from tests.model.training.test_ngram_build import near, records
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from model.gguf_file import GGUFFile
-from model.loader import default_model_path
+from dllm_voice.model.gguf_file import GGUFFile
+from dllm_voice.model.loader import default_model_path
 
 PROMPTS = [
     "What is the capital of France?",

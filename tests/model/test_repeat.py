@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from model.repeat import RepeatGuard
+from dllm_voice.model.repeat import RepeatGuard
 
 
 def stream(text: str) -> tuple[RepeatGuard, str, int]:

@@ -65,7 +65,7 @@ def _is_utf8(b: bytes) -> bool:
 
 
 def test_other_templates_chosen_from_the_model_template(tok) -> None:
-    from model.tokenizer import Tokenizer
+    from dllm_voice.model.tokenizer import Tokenizer
 
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     llama3 = Tokenizer(tok._tok, chat_template="{{ '<|start_header_id|>' }}")

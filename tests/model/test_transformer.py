@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import model.transformer as transformer
-from kernels import cpu_rows
-from model.transformer import ModelArgs, Transformer
+import dllm_voice.model.transformer as transformer
+from dllm_voice.kernels import cpu_rows
+from dllm_voice.model.transformer import ModelArgs, Transformer
 
 
 @pytest.fixture(scope="module")

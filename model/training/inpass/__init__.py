@@ -43,12 +43,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.drafter import read_adapter, write_adapter
-from model.errors import ModelLoadError
-from model.kv_cache import KVCache
-from model.training.gen_data import Record
-from model.training.train_drafter import targets_for
-from model.transformer import Block, Transformer, apply_rope, attend, linear, prepack, rms_norm
+from dllm_voice.model.drafter import read_adapter, write_adapter
+from dllm_voice.model.errors import ModelLoadError
+from dllm_voice.model.kv_cache import KVCache
+from dllm_voice.model.training.gen_data import Record
+from dllm_voice.model.training.train_drafter import targets_for
+from dllm_voice.model.transformer import (
+    Block,
+    Transformer,
+    apply_rope,
+    attend,
+    linear,
+    prepack,
+    rms_norm,
+)
 
 PROJECTIONS = ("wqkv", "wo", "w_gate_up", "w_down")
 

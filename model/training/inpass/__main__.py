@@ -15,17 +15,17 @@ from pathlib import Path
 
 import torch
 
-from model.loader import load
-from model.training import inpass
-from model.training.gen_data import Record, load_records
-from model.training.inpass import (
+from dllm_voice.model.loader import load
+from dllm_voice.model.training import inpass
+from dllm_voice.model.training.gen_data import Record, load_records
+from dllm_voice.model.training.inpass import (
     InPassAdapter,
     evaluate,
     inpass_forward,
     sample_anchors,
     train_step,
 )
-from model.training.train_drafter import draft_vocab, usable
+from dllm_voice.model.training.train_drafter import draft_vocab, usable
 
 
 def _held(recs: list[Record], n: int) -> list[Record]:
@@ -112,8 +112,8 @@ def evaluate_cli(a: argparse.Namespace) -> None:
     print(json.dumps({"design": "a", "answers": len(held), "rows": a.rows or adapter.args.block
                       + 1, "s": round(time.time() - t), **ev}), flush=True)  # fmt: skip
     if a.drafter:  # design (b) on the same answers, for a like-for-like line
-        from model.drafter import BlockDrafter
-        from model.training import train_drafter
+        from dllm_voice.model.drafter import BlockDrafter
+        from dllm_voice.model.training import train_drafter
 
         drafter = BlockDrafter.load(a.drafter, base)
         to_vocab = torch.full((base.args.vocab_size,), -100, dtype=torch.long)
@@ -144,7 +144,7 @@ def rowcost(a: argparse.Namespace) -> None:
             base, ad, cache, v5, acc, r
         )
     if a.drafter:  # design (b): the verify rows, then its drafter pass
-        from model.drafter import BlockDrafter
+        from dllm_voice.model.drafter import BlockDrafter
 
         dr = BlockDrafter.load(a.drafter, base)
         cases["5 verify + design (b) drafter pass"] = lambda: dr.draft(

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from model.training.gen_data import generate_batch
-from model.training.inpass import (
+from dllm_voice.model.training.gen_data import generate_batch
+from dllm_voice.model.training.inpass import (
     InPassAdapter,
     _block_mask,
     inpass_forward,
@@ -20,7 +20,7 @@ from model.training.inpass import (
     simulate,
     train_step,
 )
-from model.transformer import ModelArgs, Transformer
+from dllm_voice.model.transformer import ModelArgs, Transformer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

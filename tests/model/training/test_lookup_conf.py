@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from model.training.lookup_conf import calibrate
+from dllm_voice.model.training.lookup_conf import calibrate
 
 
 def test_calibrate_counts_an_offset_only_after_right_ones() -> None:

@@ -1,1 +1,0 @@
-"""The voice agent application: streaming pipeline, turn-taking, latency trace, CLI front ends."""

@@ -1,1 +1,0 @@
-"""Everything between air and text: sources, sinks, VAD, streaming ASR and TTS, echo control."""
