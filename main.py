@@ -20,13 +20,13 @@ from dllm_voice.app.config import Config, ConfigError, load_config, render_yaml
 
 
 def _cmd_chat(cfg: Config, args: argparse.Namespace) -> int:
-    from dllm_voice.app.chat import chat
+    from dllm_voice.app.terminal.chat import chat
 
     return chat(cfg)
 
 
 def _cmd_serve(cfg: Config, args: argparse.Namespace) -> int:
-    from dllm_voice.app.server import serve
+    from dllm_voice.app.server.server import serve
 
     return serve(cfg)
 
@@ -41,13 +41,13 @@ def _cmd_ask(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _cmd_run(cfg: Config, args: argparse.Namespace) -> int:
-    from dllm_voice.app.runner import run_wavs
+    from dllm_voice.app.terminal.runner import run_wavs
 
     return run_wavs(cfg, args.input, output=args.output, trace=args.trace, realtime=args.realtime)
 
 
 def _cmd_trace(cfg: Config, args: argparse.Namespace) -> int:
-    from dllm_voice.app.trace_tools import trace_export, trace_summary
+    from dllm_voice.app.observe.trace_tools import trace_export, trace_summary
 
     if args.action == "summary":
         return trace_summary(args.file)

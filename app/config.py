@@ -1,7 +1,7 @@
 """Configuration: one frozen dataclass per section, loaded once and validated with one-line errors.
 
 Defaults live in code, next to the component that uses them (audio/config.py, model/config.py,
-app/pipeline_config.py, ServerConfig below). `config.yaml` restates every default with its help
+app/conversation/config.py, ServerConfig below). `config.yaml` restates every default with its help
 text; `load_config` layers a YAML file and `--set section.key=value` overrides on top, checking
 every key, type and range. Field metadata carries the constraints:
 `metadata={"help": ..., "min": ..., "max": ..., "choices": (...)}`.
@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from dllm_voice.app.pipeline_config import ConversationConfig, TraceConfig
+from dllm_voice.app.conversation.config import ConversationConfig, TraceConfig
 from dllm_voice.audio.config import ASRConfig, AudioConfig, EchoConfig, TTSConfig, VADConfig
 from dllm_voice.model.config import LMConfig
 

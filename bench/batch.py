@@ -1,6 +1,6 @@
 """Several sessions decoding at once: what a shared forward costs and what batching gains.
 
-Usage: .venv/bin/python bench/batch.py [--sessions 1,2,3,4,6] [--rows 1,4] [--reps 20]
+Usage: .venv/bin/python -m bench.batch [--sessions 1,2,3,4,6] [--rows 1,4] [--reps 20]
 
 1. Forward cost: B sessions (different cache lengths) each handing in `--rows` rows (1: an ar
    step; 4: a hybrid verify of 3 drafts) as one Transformer.forward_many, median ms and the ratio
@@ -18,12 +18,9 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench/lm.py
 
 import torch  # noqa: E402

@@ -23,7 +23,7 @@ bench/conversation_metrics.py):
   scripted ones that did interrupt: an answer shorter than ``at_ms`` was already over),
   backchannels that interrupted or were answered, interruptions followed by no answer.
 
-    .venv/bin/python bench/conversation.py [--conversations N] [--only NAME,...]
+    .venv/bin/python -m bench.conversation [--conversations N] [--only NAME,...]
         [--decoder ar|hybrid] [--out results.json] [--trace t.jsonl] [--set section.key=value]
 
 Prints one JSON object; progress goes to stderr.
@@ -42,15 +42,13 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench import conversation_metrics as m  # noqa: E402
-from bench.conversation_scripts import SCRIPTS, VOICES, Script  # noqa: E402
-from bench.user_voices import RATE_HZ, UserVoices  # noqa: E402
-from dllm_voice.app.config import load_config  # noqa: E402
-from dllm_voice.app.runner import Segment, TimelineSource, run_session  # noqa: E402
-from dllm_voice.app.trace import Tracer, now_ms  # noqa: E402
-from dllm_voice.audio.asr import whole_pass  # noqa: E402
+from bench import conversation_metrics as m
+from bench.conversation_scripts import SCRIPTS, VOICES, Script
+from bench.user_voices import RATE_HZ, UserVoices
+from dllm_voice.app.config import load_config
+from dllm_voice.app.observe.trace import Tracer, now_ms
+from dllm_voice.app.terminal.runner import Segment, TimelineSource, run_session
+from dllm_voice.audio.asr import whole_pass
 
 SENTENCE_GAP_MS = 300  # between a monologue's sentences: > vad.pause_ms, < vad.speech_end_ms
 WAIT_LIMIT_S = 90.0  # a turn waiting longer for the agent plays anyway (counted as forced)
@@ -399,7 +397,7 @@ def _segments(script: Script, voices: UserVoices) -> tuple[list[Segment], list[b
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from dllm_voice.app.components import Components
+    from dllm_voice.app.conversation.components import Components
 
     overrides = list(args.overrides) + ([f"lm.decoder={args.decoder}"] if args.decoder else [])
     cfg = load_config(args.config, overrides)

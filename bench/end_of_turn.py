@@ -1,6 +1,6 @@
 """End-of-turn scorer benchmark: the bundled LM's P(end of user turn) on a labeled set.
 
-Scores every transcript of bench/turn_end_set.py (complete turns, the same turns cut at a word
+Scores every transcript of testkit/turn_end_set.py (complete turns, the same turns cut at a word
 that cannot end a sentence, hesitations) as the pipeline does at a pause: the app's system
 prompt and the transcript as the user message, through one ChatSession, so each call reuses
 the cached system prompt as a live session would. Prints JSON: ROC AUC, accuracy of the
@@ -8,11 +8,11 @@ adaptive endpointer's three-way decision at the configured thresholds, the cost 
 time to an answer's first token with the score read apart and on the answer's first forward
 (as the speculation reads it), and the misjudged transcripts.
 
-    .venv/bin/python bench/end_of_turn.py [--set conversation.end_likely=0.5] [--seed 0]
+    .venv/bin/python -m bench.end_of_turn [--set conversation.end_likely=0.5] [--seed 0]
 
 ``--spoken`` scores speech instead, as a pause does: bench/voice.py's cut heads ("What is the
 capital of") and whole questions in its five voices, and with ``--clips`` the held-out clips of
-model/training/train_turn_audio.py (its clip cache: sentences and voices the speech's model did
+lab/train_turn_audio.py (its clip cache: sentences and voices the speech's model did
 not train on). Each clip goes through Whisper with 120 ms of the pause after it, the LM scores
 the transcript and audio/prosody.py the speech; the decisions are counted with the LM alone,
 with the speech's score as configured (``end_audio_cut`` under ``end_audio_gate``), with it
@@ -20,7 +20,7 @@ ungated, and as configured but without Whisper's confidence (``end_asr_logprob``
 is projected premature when its decision's wait is shorter than the mid-sentence pauses of
 bench/voice.py (300-700 ms):
 
-    .venv/bin/python bench/end_of_turn.py --spoken [--clips /tmp/turn_audio_clips.npz]
+    .venv/bin/python -m bench.end_of_turn --spoken [--clips /tmp/turn_audio_clips.npz]
 """
 
 from __future__ import annotations
@@ -33,18 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.turn_end_set import labeled  # noqa: E402
-from dllm_voice.app.config import load_config  # noqa: E402
-
-
-def roc_auc(scores: list[float], labels: list[bool]) -> float:
-    """P(a complete turn scores above an incomplete one), ties counted half."""
-    pos = [s for s, y in zip(scores, labels, strict=True) if y]
-    neg = [s for s, y in zip(scores, labels, strict=True) if not y]
-    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
-    return wins / (len(pos) * len(neg))
+from dllm_voice.app.config import load_config
+from testkit.turn_end_set import labeled, roc_auc
 
 
 def spoken(cfg, clips_path: str | None) -> dict:
@@ -53,11 +43,12 @@ def spoken(cfg, clips_path: str | None) -> dict:
 
     import numpy as np
 
-    from bench.voice import GAPS_MS, PAUSED, QUESTIONS, VOICES, Voices
-    from dllm_voice.app.turns import end_decision
+    from bench.voice import GAPS_MS, VOICES, Voices
+    from dllm_voice.app.conversation.turns import end_decision
     from dllm_voice.audio.asr import WhisperASR
     from dllm_voice.audio.prosody import TurnEndAudio
     from dllm_voice.model.engine import LM
+    from testkit.questions import PAUSED, QUESTIONS
 
     conv, asr, heard = cfg.conversation, WhisperASR(cfg.asr), TurnEndAudio()
     session = LM.load(cfg.lm).session()
@@ -70,7 +61,7 @@ def spoken(cfg, clips_path: str | None) -> dict:
             kind = "complete" if text in QUESTIONS else "head"
             sets["bench_voice"].append((kind, voices.say(text, voice)))
     if clips_path:
-        from dllm_voice.model.training.train_turn_audio import make_clips
+        from lab.train_turn_audio import make_clips
 
         clips = make_clips(Path(clips_path))
         held = {"test": "held_out_sentences_and_voices", "test_voice": "held_out_voices"}
@@ -149,7 +140,7 @@ def main() -> int:
     ap.add_argument("--clips", default=None, help="with --spoken: train_turn_audio.py's clips")
     args = ap.parse_args()
 
-    from dllm_voice.app.turns import end_decision
+    from dllm_voice.app.conversation.turns import end_decision
     from dllm_voice.model.engine import LM
 
     cfg = load_config(args.config, args.overrides)

@@ -5,29 +5,29 @@ A device call carries the working tree, at most 64 MiB, and the bundled GGUF alo
 the model travels in two halves, one per call; the machine stays warm for 30 s after a call and
 keeps /tmp, so the second call must follow the first at once. Here, in the repo root:
 
-    .venv/bin/python bench/gpu.py prepare      # .gpu/1, .gpu/2 (model halves), .gpu/whl (gguf)
+    .venv/bin/python -m bench.gpu prepare      # .gpu/1, .gpu/2 (model halves), .gpu/whl (gguf)
 
 then two device calls (`run`), the second straight after the first:
 
-    carry [".gpu/1", ".gpu/whl"], timeout_s 300:  python3 bench/gpu.py part1
-    carry [".gpu/2", ".gpu/whl"], timeout_s 590:  python3 bench/gpu.py part2
+    carry [".gpu/1", ".gpu/whl"], timeout_s 300:  python3 -m bench.gpu part1
+    carry [".gpu/2", ".gpu/whl"], timeout_s 590:  python3 -m bench.gpu part2
 
 (15 device minutes a session: with less than ~11 left after part1, give part2 a smaller
 --budget-s, its planned wall time, and a timeout_s ~30 s above it.)
 
 part1 stashes the first half in /tmp, runs the kernel tests (compiled Triton on CUDA, the `gpu`
-tests included) and bench/kernels.py. part2 joins the model, benchmarks ar / hybrid / parallel
-with the shipped drafter and n-gram store, and hybrid with a 24-node tree of 4 branches
+tests included) and bench/kernel_timings.py. part2 joins the model, benchmarks ar / hybrid /
+parallel with the shipped drafter and n-gram store, and hybrid with a 24-node tree of 4 branches
 (lm.draft_len 24, lm.draft_branch 4: rows free on CPU 2.56 tokens/forward against 2.47 at the
 default 12 / 3; does a GPU verify 25 rows as cheaply as 13?) (lm_before.json; lm_torch.json: ar
 / hybrid / chain without the row-invariant kernels, cuBLAS and SDPA instead), runs the
-one-command GPU recipe (`model.training.train_drafter --recipe h200`: data, n-gram store,
+one-command GPU recipe (`lab.train_drafter --recipe h200`: data, n-gram store,
 drafter) with its caps fitted to what is left of --budget-s, benchmarks again with what it trained
 (lm_after.json) and packs the new adapter and store. Each stage's output is logged with
 timestamps under $OUT; a failed stage is logged and the next one still runs. Then, here, on the
 folder the call's files came back to:
 
-    .venv/bin/python bench/gpu.py collect DIR  # runs/gpu/*; the new adapter + store staged in
+    .venv/bin/python -m bench.gpu collect DIR  # runs/gpu/*; the new adapter + store staged in
                                                # runs/gpu/adapters/ for review, not installed
 
 `--smoke` runs part1 / part2 on this CPU at toy sizes (OUT defaults to /tmp/dllm-gpu-out), to
@@ -65,7 +65,6 @@ def sha256(path: Path) -> str:
 
 
 def prepare() -> None:
-    sys.path.insert(0, str(ROOT))
     from dllm_voice.model.loader import default_model_path
 
     gguf = default_model_path()
@@ -86,9 +85,9 @@ def prepare() -> None:
         check=True,
     )  # fmt: skip
     print(f"{STAGE}: model halves of {gguf.name} ({len(data)} bytes) and the {GGUF_PIN} wheel")
-    print('device call 1: carry [".gpu/1", ".gpu/whl"], timeout_s 300: python3 bench/gpu.py part1')
+    print('device call 1: carry [".gpu/1", ".gpu/whl"], timeout_s 300: python3 -m bench.gpu part1')
     print('device call 2, at once: carry [".gpu/2", ".gpu/whl"], timeout_s 590: '
-          "python3 bench/gpu.py part2")  # fmt: skip
+          "python3 -m bench.gpu part2")  # fmt: skip
 
 
 class Run:
@@ -99,7 +98,7 @@ class Run:
         self.out = Path(os.environ.get("OUT") or "/tmp/dllm-gpu-out")
         self.out.mkdir(parents=True, exist_ok=True)
         if not STAGE.is_dir():
-            sys.exit(f"{STAGE} is missing: run `bench/gpu.py prepare` first and carry its folders")
+            sys.exit(f"{STAGE} is missing: run `python -m bench.gpu prepare`, carry its folders")
         self.log = (self.out / f"{name}.log").open("a")
         self.t0 = time.time()
         self.smoke = smoke
@@ -165,7 +164,7 @@ def part1(smoke: bool) -> None:
     tests = ["tests/kernels", "-q", "-p", "no:cacheprovider", "-m", "not slow"]
     run.stage("kernel tests", [sys.executable, "-m", "pytest", *tests])
     reps = ["--quick", "--reps", "3"] if smoke else ["--reps", "50"]
-    run.stage("kernel bench", [sys.executable, "bench/kernels.py", *reps],
+    run.stage("kernel bench", [sys.executable, "-m", "bench.kernel_timings", *reps],
               stdout=run.out / "kernels.json")  # fmt: skip
 
 
@@ -196,7 +195,7 @@ def bench_lm(run: Run, name: str, model: Path, adapters: Path, timeout: float,
              env: dict[str, str] | None = None) -> bool:  # fmt: skip
     """bench/lm.py on the unseen prompts with the adapter and store in `adapters`."""
     size = ("cpu", "1", "8") if run.smoke else ("cuda", "12", "64")
-    cmd = [sys.executable, "bench/lm.py", "--model", str(model), "--drafter",
+    cmd = [sys.executable, "-m", "bench.lm", "--model", str(model), "--drafter",
            str(adapters / "drafter.safetensors"), "--ngram", str(adapters / "ngram.safetensors"),
            "--prompt-set", "unseen", "--device", size[0], "--prompts", size[1],
            "--max-new-tokens", size[2], *extra]  # fmt: skip
@@ -225,7 +224,7 @@ def part2(smoke: bool, budget_s: float) -> None:
     # generation, 30% to training, the rest to loading the model and features twice (n-gram
     # store, training) and building the store.
     spend = max(run.left(budget_s) - bench_s - 30, 60)
-    recipe = [sys.executable, "-m", "model.training.train_drafter", "--recipe", "h200", "--model",
+    recipe = [sys.executable, "-m", "lab.train_drafter", "--recipe", "h200", "--model",
               str(model), "--data", str(STASH / "data"), "--save", str(new / "drafter.safetensors"),
               "--out-dir", str(new / "run"), "--gen-minutes", f"{0.5 * spend / 60:.2f}",
               "--minutes", f"{0.3 * spend / 60:.2f}"]  # fmt: skip

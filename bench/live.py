@@ -1,7 +1,7 @@
 """`python main.py` on a real sound server with a real echo path: false barge-ins, interruption
 stop time and voice to voice, measured at the sound server.
 
-A PulseAudio user daemon (tests/pulse.py) gives the agent a virtual speaker (`agent_out`) and
+A PulseAudio user daemon (testkit/pulse.py) gives the agent a virtual speaker (`agent_out`) and
 microphone (`mic_in`'s monitor); a module-loopback carries the speaker back into the microphone
 at --echo-gain-db after --echo-delay-ms, as laptop speakers do. Per echo mode (`--modes`, each
 a fresh main.py in a tmux terminal):
@@ -25,10 +25,10 @@ the virtual microphone, each from its onset at the sound server to the arrival o
 holds the GIL that long in each burst (as a model call can), so the audio callback waits, and
 lost samples show as onsets closer together in the frames than at the sound server.
 
-    .venv/bin/python bench/live.py [--answers 10] [--interruptions 5] [--modes auto,off]
+    .venv/bin/python -m bench.live [--answers 10] [--interruptions 5] [--modes auto,off]
         [--echo-gain-db -10 | --no-echo] [--echo-delay-ms 40] [--set section.key=value ...]
         [--keep DIR]
-    .venv/bin/python bench/live.py --mic-path 30 [--stall-ms 300]
+    .venv/bin/python -m bench.live --mic-path 30 [--stall-ms 300]
 """
 
 from __future__ import annotations
@@ -47,9 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from tests.pulse import (  # noqa: E402
+from testkit.pulse import (
     MIC_SINK,
     RATE,
     LiveSession,
@@ -57,22 +55,9 @@ from tests.pulse import (  # noqa: E402
     SoundServerError,
     write_wav,
 )
-from tests.speech import speech_pcm  # noqa: E402
+from testkit.questions import QUESTIONS
+from testkit.speech import speech_pcm
 
-QUESTIONS = [
-    "What is the capital of France?",
-    "How many legs does a spider have?",
-    "Tell me a fun fact about the moon.",
-    "What color is the sky on a clear day?",
-    "Can you recommend a good book to read?",
-    "Why do cats purr?",
-    "What is the boiling point of water?",
-    "Give me a quick tip for sleeping better.",
-    "Who wrote Romeo and Juliet?",
-    "How far away is the sun?",
-    "What should I cook for dinner tonight?",
-    "How do airplanes stay in the air?",
-]
 INTERRUPTIONS = [
     "Wait, tell me about Spain instead.",
     "Stop, I have another question.",

@@ -1,6 +1,6 @@
 """LM decoding benchmark: fixed chat prompts, per-prompt and median speed, JSON to stdout.
 
-    .venv/bin/python bench/lm.py --decoders ar --max-new-tokens 64 --prompts 20
+    .venv/bin/python -m bench.lm --decoders ar --max-new-tokens 64 --prompts 20
 
 Every prompt runs in a fresh session (no KV reuse between prompts); decoders alternate per
 prompt so CPU noise (a shared 2-core box) hits them alike. Decoders other than `ar` are also
@@ -22,19 +22,19 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-# Before torch loads libgomp (model/__init__ does the same): spinning OpenMP workers starve
-# the other processes on shared cores (~3x fewer tokens/s under load).
+# Before torch loads libgomp (dllm_voice/__init__.py does the same, but torch is imported first
+# here): spinning OpenMP workers starve the other processes on shared cores (~3x fewer tokens/s
+# under load).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
-from dllm_voice.app.pipeline_config import DEFAULT_SYSTEM_PROMPT  # noqa: E402
+from dllm_voice.app.conversation.config import DEFAULT_SYSTEM_PROMPT  # noqa: E402
 from dllm_voice.model.config import LMConfig  # noqa: E402
 from dllm_voice.model.decode import DECODERS  # noqa: E402
 from dllm_voice.model.engine import LM  # noqa: E402
 from dllm_voice.model.hybrid import CPU_ROW_COST, bundled_only, drafter_for  # noqa: E402
-from dllm_voice.model.training.prompts import conversations  # noqa: E402
+from lab.prompts import conversations  # noqa: E402
 
 PROMPTS = [
     "What is the capital of France?",
@@ -63,6 +63,16 @@ PROMPTS = [
     "What causes the seasons on Earth?",
 ]
 CLAUSE_END = (",", ".", "?", "!")
+# The LMConfig fields of the hybrid and parallel decoders, echoed in the report.
+HYBRID_FIELDS = (
+    "drafter",
+    "ngram",
+    "draft_len",
+    "draft_branch",
+    "row_cost",
+    "lookup_ngram",
+    "threshold",
+)
 
 
 def run_one(lm: LM, decoder: str, prompt: str | list, max_new: int) -> dict[str, object]:
@@ -198,7 +208,7 @@ def summarize(rows: list[dict[str, object]], ar_rows: list[dict[str, object]] | 
     return out
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--decoders", default="ar", help="comma list, e.g. ar,hybrid,parallel")
     ap.add_argument("--max-new-tokens", type=int, default=64)
@@ -218,7 +228,7 @@ def main() -> int:
         choices=("fixed", "heldout", "unseen"),
         default="fixed",
         help="fixed: the 24 prompts above (several are also in the drafter's training list); "
-        "heldout: model/training/prompts.py conversations the drafter never saw; unseen: those "
+        "heldout: lab/prompts.py conversations the drafter never saw; unseen: those "
         "of them whose questions occur in no training conversation either",
     )
     # Hybrid / parallel settings (lm.* fields) and the parallel threshold sweep.
@@ -282,101 +292,153 @@ def main() -> int:
         help="other CPU matrix kernels, e.g. onednn,plain: adds every decoder's row again on a "
         "second copy of the weights packed for each (model/transformer.py prepack kinds)",
     )
-    a = ap.parse_args()
-    decoders = [d.strip() for d in a.decoders.split(",") if d.strip()]
-    unknown = [d for d in decoders if d not in DECODERS]
+    return ap
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options, checked; ``decoder_names``, ``tree`` (LEN, BRANCH or None) and ``chats`` (the
+    prompts the run answers) added."""
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    a.decoder_names = [d.strip() for d in a.decoders.split(",") if d.strip()]
+    unknown = [d for d in a.decoder_names if d not in DECODERS]
     if unknown:
         ap.error(f"unknown decoder(s) {unknown}; available: {', '.join(sorted(DECODERS))}")
-    prompts: list = PROMPTS if a.prompt_set == "fixed" else conversations(a.prompt_set)
-    if a.system:
-        system = DEFAULT_SYSTEM_PROMPT if a.system == "app" else a.system
-        chats = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
-        prompts = [c if c[0]["role"] == "system" else [{"role": "system", "content": system}, *c]
-                   for c in chats]  # fmt: skip
+    a.tree = None
+    if a.compare_tree:
+        try:
+            n, b = (int(v) for v in a.compare_tree.split(","))
+        except ValueError as e:
+            ap.error(f"--compare-tree wants LEN,BRANCH (e.g. 24,4): {e}")
+        a.tree = (n, b)
+    prompts = prompt_set(a.prompt_set, a.system)
     if not 1 <= a.prompts <= len(prompts):
         ap.error(f"--prompts must be 1..{len(prompts)}")
+    a.chats = prompts[: a.prompts]
+    return a
 
+
+def prompt_set(name: str, system: str) -> list:
+    """The named prompt set, each conversation led by ``system`` where it has no system message
+    ('app': the app's default; '': none added)."""
+    prompts: list = PROMPTS if name == "fixed" else conversations(name)
+    if not system:
+        return prompts
+    system = DEFAULT_SYSTEM_PROMPT if system == "app" else system
+    chats = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
+    return [c if c[0]["role"] == "system" else [{"role": "system", "content": system}, *c]
+            for c in chats]  # fmt: skip
+
+
+def load_model(a: argparse.Namespace) -> tuple[LMConfig, LM, float]:
+    """The LM config the options describe, the LM, and its load time in seconds."""
     cfg = replace(LMConfig(), path=a.model, device=a.device, dtype=a.dtype, threads=a.threads,
                   drafter=a.drafter, ngram=a.ngram, draft_len=a.draft_len,
                   draft_branch=a.draft_branch, row_cost=a.row_cost, lookup_ngram=a.lookup_ngram,
                   threshold=a.threshold)  # fmt: skip
     t = time.perf_counter()
     lm = LM.load(cfg)
-    load_s = time.perf_counter() - t
-    # label -> (LM sharing the weights, decoder): parallel@T rows for the threshold sweep.
+    return cfg, lm, time.perf_counter() - t
+
+
+def decoder_runs(a: argparse.Namespace, cfg: LMConfig, lm: LM) -> dict[str, tuple[LM, str]]:
+    """label -> (LM sharing the weights, decoder): each decoder, then the rows the options add."""
+    decoders = a.decoder_names
+
+    def variant(**changes) -> LM:
+        return LM(lm.model, lm.tokenizer, replace(cfg, **changes))
+
     runs = {d: (lm, d) for d in decoders}
     for th in (float(x) for x in a.thresholds.split(",") if x.strip()):
-        runs[f"parallel@{th:g}"] = (
-            LM(lm.model, lm.tokenizer, replace(cfg, threshold=th)),
-            "parallel",
-        )
+        runs[f"parallel@{th:g}"] = (variant(threshold=th), "parallel")
     if a.lookup_only:
-        runs["hybrid/lookup"] = (LM(lm.model, lm.tokenizer, replace(cfg, drafter="none")), "hybrid")
+        runs["hybrid/lookup"] = (variant(drafter="none"), "hybrid")
     if a.no_ngram:
-        runs["hybrid/no-ngram"] = (LM(lm.model, lm.tokenizer, replace(cfg, ngram="none")), "hybrid")
+        runs["hybrid/no-ngram"] = (variant(ngram="none"), "hybrid")
     if a.compare_ngram:
-        other = replace(cfg, ngram=a.compare_ngram)
-        runs["hybrid/ngram2"] = (LM(lm.model, lm.tokenizer, other), "hybrid")
+        runs["hybrid/ngram2"] = (variant(ngram=a.compare_ngram), "hybrid")
         if a.lookup_only:
-            free = replace(other, drafter="none")
-            runs["hybrid/lookup/ngram2"] = (LM(lm.model, lm.tokenizer, free), "hybrid")
+            runs["hybrid/lookup/ngram2"] = (
+                variant(ngram=a.compare_ngram, drafter="none"),
+                "hybrid",
+            )
     if a.no_loop_guard:
-        free = LM(lm.model, lm.tokenizer, replace(cfg, loop_guard=False))
+        free = variant(loop_guard=False)
         runs.update({f"{d}/no-loop-guard": (free, d) for d in decoders})
     if a.chain:
-        runs["hybrid/chain"] = (LM(lm.model, lm.tokenizer, replace(cfg, draft_branch=1)), "hybrid")
-    if a.compare_tree:
-        try:
-            n, b = (int(v) for v in a.compare_tree.split(","))
-            tree = replace(cfg, draft_len=n, draft_branch=b)
-        except ValueError as e:
-            ap.error(f"--compare-tree wants LEN,BRANCH (e.g. 24,4): {e}")
-        runs[f"hybrid/tree{n}x{b}"] = (LM(lm.model, lm.tokenizer, tree), "hybrid")
+        runs["hybrid/chain"] = (variant(draft_branch=1), "hybrid")
+    if a.tree:
+        n, b = a.tree
+        runs[f"hybrid/tree{n}x{b}"] = (variant(draft_len=n, draft_branch=b), "hybrid")
     # --with-drafter / --compare-drafter: the drafter pass on, at --row-cost or the auto value.
     cost = CPU_ROW_COST[lm.model.cpu_kernel] if lm.device.type == "cpu" else 0.0
     cost = a.row_cost if a.row_cost >= 0 else cost
     if a.with_drafter:
-        runs["hybrid/drafter"] = (LM(lm.model, lm.tokenizer, replace(cfg, row_cost=cost)), "hybrid")
+        runs["hybrid/drafter"] = (variant(row_cost=cost), "hybrid")
     if a.compare_drafter:
-        other = replace(cfg, row_cost=cost, drafter=a.compare_drafter)
-        runs["hybrid/drafter2"] = (LM(lm.model, lm.tokenizer, other), "hybrid")
+        runs["hybrid/drafter2"] = (variant(row_cost=cost, drafter=a.compare_drafter), "hybrid")
     for kind in (k.strip() for k in a.kernels.split(",") if k.strip()):
-        other = LM.load(cfg)
-        other.model.unpack()
-        other.model.pack(kind)
-        drafter = drafter_for(other.model, bundled_only(cfg.drafter, cfg.path))
-        if drafter is not None:
-            drafter.pack(kind)
-        runs.update({f"{d}/{kind}": (other, d) for d in decoders})
-        if a.lookup_only and "hybrid" in decoders:
-            free = LM(other.model, other.tokenizer, replace(cfg, drafter="none"))
-            runs[f"hybrid/lookup/{kind}"] = (free, "hybrid")
-    decoders = list(runs)
-    for d in decoders:  # warm-up: first-call allocations, lazy tables, the drafter file
-        run_one(*runs[d], "Hi", 4)
+        runs.update(kernel_runs(a, cfg, kind))
+    return runs
+
+
+def kernel_runs(a: argparse.Namespace, cfg: LMConfig, kind: str) -> dict[str, tuple[LM, str]]:
+    """Every decoder again on a second copy of the weights packed for the CPU kernel ``kind``."""
+    other = LM.load(cfg)
+    other.model.unpack()
+    other.model.pack(kind)
+    drafter = drafter_for(other.model, bundled_only(cfg.drafter, cfg.path))
+    if drafter is not None:
+        drafter.pack(kind)
+    runs = {f"{d}/{kind}": (other, d) for d in a.decoder_names}
+    if a.lookup_only and "hybrid" in a.decoder_names:
+        free = LM(other.model, other.tokenizer, replace(cfg, drafter="none"))
+        runs[f"hybrid/lookup/{kind}"] = (free, "hybrid")
+    return runs
+
+
+def warm_up(runs: dict[str, tuple[LM, str]]) -> None:
+    """First-call allocations, lazy tables, the drafter file: out of the timed answers."""
+    for lm, decoder in runs.values():
+        run_one(lm, decoder, "Hi", 4)
+
+
+def load_reference(a: argparse.Namespace, lm: LM) -> tuple[object, object]:
+    """(transformers model, llama.cpp model), the one --reference names loaded and warmed up."""
     hf = load_transformers(lm, a.model) if a.reference == "transformers" else None
     if hf is not None:
         run_transformers(hf, lm, "Hi", 4)
     cpp = load_llama_cpp(a.model, a.threads) if a.reference == "llama.cpp" else None
     if cpp is not None:
         run_llama_cpp(cpp, lm, "Hi", 4)
-    rows: dict[str, list[dict[str, object]]] = {d: [] for d in decoders}
+    return hf, cpp
+
+
+def run_prompts(
+    a: argparse.Namespace, runs: dict[str, tuple[LM, str]], lm: LM, hf, cpp
+) -> tuple[dict[str, list[dict[str, object]]], list[dict[str, object]]]:
+    """Each prompt answered by the reference, then by every run in turn: (rows per run label,
+    the reference's rows)."""
+    rows: dict[str, list[dict[str, object]]] = {d: [] for d in runs}
     ref_rows: list[dict[str, object]] = []
-    for i, prompt in enumerate(prompts[: a.prompts]):
+    for i, prompt in enumerate(a.chats):
         if hf is not None:
             ref_rows.append(run_transformers(hf, lm, prompt, a.max_new_tokens))
         if cpp is not None:
             ref_rows.append(run_llama_cpp(cpp, lm, prompt, a.max_new_tokens))
             print(f"[{i + 1}/{a.prompts}] llama.cpp: {ref_rows[-1]['tokens_per_s']} tok/s",
                   file=sys.stderr)  # fmt: skip
-        for d in decoders:
-            r = run_one(*runs[d], prompt, a.max_new_tokens)
+        for d, (run_lm, decoder) in runs.items():
+            r = run_one(run_lm, decoder, prompt, a.max_new_tokens)
             rows[d].append(r)
             msg = f"{r['tokens_per_s']:.1f} tok/s, {r['new_tokens']} tokens"
             print(f"[{i + 1}/{a.prompts}] {d}: {msg}", file=sys.stderr)
+    return rows, ref_rows
 
-    ar_rows = rows.get("ar")
-    result = {
+
+def setup_report(a: argparse.Namespace, cfg: LMConfig, lm: LM, load_s: float) -> dict:
+    """What ran: device, dtype, threads, the OpenMP policy, the options and the hybrid settings."""
+    return {
         "device": str(lm.device),
         "dtype": str(lm.model.embed.weight.dtype).removeprefix("torch."),
         "threads": torch.get_num_threads(),
@@ -389,50 +451,60 @@ def main() -> int:
         "system": a.system,
         "compare_ngram": a.compare_ngram,
         "compare_drafter": a.compare_drafter,
-        "hybrid": {
-            k: getattr(cfg, k)
-            for k in (
-                "drafter",
-                "ngram",
-                "draft_len",
-                "draft_branch",
-                "row_cost",
-                "lookup_ngram",
-                "threshold",
-            )
-        },  # fmt: skip
-        "decoders": {},
+        "hybrid": {k: getattr(cfg, k) for k in HYBRID_FIELDS},
     }
-    for d in decoders:
-        summary = summarize(rows[d], ar_rows if d != "ar" and ar_rows else None)
-        if d != "ar" and ar_rows and summary["tokens_per_s"] and median(ar_rows, "tokens_per_s"):
-            summary["speed_vs_ar"] = round(
-                summary["tokens_per_s"] / median(ar_rows, "tokens_per_s"), 2
-            )
-        per_prompt = [{k: v for k, v in r.items() if k != "token_ids"} for r in rows[d]]
-        result["decoders"][d] = {"median": summary, "per_prompt": per_prompt}
+
+
+def decoders_report(rows: dict[str, list[dict[str, object]]]) -> dict:
+    """Per run label: the medians (against ar's where ar ran) and the per-prompt rows."""
+    ar_rows = rows.get("ar")
+    ar_speed = median(ar_rows, "tokens_per_s") if ar_rows else None
+    out = {}
+    for d, d_rows in rows.items():
+        summary = summarize(d_rows, ar_rows if d != "ar" and ar_rows else None)
+        if d != "ar" and ar_rows and summary["tokens_per_s"] and ar_speed:
+            summary["speed_vs_ar"] = round(summary["tokens_per_s"] / ar_speed, 2)
+        per_prompt = [{k: v for k, v in r.items() if k != "token_ids"} for r in d_rows]
+        out[d] = {"median": summary, "per_prompt": per_prompt}
+    return out
+
+
+def transformers_report(rows: dict[str, list[dict[str, object]]], ref_rows: list) -> dict:
+    ref = median(ref_rows, "e2e_tokens_per_s")
+    ours = {d: median(d_rows, "e2e_tokens_per_s") for d, d_rows in rows.items()}
+    return {
+        "median_e2e_tokens_per_s": ref,
+        "speed_vs_transformers": {d: round(v / ref, 2) for d, v in ours.items() if v and ref},
+        "per_prompt": ref_rows,
+    }
+
+
+def llama_cpp_report(rows: dict[str, list[dict[str, object]]], ref_rows: list) -> dict:
+    ref = {k: median(ref_rows, k) for k in ("tokens_per_s", "ttft_ms", "e2e_tokens_per_s")}
+    ar_rows = rows.get("ar")
+    return {
+        "median": {**ref, **(summarize_vs_ar(ref_rows, ar_rows) if ar_rows else {})},
+        "speed_vs_llama_cpp": {
+            d: round(median(d_rows, "tokens_per_s") / ref["tokens_per_s"], 2)
+            for d, d_rows in rows.items()
+            if median(d_rows, "tokens_per_s") and ref["tokens_per_s"]
+        },
+        "per_prompt": [{k: v for k, v in r.items() if k != "token_ids"} for r in ref_rows],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    cfg, lm, load_s = load_model(a)
+    runs = decoder_runs(a, cfg, lm)
+    warm_up(runs)
+    hf, cpp = load_reference(a, lm)
+    rows, ref_rows = run_prompts(a, runs, lm, hf, cpp)
+    result = {**setup_report(a, cfg, lm, load_s), "decoders": decoders_report(rows)}
     if hf is not None:
-        ref = median(ref_rows, "e2e_tokens_per_s")
-        ours = {d: median(rows[d], "e2e_tokens_per_s") for d in decoders}
-        result["transformers"] = {
-            "median_e2e_tokens_per_s": ref,
-            "speed_vs_transformers": {d: round(v / ref, 2) for d, v in ours.items() if v and ref},
-            "per_prompt": ref_rows,
-        }
+        result["transformers"] = transformers_report(rows, ref_rows)
     if cpp is not None:
-        ref = {k: median(ref_rows, k) for k in ("tokens_per_s", "ttft_ms", "e2e_tokens_per_s")}
-        result["llama.cpp"] = {
-            "median": {
-                **ref,
-                **(summarize_vs_ar(ref_rows, ar_rows) if ar_rows else {}),
-            },
-            "speed_vs_llama_cpp": {
-                d: round(median(rows[d], "tokens_per_s") / ref["tokens_per_s"], 2)
-                for d in decoders
-                if median(rows[d], "tokens_per_s") and ref["tokens_per_s"]
-            },
-            "per_prompt": [{k: v for k, v in r.items() if k != "token_ids"} for r in ref_rows],
-        }
+        result["llama.cpp"] = llama_cpp_report(rows, ref_rows)
     json.dump(result, sys.stdout, indent=1)
     print()
     return 0

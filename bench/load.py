@@ -22,7 +22,7 @@ The server is a child process (bench/soak.py's), so its CPU time is its own and 
 Python never holds its GIL; it runs with server.max_sessions at the largest N. Clients send no
 playback reports: the server models their playback by the wall clock (docs/protocol.md).
 
-    .venv/bin/python bench/load.py [--n 1,2,3,4,6] [--pattern simultaneous,staggered]
+    .venv/bin/python -m bench.load [--n 1,2,3,4,6] [--pattern simultaneous,staggered]
         [--turns 2] [--seed 0] [--stagger-s 1.5] [--gap-s 1.0] [--warmup 1]
         [--set section.key=value ...] [--out FILE]
 
@@ -48,19 +48,16 @@ from typing import Any
 
 import numpy as np
 import psutil
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
-from websockets.exceptions import ConnectionClosed  # noqa: E402
-
-from bench.soak import Server, free_port  # noqa: E402
-from bench.user_voices import RATE_HZ, UserVoices  # noqa: E402
-from bench.voice import QUESTIONS, _stats  # noqa: E402
-from dllm_voice.app.server import AUDIO_HEADER  # noqa: E402
-from dllm_voice.app.trace import read_trace  # noqa: E402
-from dllm_voice.app.trace_tools import summarize, turn_rows  # noqa: E402
+from bench.soak import Server, free_port
+from bench.user_voices import RATE_HZ, UserVoices
+from bench.voice import _stats
+from dllm_voice.app.observe.trace import read_trace
+from dllm_voice.app.observe.trace_tools import summarize, turn_rows
+from dllm_voice.app.server.server import AUDIO_HEADER
+from testkit.questions import QUESTIONS
 
 FRAME = RATE_HZ // 50  # 20 ms, the web page's frame
 LEAD_S = 0.5  # silence every client streams before the first question starts

@@ -3,11 +3,11 @@ decoding simulated exactly along the `unseen` held-out greedy answers (64 tokens
 built from growing shares of the training answers (of --data; --base: folders always included
 whole, e.g. the first data when --data is more of it). JSON lines to stdout; no model needed.
 `handwritten`: the same on the unseen answers to hand-written prompts only (16 of 105); the
-others are topic x template prompts (model/training/prompts.py) whose topic the training data
+others are topic x template prompts (lab/prompts.py) whose topic the training data
 asks about in other words, which flatters a store of the base's own phrases.
 
-    .venv/bin/python bench/ngram.py --data data/drafter,data/drafter_more
-    .venv/bin/python bench/ngram.py --base data/drafter,data/drafter_more --data data/bulk
+    .venv/bin/python -m bench.ngram --data data/drafter,data/drafter_more
+    .venv/bin/python -m bench.ngram --base data/drafter,data/drafter_more --data data/bulk
 """
 
 from __future__ import annotations
@@ -16,16 +16,13 @@ import argparse
 import json
 import random
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dllm_voice.model.lookup import PromptLookup  # noqa: E402
-from dllm_voice.model.ngram import NgramStore  # noqa: E402
-from dllm_voice.model.training import ngram  # noqa: E402
-from dllm_voice.model.training.gen_data import load_records  # noqa: E402
-from dllm_voice.model.training.prompts import TEMPLATES, TOPICS, conversations  # noqa: E402
-from dllm_voice.model.tree import build  # noqa: E402
+from dllm_voice.model.lookup import PromptLookup
+from dllm_voice.model.ngram import NgramStore
+from dllm_voice.model.tree import build
+from lab import ngram
+from lab.gen_data import load_records
+from lab.prompts import TEMPLATES, TOPICS, conversations
 
 STOP = frozenset({0, 2})  # SmolLM2's end-of-text / im_end
 
@@ -90,8 +87,7 @@ def main() -> int:
     train = [r for r in recs if not r["heldout"]]
     if not train or not held:
         raise SystemExit(
-            f"{a.data}: no training or unseen held-out answers; "
-            "run python -m model.training.gen_data"
+            f"{a.data}: no training or unseen held-out answers; run python -m lab.gen_data"
         )
     random.Random(0).shuffle(train)
     sizes = {"unseen_answers": len(held), "handwritten": len(hand), "train_answers": len(train)}

@@ -1,6 +1,6 @@
 """Row cost: one forward of T new rows vs one row, per matrix kernel.
 
-    .venv/bin/python bench/rows.py --rows 1,2,3,5,9,13,17 --reps 15 [--threads 1]
+    .venv/bin/python -m bench.rows --rows 1,2,3,5,9,13,17 --reps 15 [--threads 1]
 
 What a verified decoder pays for k drafts is the cost of k extra rows in its forward. One copy
 of the bundled model per `--kinds` entry is loaded: "auto" (what the loader picks:
@@ -22,9 +22,7 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench/lm.py
 
 import torch  # noqa: E402

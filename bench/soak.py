@@ -1,7 +1,7 @@
 """Soak of `python main.py serve`: connect/disconnect cycles, full spoken turns, protocol fuzz
 cases and the handshake refusals against one server process; prints JSON.
 
-    .venv/bin/python bench/soak.py [--warmup 100] [--cycles 1000] [--turns 100] [--fuzz 10000]
+    .venv/bin/python -m bench.soak [--warmup 100] [--cycles 1000] [--turns 100] [--fuzz 10000]
         [--env MALLOC_ARENA_MAX=2 ...] [--set section.key=value ...] [--out FILE]
 
 The server runs as its own process on 127.0.0.1 (a token, a fresh trace folder), so its RSS,
@@ -9,7 +9,7 @@ threads and open files (psutil) are the server's alone. RSS is sampled after the
 every `--every` cycles after, every 20 turns and after the fuzz cases; `--env` passes
 environment variables to the server (MALLOC_ARENA_MAX=2, MALLOC_TRIM_THRESHOLD_=..., to tell
 the allocator's behaviour from a leak). Turns are spoken questions (Piper), five per session;
-fuzz cases are tests/app/protocol_fuzz.py's, one session each, counted by outcome (answered, or
+fuzz cases are testkit/protocol_fuzz.py's, one session each, counted by outcome (answered, or
 the close code) and error type. Tracebacks and failures are counted from the server's log.
 """
 
@@ -29,20 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from websockets.asyncio.client import connect  # noqa: E402
-from websockets.exceptions import InvalidStatus  # noqa: E402
-
-QUESTIONS = [
-    "What is the capital of France?",
-    "How many legs does a spider have?",
-    "What color is the sky?",
-    "Who wrote Romeo and Juliet?",
-    "What is two plus two?",
-]
 TOKEN = "soak-token"
 
 
@@ -123,7 +114,8 @@ async def refusals(url: str) -> dict[str, int]:
 
 
 async def turns(url: str, n: int, server: Server, per_session: int = 5) -> dict[str, Any]:
-    from tests.speech import speech_pcm
+    from testkit.questions import QUESTIONS
+    from testkit.speech import speech_pcm
 
     done: Counter[str] = Counter()
     times = []
@@ -153,7 +145,7 @@ async def turns(url: str, n: int, server: Server, per_session: int = 5) -> dict[
 def fuzz(url: str, n: int) -> dict[str, Any]:
     from hypothesis import Phase, given, settings
 
-    from tests.app.protocol_fuzz import messages, run_case, surely_invalid
+    from testkit.protocol_fuzz import messages, run_case, surely_invalid
 
     outcomes: Counter[str] = Counter()
     errors: Counter[str] = Counter()

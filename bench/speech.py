@@ -5,7 +5,7 @@ default: ~6 min), and long turns' finals from their segments with and without th
 over the closed segments (`long`, not run by default: ~3 min).
 
 Prints one JSON object. Speech is synthesized at run time (Piper and espeak-ng voices).
-Usage: .venv/bin/python bench/speech.py [--reps N] [--quick]
+Usage: .venv/bin/python -m bench.speech [--reps N] [--quick]
        [--sections asr,tts,vad,echo,final,long]
 Timings on a shared CPU are noisy: medians are reported with the load average, and for the
 two latency targets also the process CPU time of a 1-thread model (~ wall time on an idle core).
@@ -16,17 +16,13 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dllm_voice.audio.asr import (  # noqa: E402
+from dllm_voice.audio.asr import (
     Refiner,
     StreamingTranscriber,
     WhisperASR,
@@ -34,11 +30,11 @@ from dllm_voice.audio.asr import (  # noqa: E402
     sound_goes_on,
     whole_pass,
 )
-from dllm_voice.audio.config import ASRConfig, EchoConfig, TTSConfig, VADConfig  # noqa: E402
-from dllm_voice.audio.echo import EchoCanceller  # noqa: E402
-from dllm_voice.audio.tts import ClauseChunker, PiperTTS  # noqa: E402
-from dllm_voice.audio.vad import Endpointer  # noqa: E402
-from tests.speech import echo_path, loopback_run, speech_pcm  # noqa: E402
+from dllm_voice.audio.config import ASRConfig, EchoConfig, TTSConfig, VADConfig
+from dllm_voice.audio.echo import EchoCanceller
+from dllm_voice.audio.tts import ClauseChunker, PiperTTS
+from dllm_voice.audio.vad import Endpointer
+from testkit.speech import echo_path, loopback_run, speech_pcm
 
 UTTERANCES = [  # (text, voice): 2-6 s of speech
     ("What is the capital of France?", "piper"),
@@ -263,9 +259,9 @@ def bench_vad(seconds: int) -> dict:
 
 def bench_echo() -> dict:
     """The agent's own echo and a user talking over it, through `python main.py`'s decisions
-    (tests.speech.loopback_run): when the echo alone first pauses the agent, and otherwise how
+    (testkit.speech.loopback_run): when the echo alone first pauses the agent, and otherwise how
     long after the user's first sound (-50 dBFS) the agent is paused."""
-    from tests.pulse import first_sound
+    from testkit.pulse import first_sound
 
     agent = speech_pcm(
         "Sure. The capital of France is Paris. It is a large city on the river Seine, famous "
@@ -310,7 +306,7 @@ def bench_echo_onsets() -> dict:
     import copy
 
     from dllm_voice.audio.echo import DoubleTalkDetector
-    from tests.pulse import first_sound
+    from testkit.pulse import first_sound
 
     answers = [
         speech_pcm(text, "piper", lead_ms=200, tail_ms=300)
@@ -378,14 +374,15 @@ def bench_final_edge() -> dict:
     pass (the rule before), or also only when no sound went on after it (today's), else a new
     pass over the utterance. WER of the finals under each rule, and how much later than the end
     of the voice the pipeline's pause pass starts (it waits for the end of the words' sound)."""
-    from tests.audio.test_asr_accuracy import QUESTIONS, clip, wer
+    from testkit.asr_accuracy import clip, wer
+    from testkit.questions import ASR_QUESTIONS
 
     asr, cfg = WhisperASR(ASRConfig()), ASRConfig()
     finals: dict[str, list[tuple[str, str]]] = {"voice_only": [], "voice_or_sound": []}
     reused = dict.fromkeys(finals, 0)
     sound_after_voice: list[float] = []  # how much later the pipeline's pause pass starts
     for voice in ("piper", "espeak:en-us", "espeak:en+f3"):
-        for text in QUESTIONS:
+        for text in ASR_QUESTIONS:
             pcm = clip(text, voice)
             ep, bounds, fed = Endpointer(VADConfig()), {}, 0
             ends = WordEnd(cfg.min_rms_dbfs)
@@ -453,7 +450,7 @@ def bench_long_turns() -> dict:
     from bench.conversation_metrics import corpus_wer
     from bench.conversation_scripts import SCRIPTS
     from bench.user_voices import UserVoices
-    from tests.audio.test_asr_accuracy import streaming_final
+    from testkit.asr_accuracy import streaming_final
 
     asr, cfg, voices = WhisperASR(ASRConfig(refine_long_turns=False)), ASRConfig(), UserVoices()
     keeping = _Keeping(asr)

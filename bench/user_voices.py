@@ -32,7 +32,7 @@ def trim(pcm: np.ndarray, floor: int = TRIM_FLOOR) -> np.ndarray:
 
 
 def browser_downsample(pcm48k: np.ndarray, ratio: int = 3) -> np.ndarray:
-    """The web page's 48 kHz -> 16 kHz (``makeResampler`` in app/static/index.html): a
+    """The web page's 48 kHz -> 16 kHz (``makeResampler`` in app/server/static/index.html): a
     Hann-windowed sinc, cutoff 0.45 of the output rate, 8 output samples of half-width; its
     first output sits W input samples in, and the last W input samples stay in its buffer."""
     x = pcm48k.astype(np.float64) / 32768.0  # WebAudio hands the page floats in [-1, 1]

@@ -13,7 +13,7 @@ into the answer an interruption. Prints JSON: voice-to-voice p50/p95 per rule an
 stage medians, end-of-turn decisions, premature answers, reopened turns, barge-in stop
 latency, machine load.
 
-    .venv/bin/python bench/voice.py [--n 24] [--paused 20] [--barge 3] [--set lm.decoder=ar]
+    .venv/bin/python -m bench.voice [--n 24] [--paused 20] [--barge 3] [--set lm.decoder=ar]
 """
 
 from __future__ import annotations
@@ -29,67 +29,16 @@ import time
 import wave
 from dataclasses import replace
 from io import BytesIO
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from dllm_voice.app.config import load_config
+from dllm_voice.app.observe.trace import Tracer
+from dllm_voice.app.observe.trace_tools import percentile, summarize, turn_rows
+from dllm_voice.app.terminal.runner import Segment, TimelineSource, run_session
+from dllm_voice.audio.resample import resample
+from testkit.questions import PAUSED, QUESTIONS
 
-from dllm_voice.app.config import load_config  # noqa: E402
-from dllm_voice.app.runner import Segment, TimelineSource, run_session  # noqa: E402
-from dllm_voice.app.trace import Tracer  # noqa: E402
-from dllm_voice.app.trace_tools import percentile, summarize, turn_rows  # noqa: E402
-from dllm_voice.audio.resample import resample  # noqa: E402
-
-QUESTIONS = [
-    "What is the capital of France?",
-    "How many legs does a spider have?",
-    "Tell me a fun fact about the moon.",
-    "What color is the sky on a clear day?",
-    "Can you recommend a good book to read?",
-    "Why do cats purr?",
-    "What is the boiling point of water?",
-    "Give me a quick tip for sleeping better.",
-    "Who wrote Romeo and Juliet?",
-    "How far away is the sun?",
-    "What should I cook for dinner tonight?",
-    "Is it going to be a good day today?",
-    "How do airplanes stay in the air?",
-    "What is the largest ocean on Earth?",
-    "Tell me a joke about computers.",
-    "How do I make a good cup of coffee?",
-    "What causes thunder?",
-    "Which planet has the most moons?",
-    "How tall is the Eiffel Tower?",
-    "What is the fastest land animal?",
-    "Why is the ocean salty?",
-    "Can you explain what a black hole is?",
-    "How do bees make honey?",
-    "What year did the Second World War end?",
-]
-# (first part, second part): the user pauses mid-sentence between them.
-PAUSED = [
-    ("What is the capital of", "Germany?"),
-    ("Tell me a fun fact about", "the moon."),
-    ("What is the boiling point of", "water?"),
-    ("How many legs does a", "spider have?"),
-    ("Who wrote the", "Odyssey?"),
-    ("How far is the", "sun from the Earth?"),
-    ("What should I cook for", "dinner tonight?"),
-    ("Why do", "cats purr?"),
-    ("What is the tallest", "mountain in the world?"),
-    ("Give me a quick tip for", "sleeping better."),
-    ("How do I", "cook rice on the stove?"),
-    ("What is the speed of", "light?"),
-    ("Which planet has the", "most moons?"),
-    ("Can you tell me how to", "get rid of hiccups?"),
-    ("What is the difference between a frog and a", "toad?"),
-    ("I would like to", "learn to play the guitar."),
-    ("How long should I", "boil an egg?"),
-    ("What are the symptoms of", "a cold?"),
-    ("So my question is, um,", "how do vaccines work?"),
-    ("Could you explain why the", "sky is blue?"),
-]
 GAPS_MS = (300, 400, 500, 600, 700)  # the mid-sentence pauses, in turn
 INTERRUPTIONS = [
     "Wait, tell me about Spain instead.",
@@ -246,7 +195,7 @@ def main() -> int:
     )
     args = ap.parse_args()
 
-    from dllm_voice.app.components import Components
+    from dllm_voice.app.conversation.components import Components
 
     cfgs = {
         "fixed": load_config(args.config, [*args.overrides, *FIXED]),

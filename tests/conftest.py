@@ -17,7 +17,7 @@ E2E_CONFIG = replace(Config(), lm=replace(Config().lm, max_new_tokens=40))
 @pytest.fixture(scope="session")
 def components() -> Iterator[Any]:
     """LM (SmolLM2), Whisper tiny.en and Piper, each with its worker, shared by every test."""
-    from dllm_voice.app.components import Components
+    from dllm_voice.app.conversation.components import Components
 
     comps = Components.load(E2E_CONFIG, warmup=False)
     yield comps

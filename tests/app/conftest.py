@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dllm_voice.app.server import VoiceServer
+from dllm_voice.app.server.server import VoiceServer
 from tests.app.fakes import FakeComponents
 from tests.app.test_server import Running
 from tests.app.test_server_playback import fake_cfg

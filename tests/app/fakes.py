@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dllm_voice.app.components import Components
-from dllm_voice.app.trace import now_ms
+from dllm_voice.app.conversation.components import Components
+from dllm_voice.app.observe.trace import now_ms
 from dllm_voice.audio.asr import Transcript
 
 SR = 16000

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from dllm_voice.app.chat import ChatDisplay, chat
 from dllm_voice.app.config import Config
+from dllm_voice.app.terminal.chat import ChatDisplay, chat
 from tests.audio.test_io import fake_sd  # noqa: F401 - fixture
 
 
@@ -65,7 +65,7 @@ def test_open_audio_feeds_the_speaker_signal_to_the_echo_canceller():
 
     import numpy as np
 
-    from dllm_voice.app.chat import ECHO_GUARD_MS, open_audio
+    from dllm_voice.app.terminal.chat import ECHO_GUARD_MS, open_audio
     from dllm_voice.audio.echo import EchoCancelledSource, aec_available
     from dllm_voice.audio.sources import MicSource
 

@@ -14,7 +14,7 @@ def test_native_stderr_and_logging_go_to_the_log_file(tmp_path) -> None:
     code = textwrap.dedent(
         f"""
         import ctypes, logging, os, sys
-        from dllm_voice.app.console import terminal_log
+        from dllm_voice.app.terminal.console import terminal_log
         with terminal_log({str(log)!r}) as native:
             libc = ctypes.CDLL(None)
             msg = b"ALSA lib pcm.c:8570:(snd_pcm_recover) underrun occurred\\n"

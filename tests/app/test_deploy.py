@@ -27,7 +27,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from dllm_voice.app.config import ConfigError
-from dllm_voice.app.server import AUDIO_HEADER, client_address, trusted_networks
+from dllm_voice.app.server.server import AUDIO_HEADER, client_address, trusted_networks
 from tests.app.test_server import Running
 from tests.app.test_server_exposure import raw, status, upgrade
 
@@ -89,7 +89,7 @@ def test_repeated_headers_are_refused_or_joined(
     answer = raw(run, with_lines("http://a.example", "Origin: http://b.example"))
     assert status(answer) == 403 and answer.endswith(b"more than one Origin header\n")
     forwarded = ("X-Forwarded-For: 203.0.113.9", "X-Forwarded-For: 127.0.0.1")
-    with caplog.at_level(logging.INFO, logger="dllm_voice.app.server"):
+    with caplog.at_level(logging.INFO, logger="dllm_voice.app.server.server"):
         assert status(raw(run, with_lines(None, *forwarded), wait_s=0.5)) == 101
     assert "connected from 203.0.113.9 " in caplog.text  # the two lines read as one list
 
@@ -161,7 +161,7 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
 async def spoken_and_typed_turns(url: str, tls: ssl.SSLContext) -> list[dict[str, Any]]:
     """Two clients at once: one says the question, one types it. Returns, per client, its
     session id, its answer's text and status, and the audio bytes it received."""
-    from tests.speech import speech_pcm
+    from testkit.speech import speech_pcm
 
     clients = [await connect(url, ssl=tls, max_size=None) for _ in range(2)]
     ids = [json.loads(await ws.recv())["session"]["id"] for ws in clients]

@@ -20,10 +20,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from dllm_voice.app.config import Config, ConfigError
-from dllm_voice.app.otel import SpanExport, span_export
-from dllm_voice.app.server import VoiceServer
-from dllm_voice.app.trace import Tracer, read_trace
-from dllm_voice.app.trace_tools import turn_rows
+from dllm_voice.app.observe.otel import SpanExport, span_export
+from dllm_voice.app.observe.trace import Tracer, read_trace
+from dllm_voice.app.observe.trace_tools import turn_rows
+from dllm_voice.app.server.server import VoiceServer
 from tests.app.fakes import FakeComponents, buzz
 from tests.app.test_server import Running
 from tests.app.test_server_playback import (
@@ -182,8 +182,10 @@ def test_the_switch_and_the_environment_turn_spans_on_and_off(
 
 def test_off_imports_nothing_of_opentelemetry() -> None:
     code = (
-        "import sys, app.server, app.runner, app.chat; from dllm_voice.app.config import Config; "
-        "from dllm_voice.app.otel import span_export; assert span_export(Config().trace) is None; "
+        "import sys, dllm_voice.app.server.server, dllm_voice.app.terminal.runner; "
+        "import dllm_voice.app.terminal.chat; from dllm_voice.app.config import Config; "
+        "from dllm_voice.app.observe.otel import span_export; "
+        "assert span_export(Config().trace) is None; "
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from dllm_voice.app.config import Config
-from dllm_voice.app.pipeline import VoiceSession
-from dllm_voice.app.runner import Segment, TimelineSource, run_session
-from dllm_voice.app.scheduler import LATER
-from dllm_voice.app.trace import Tracer, now_ms
+from dllm_voice.app.conversation.scheduler import LATER
+from dllm_voice.app.conversation.session import VoiceSession
+from dllm_voice.app.observe.trace import Tracer, now_ms
+from dllm_voice.app.terminal.runner import Segment, TimelineSource, run_session
 from dllm_voice.audio.vad import rms_dbfs
 from tests.app.fakes import ClockSink, FakeComponents, FakeTranscriber, buzz, silence
 

@@ -1,5 +1,5 @@
-"""The ASR/TTS workers' order (app/scheduler.py): urgent before later, first come first served
-within a priority, promotion, dropping a key's jobs; and the thread that runs them."""
+"""The ASR/TTS workers' order (app/conversation/scheduler.py): urgent before later, first come
+first served within a priority, promotion, dropping a key's jobs; and the thread that runs them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from dllm_voice.app.scheduler import LATER, URGENT, Job, JobQueue, Worker
+from dllm_voice.app.conversation.scheduler import LATER, URGENT, Job, JobQueue, Worker
 
 
 def job(name: str, priority: int, key: str = "a") -> Job:

@@ -18,8 +18,8 @@ import pytest
 from websockets.asyncio.client import connect
 
 from dllm_voice.app.config import Config
-from dllm_voice.app.server import AUDIO_HEADER, VoiceServer
-from tests.speech import speech_pcm
+from dllm_voice.app.server.server import AUDIO_HEADER, VoiceServer
+from testkit.speech import speech_pcm
 
 QUESTION = "What is the capital of France?"
 

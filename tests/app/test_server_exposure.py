@@ -22,15 +22,15 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from dllm_voice.app.config import ServerConfig
-from dllm_voice.app.metrics import ServerMetrics
-from dllm_voice.app.server import Connection, Throttled, access_token, is_loopback
-from dllm_voice.app.trace import default_trace_dir
+from dllm_voice.app.observe.metrics import ServerMetrics
+from dllm_voice.app.observe.trace import default_trace_dir
+from dllm_voice.app.server.server import Connection, Throttled, access_token, is_loopback
 from tests.app.fakes import silence
-from tests.app.protocol_fuzz import ErrorLog
+from testkit.protocol_fuzz import ErrorLog
 from tests.app.test_server import Running
 from tests.app.test_server_playback import fake_cfg
 from tests.app.test_web_client import CHROMIUM, chromium_args
-from tests.speech import write_wav
+from testkit.speech import write_wav
 
 
 def raw(run: Running, request: bytes, wait_s: float = 2.0) -> bytes:
@@ -232,7 +232,7 @@ def test_client_that_reads_nothing_is_closed_not_dropped(
 
 def test_throttled_log_says_what_it_held_back(caplog: pytest.LogCaptureFixture) -> None:
     log = Throttled(every_s=0.2)
-    with caplog.at_level(logging.WARNING, logger="dllm_voice.app.server"):
+    with caplog.at_level(logging.WARNING, logger="dllm_voice.app.server.server"):
         for i in range(1000):
             log("client %d refused", i)
         asyncio.run(asyncio.sleep(0.25))

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from dllm_voice.app.server import Connection, VoiceServer
+from dllm_voice.app.server.server import Connection, VoiceServer
 from tests.app.fakes import FakeComponents, buzz, silence
-from tests.app.protocol_fuzz import (
+from testkit.protocol_fuzz import (
     DOCUMENTED_CLOSES,
     ErrorLog,
     Outcome,
@@ -199,7 +199,7 @@ def test_trace_files_only_for_sessions_with_a_turn(running: Running) -> None:
 
 
 def test_connect_disconnect_cycles_leave_nothing_behind(running: Running) -> None:
-    from dllm_voice.app.pipeline import VoiceSession
+    from dllm_voice.app.conversation.session import VoiceSession
 
     proc = psutil.Process()
 

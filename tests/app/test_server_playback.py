@@ -20,8 +20,8 @@ import pytest
 from websockets.asyncio.client import connect
 
 from dllm_voice.app.config import Config
-from dllm_voice.app.metrics import ServerMetrics
-from dllm_voice.app.server import AUDIO_HEADER, Connection
+from dllm_voice.app.observe.metrics import ServerMetrics
+from dllm_voice.app.server.server import AUDIO_HEADER, Connection
 from dllm_voice.audio.sources import PushSource
 from tests.app.fakes import FakeComponents, buzz, silence
 from tests.app.test_server import Running, make_cfg

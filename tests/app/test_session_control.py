@@ -11,7 +11,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from dllm_voice.app.config import Config
-from dllm_voice.app.session_control import (
+from dllm_voice.app.conversation.control import (
     MAX_TEXT_CHARS,
     SETTINGS,
     apply_settings,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from dllm_voice.app.trace import Tracer, read_trace
-from dllm_voice.app.trace_tools import (
+from dllm_voice.app.observe.trace import Tracer, read_trace
+from dllm_voice.app.observe.trace_tools import (
     latency_event,
     summarize,
     summary,
@@ -194,7 +194,7 @@ def test_tracer_thread_safe(tmp_path):
 def test_trace_survives_a_crash(tmp_path):
     path = tmp_path / "crash.jsonl"
     code = (
-        "from dllm_voice.app.trace import Tracer\n"
+        "from dllm_voice.app.observe.trace import Tracer\n"
         f"tr = Tracer({str(path)!r}, session='c')\n"
         "tr.event('speech_start', turn=1, gen=0)\n"
         "tr.event('speech_end', turn=1, gen=0)\n"
@@ -208,7 +208,7 @@ def test_trace_survives_a_crash(tmp_path):
 def test_frames_stale_only_when_interruptible():
     import numpy as np
 
-    from dllm_voice.app.frames import ClauseFrame, EndOfAnswerFrame, TTSAudioFrame
+    from dllm_voice.app.conversation.frames import ClauseFrame, EndOfAnswerFrame, TTSAudioFrame
 
     assert ClauseFrame(3, "Hi.", 0).stale(current_gen=4)
     assert not ClauseFrame(4, "Hi.", 0).stale(current_gen=4)

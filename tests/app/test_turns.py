@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from dllm_voice.app.pipeline_config import ConversationConfig
-from dllm_voice.app.turns import (
+from dllm_voice.app.conversation.config import ConversationConfig
+from dllm_voice.app.conversation.turns import (
     CancelAnswer,
     DropSpeculation,
     History,
@@ -522,7 +522,7 @@ def test_an_unsure_end_reopens_too():
 
 
 def test_refers_back_follow_ups_and_not_new_subjects():
-    from dllm_voice.app.turns import refers_back
+    from dllm_voice.app.conversation.turns import refers_back
 
     for text in ("And what about Germany?", "How big is it?", "When was he born?", "Why?",
                  "Multiply that by three.", "Tell me more."):  # fmt: skip

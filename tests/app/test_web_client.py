@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dllm_voice.app.server import VoiceServer
+from dllm_voice.app.server.server import VoiceServer
 from tests.app.test_server import Running, make_cfg
-from tests.speech import speech_pcm, write_speech_wav, write_wav
+from testkit.speech import speech_pcm, write_speech_wav, write_wav
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 

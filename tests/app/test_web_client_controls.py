@@ -10,14 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dllm_voice.app.server import VoiceServer
-from dllm_voice.app.trace import read_trace
-from dllm_voice.app.trace_tools import summarize
+from dllm_voice.app.observe.trace import read_trace
+from dllm_voice.app.observe.trace_tools import summarize
+from dllm_voice.app.server.server import VoiceServer
 from tests.app.fakes import FakeComponents, silence
 from tests.app.test_server import Running
 from tests.app.test_server_playback import fake_cfg
 from tests.app.test_web_client import CHROMIUM, chromium_args
-from tests.speech import write_wav
+from testkit.speech import write_wav
 
 LONG = "Here is a long answer that goes on for a while so that there is time to stop it."
 

@@ -6,7 +6,7 @@ import pytest
 from dllm_voice.audio.asr import WhisperASR
 from dllm_voice.audio.config import ASRConfig, TTSConfig
 from dllm_voice.audio.tts import PiperTTS
-from tests.speech import speech_pcm
+from testkit.speech import speech_pcm
 
 FRANCE = "What is the capital of France?"
 

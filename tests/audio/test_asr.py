@@ -16,7 +16,7 @@ from dllm_voice.audio.asr import (
 from dllm_voice.audio.config import ASRConfig, VADConfig
 from dllm_voice.audio.errors import AudioFormatError
 from dllm_voice.audio.vad import Endpointer
-from tests.speech import frames, speech_pcm
+from testkit.speech import frames, speech_pcm
 
 
 def words(text: str) -> list[str]:
@@ -161,7 +161,7 @@ def test_bad_input(asr) -> None:
 
 
 def test_long_utterance_goes_through_chunked_transcribe(asr) -> None:
-    from tests.speech import speech_pcm
+    from testkit.speech import speech_pcm
 
     text = (
         "The quick brown fox jumps over the lazy dog. She sells sea shells by the sea shore. "

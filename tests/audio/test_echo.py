@@ -10,8 +10,8 @@ import pytest
 
 from dllm_voice.audio.config import EchoConfig
 from dllm_voice.audio.echo import EchoCanceller, aec_available
-from tests.pulse import first_sound
-from tests.speech import echo_path, loopback_run, speech_pcm
+from testkit.pulse import first_sound
+from testkit.speech import echo_path, loopback_run, speech_pcm
 
 AGENT = (
     "Sure. The capital of France is Paris. It is a large city on the river Seine, famous for "

@@ -22,7 +22,7 @@ from dllm_voice.audio.config import AudioConfig
 from dllm_voice.audio.errors import AudioDeviceError, AudioFormatError
 from dllm_voice.audio.sinks import CallbackSink, ClientSink, PlayClock, SpeakerSink, WavSink
 from dllm_voice.audio.sources import MicSource, PushSource, WavSource
-from tests.speech import read_wav_bytes, write_wav
+from testkit.speech import read_wav_bytes, write_wav
 
 
 async def collect(source) -> np.ndarray:

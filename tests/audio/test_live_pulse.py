@@ -1,6 +1,6 @@
 """`python main.py` (the live conversation) against a real sound server, end to end.
 
-A PulseAudio user daemon started here (tests/pulse.py) gives the agent a virtual speaker and a
+A PulseAudio user daemon started here (testkit/pulse.py) gives the agent a virtual speaker and a
 virtual microphone through its default devices, as on a desktop. Questions generated now (Piper
 and espeak-ng) are played into the microphone with paplay, the speaker is recorded with
 parecord, and the answers are checked by transcribing that recording with the project's Whisper.
@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from tests.pulse import LiveSession, SoundServerError
-from tests.speech import speech_pcm
+from testkit.pulse import LiveSession, SoundServerError
+from testkit.speech import speech_pcm
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dllm_voice.audio.prosody import FEATURE_NAMES, TurnEndAudio, features
-from tests.speech import speech_pcm
+from testkit.speech import speech_pcm
 
 
 def test_features_are_finite_on_silence_noise_and_short_input():

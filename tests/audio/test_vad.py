@@ -8,7 +8,7 @@ import pytest
 from dllm_voice.audio.config import VADConfig
 from dllm_voice.audio.errors import AudioFormatError
 from dllm_voice.audio.vad import Endpointer
-from tests.speech import frames
+from testkit.speech import frames
 
 RATE = 16000
 # Synthetic vowels are voice to webrtcvad but not to Silero: state-machine tests use webrtcvad,

@@ -13,16 +13,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # pytest's rootdir-relative imports put only tests/kernels there
-    sys.path.insert(0, str(ROOT))
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from dllm_voice.kernels import backend  # noqa: E402
+from dllm_voice.kernels import backend
 
 if not torch.cuda.is_available() and "triton" not in sys.modules:
     os.environ.setdefault("TRITON_INTERPRET", "1")

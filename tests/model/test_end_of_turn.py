@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.end_of_turn import roc_auc
-from bench.turn_end_set import labeled
-from dllm_voice.app.pipeline_config import DEFAULT_SYSTEM_PROMPT, ConversationConfig
+from dllm_voice.app.conversation.config import DEFAULT_SYSTEM_PROMPT, ConversationConfig
 from dllm_voice.model.engine import LM
+from testkit.turn_end_set import labeled, roc_auc
 
 SYSTEM = {"role": "system", "content": DEFAULT_SYSTEM_PROMPT}
 

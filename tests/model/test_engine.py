@@ -173,7 +173,7 @@ def test_prefill_warms_the_cache_for_the_next_answer(lm: LM) -> None:
 
 
 def test_a_lead_ending_in_an_answer_warms_the_follow_ups_prompt(lm: LM) -> None:
-    # app/pipeline.py warms the cache with History.lead() between turns.
+    # app/conversation/session.py warms the cache with History.lead() between turns.
     s = lm.session()
     lead = [*FRANCE, {"role": "assistant", "content": "The capital of France is Paris."}]
     s.prefill(lead)

@@ -15,7 +15,7 @@ from dllm_voice.model.drafter import DEFAULT_ADAPTER, BlockDrafter
 from dllm_voice.model.engine import LM
 from dllm_voice.model.errors import ModelLoadError
 from dllm_voice.model.ngram import DEFAULT_STORE
-from dllm_voice.model.training.prompts import conversations
+from lab.prompts import conversations
 
 PROMPTS = conversations("heldout")
 

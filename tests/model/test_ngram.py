@@ -1,6 +1,6 @@
 """N-gram store at run time: chained proposals with back-off, runner-up forks, the file round
 trip and its errors, and the hybrid decoder drafting from it (exact, fewer forwards, the
-drafter pass skipped where the store is sure). Stores are built with model.training.ngram."""
+drafter pass skipped where the store is sure). Stores are built with lab.ngram."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from dllm_voice.model.decode import DecodeRequest, Sampler, get_decoder
 from dllm_voice.model.drafter import BlockDrafter
 from dllm_voice.model.errors import ModelLoadError
 from dllm_voice.model.ngram import NgramStore, load_default
-from dllm_voice.model.training.ngram import MIN_TOTAL, build, save
+from lab.ngram import MIN_TOTAL, build, save
 from dllm_voice.model.transformer import ModelArgs, Transformer
-from tests.model.training.test_ngram_build import near, records
+from tests.lab.test_ngram_build import near, records
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

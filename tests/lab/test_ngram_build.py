@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from dllm_voice.model.training.ngram import MIN_TOTAL, build
+from lab.ngram import MIN_TOTAL, build
 
 
 def near(x):  # the table keeps confidences in 16 bits

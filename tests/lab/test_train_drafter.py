@@ -13,14 +13,14 @@ import torch.nn.functional as F
 from safetensors import safe_open
 
 from dllm_voice.model.drafter import BlockDrafter
-from dllm_voice.model.training.gen_data import generate_batch
-from dllm_voice.model.training.train_drafter import (
+from dllm_voice.model.transformer import ModelArgs, Transformer
+from lab.gen_data import generate_batch
+from lab.train_drafter import (
     block_forward,
     draft_vocab,
     features,
     targets_for,
 )
-from dllm_voice.model.transformer import ModelArgs, Transformer
 
 STOP = 3
 
@@ -156,7 +156,7 @@ def test_training_reduces_loss(tiny, records) -> None:
 
 def test_recipes_name_real_options() -> None:
     """A recipe's options become the parser's defaults: a misspelt one would be ignored."""
-    from dllm_voice.model.training import train_drafter
+    from lab import train_drafter
 
     known = vars(train_drafter.parser().parse_args([]))
     for name, recipe in train_drafter.RECIPES.items():
@@ -169,7 +169,7 @@ def test_the_gpu_recipe_runs_at_toy_scale_with_its_options_overridden(tmp_path) 
     """`--recipe h200` with CPU-sized options given on the command line: data generated into
     --data, the n-gram store written beside --save, an adapter trained from that data."""
     from dllm_voice.model.ngram import NgramStore
-    from dllm_voice.model.training import train_drafter
+    from lab import train_drafter
 
     data, adapter = tmp_path / "data", tmp_path / "drafter.safetensors"
     train_drafter.main(["--recipe", "h200", "--device", "cpu", "--dtype", "float32",
@@ -191,7 +191,7 @@ def test_generate_then_train_from_the_command_line(lm, tmp_path) -> None:
     """The two documented commands, end to end on the bundled model at toy scale: data on
     disk, a resumable checkpoint, an eval row, and an adapter the decoder loads."""
     from dllm_voice.model.ngram import NgramStore
-    from dllm_voice.model.training import gen_data, ngram, train_drafter
+    from lab import gen_data, ngram, train_drafter
 
     data, run, adapter = tmp_path / "data", tmp_path / "run", tmp_path / "drafter.safetensors"
     gen_data.main(["--out", str(data), "--rounds", "1", "--batch", "4", "--max-new-tokens", "6",

@@ -32,9 +32,9 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from dllm_voice.app.config import ConfigError
-from dllm_voice.app.pipeline_config import TraceConfig
-from dllm_voice.app.trace import Tracer
-from dllm_voice.app.trace_tools import _first, _turn_end, answer_spans, turn_rows
+from dllm_voice.app.conversation.config import TraceConfig
+from dllm_voice.app.observe.trace import Tracer
+from dllm_voice.app.observe.trace_tools import _first, _turn_end, answer_spans, turn_rows
 
 log = logging.getLogger(__name__)
 Event = dict[str, Any]

@@ -1,6 +1,6 @@
 """Kernel benchmark: prints one JSON object to stdout.
 
-    .venv/bin/python bench/kernels.py [--reps 30] [--threads 0] [--quick]
+    .venv/bin/python -m bench.kernel_timings [--reps 30] [--threads 0] [--quick]
 
 Shapes are SmolLM2-135M's attention (9 query heads, 3 KV heads, head_dim 64, B = 1) and its
 49152-token vocabulary. Rows T: 1 (plain AR step), 5 (verify K = 4), 25 (verify + 5 draft blocks
@@ -14,7 +14,8 @@ cuBLAS / SDPA at an `ar` step's 1 row and a verify's 13. Every timing is a media
 runs after warm-up; "max_abs_diff" cross-checks the implementations on the same inputs.
 
 Measured here (2-core CPU shared with 4 other engineers, load average ~7, torch 2.13, fp32;
-`.venv/bin/python bench/kernels.py --reps 40 --threads 1`), median ms, torch fallback vs dense ref:
+`.venv/bin/python -m bench.kernel_timings --reps 40 --threads 1`), median ms, torch fallback vs
+dense ref:
   hybrid_attention T=1:  S=128 0.20 vs 0.30 | S=512 0.33 vs 0.82 | S=2048 1.36 vs 26.1
                    T=5:  S=128 0.18 vs 0.28 | S=512 0.65 vs 1.13 | S=2048 2.62 vs 18.2
                    T=25: S=128 0.32 vs 0.44 | S=512 1.29 vs 5.87 | S=2048 14.2 vs 46.6
@@ -29,27 +30,22 @@ import argparse
 import json
 import math
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repo root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from dllm_voice.kernels import backend, exact_rows  # noqa: E402
-from dllm_voice.kernels.hybrid_attention import (  # noqa: E402
+from dllm_voice.kernels import backend, exact_rows
+from dllm_voice.kernels.hybrid_attention import (
     block_desc,
     causal_desc,
     hybrid_attention_torch,
     hybrid_attention_triton,
     visibility_mask,
 )
-from dllm_voice.kernels.verify_select import verify_select_torch, verify_select_triton  # noqa: E402
+from dllm_voice.kernels.verify_select import verify_select_torch, verify_select_triton
 
 HQ, HKV, HEAD_DIM, VOCAB, K_DRAFT = 9, 3, 64, 49152, 4
 

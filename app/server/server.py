@@ -52,9 +52,9 @@ from websockets.http11 import Request, Response
 from websockets.protocol import State
 
 from dllm_voice.app.config import Config, ConfigError, ServerConfig
-from dllm_voice.app.metrics import ServerMetrics
-from dllm_voice.app.otel import span_export
-from dllm_voice.app.trace import default_trace_dir
+from dllm_voice.app.observe.metrics import ServerMetrics
+from dllm_voice.app.observe.otel import span_export
+from dllm_voice.app.observe.trace import default_trace_dir
 
 log = logging.getLogger(__name__)
 
@@ -445,9 +445,9 @@ class Connection:
             raise ClientError(f"unknown event type {_show(kind)}")
 
     async def run(self) -> None:
-        from dllm_voice.app.pipeline import VoiceSession
-        from dllm_voice.app.session_control import SessionControl, describe
-        from dllm_voice.app.trace import Tracer
+        from dllm_voice.app.conversation.control import SessionControl, describe
+        from dllm_voice.app.conversation.session import VoiceSession
+        from dllm_voice.app.observe.trace import Tracer
         from dllm_voice.audio.sinks import ClientSink
         from dllm_voice.audio.sources import PushSource
 
@@ -540,7 +540,7 @@ class VoiceServer:
         self.log_slow = Throttled()
         self.log_bug = Throttled(logging.ERROR, exc_info=True)
         self.metrics = ServerMetrics()
-        self.spans = span_export(cfg.trace)  # OpenTelemetry, trace.otel (app/otel.py)
+        self.spans = span_export(cfg.trace)  # OpenTelemetry, trace.otel (app/observe/otel.py)
 
     def trace_folder(self) -> Path:
         base = self.cfg.trace.path
@@ -601,7 +601,7 @@ class VoiceServer:
 
     def _operator_response(self, path: str) -> Response | None:
         """GET /healthz: the models are loaded (the server listens only then) and how many
-        sessions run; GET /metrics: Prometheus's text format (app/metrics.py). Neither needs
+        sessions run; GET /metrics: Prometheus's text format (app/observe/metrics.py). Neither needs
         the token: they carry counts, not conversations."""
         if path == "/healthz":
             body = json.dumps({"status": "ok", "sessions": len(self.active)}) + "\n"
@@ -715,7 +715,7 @@ def serve(cfg: Config) -> int:
     """`python main.py serve`: load the models once, then serve until Ctrl+C."""
     from rich.console import Console
 
-    from dllm_voice.app.pipeline import Components
+    from dllm_voice.app.conversation.session import Components
 
     console = Console()
     scfg = cfg.server

@@ -1,9 +1,9 @@
 """The models a voice session needs, loaded once, and their worker threads.
 
 Speech recognition and synthesis each have one worker thread shared by every session, which
-runs first what someone waits on (app/scheduler.py): on 2 CPU cores a second thread per model
+runs first what someone waits on (scheduler.py): on 2 CPU cores a second thread per model
 only fights the first, and a model call is never re-entered from two threads. The LM has no
-worker here: each conversation runs its LM jobs in its own thread (app/pipeline.py) and the
+worker here: each conversation runs its LM jobs in its own thread (session.py) and the
 LM's StepBatcher runs concurrent sessions' decoding steps as one forward (model/batch.py).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from dllm_voice.app.scheduler import Worker
+from dllm_voice.app.conversation.scheduler import Worker
 
 SMALL_LM_PARAMS = 1_000_000_000
 

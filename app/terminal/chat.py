@@ -21,9 +21,9 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from dllm_voice.app.console import terminal_log
-from dllm_voice.app.otel import SpanExport, span_export
-from dllm_voice.app.trace import Tracer, default_trace_dir, default_trace_path
+from dllm_voice.app.observe.otel import SpanExport, span_export
+from dllm_voice.app.observe.trace import Tracer, default_trace_dir, default_trace_path
+from dllm_voice.app.terminal.console import terminal_log
 
 # Extra speech needed to pause the agent while it plays through speakers (chat mode): the echo
 # reaches the mic ~20-60 ms after playback at a level webrtcvad calls speech.
@@ -167,8 +167,8 @@ def chat(cfg: Any, components: Any = None) -> int:
 def _chat(
     cfg: Any, components: Any, console: Console, path: str | None, spans: SpanExport | None
 ) -> int:
-    from dllm_voice.app.components import Components
-    from dllm_voice.app.pipeline import VoiceSession
+    from dllm_voice.app.conversation.components import Components
+    from dllm_voice.app.conversation.session import VoiceSession
     from dllm_voice.audio.errors import AudioDeviceError, AudioFormatError
 
     try:

@@ -6,9 +6,9 @@ import json
 
 import torch
 
-from dllm_voice.app.pipeline_config import DEFAULT_SYSTEM_PROMPT
-from dllm_voice.model.training import prompt_bulk, prompts
-from dllm_voice.model.training.gen_data import sample
+from dllm_voice.app.conversation.config import DEFAULT_SYSTEM_PROMPT
+from lab import prompt_bulk, prompts
+from lab.gen_data import sample
 
 
 def test_bulk_is_deterministic_varied_and_never_a_held_out_question() -> None:
@@ -47,7 +47,7 @@ def test_sample_draws_from_the_softmax() -> None:
 
 
 def test_gen_data_answers_bulk_prompts(lm, tok, tmp_path) -> None:
-    from dllm_voice.model.training import gen_data
+    from lab import gen_data
 
     out = tmp_path / "bulk"
     gen_data.main(["--out", str(out), "--prompt-set", "bulk", "--rounds", "1", "--batch", "3",

@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dllm_voice.model.training.gen_data import generate_batch
-from dllm_voice.model.training.inpass import (
+from dllm_voice.model.transformer import ModelArgs, Transformer
+from lab.gen_data import generate_batch
+from lab.inpass import (
     InPassAdapter,
     _block_mask,
     inpass_forward,
@@ -20,7 +21,6 @@ from dllm_voice.model.training.inpass import (
     simulate,
     train_step,
 )
-from dllm_voice.model.transformer import ModelArgs, Transformer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

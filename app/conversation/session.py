@@ -2,12 +2,12 @@
 
 ``Components`` loads the three models once; speech recognition and synthesis each have one
 worker thread shared by every session, which runs first what someone waits on
-(app/scheduler.py); each conversation has its own LM thread, whose decoding steps share
+(app/conversation/scheduler.py); each conversation has its own LM thread, whose decoding steps share
 forwards with the other sessions' (model/batch.py). ``VoiceSession`` is one conversation: it
 reads frames from a source, runs
 the VAD (cheap, on the loop), sends utterance audio to the ASR worker, asks
 the pure ``TurnManager`` what to do and carries out its actions on ``Answer`` objects (one per
-generation id, see app/answer.py). Events go to the tracer and to ``on_event`` as JSON-able dicts
+generation id, see answer.py). Events go to the tracer and to ``on_event`` as JSON-able dicts
 named after the OpenAI Realtime API.
 
 Cancellation: cancelling ``run()`` (or the source ending) cancels every answer, drops this
@@ -29,12 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from dllm_voice.app.answer import Answer
-from dllm_voice.app.components import Components
-from dllm_voice.app.scheduler import LATER, URGENT
-from dllm_voice.app.trace import Tracer, now_ms
-from dllm_voice.app.trace_tools import latency_event
-from dllm_voice.app.turns import (
+from dllm_voice.app.conversation.answer import Answer
+from dllm_voice.app.conversation.components import Components
+from dllm_voice.app.conversation.scheduler import LATER, URGENT
+from dllm_voice.app.conversation.turns import (
     Action,
     CancelAnswer,
     DropSpeculation,
@@ -48,6 +46,8 @@ from dllm_voice.app.turns import (
     StartSpeculation,
     TurnManager,
 )
+from dllm_voice.app.observe.trace import Tracer, now_ms
+from dllm_voice.app.observe.trace_tools import latency_event
 from dllm_voice.audio.asr import WordEnd
 
 __all__ = ["Components", "VoiceSession"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dllm_voice.model.training.lookup_conf import calibrate
+from lab.lookup_conf import calibrate
 
 
 def test_calibrate_counts_an_offset_only_after_right_ones() -> None:

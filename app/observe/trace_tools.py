@@ -31,7 +31,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from dllm_voice.app.trace import read_trace
+from dllm_voice.app.observe.trace import read_trace
 
 Event = dict[str, Any]
 STAGES = (

@@ -29,10 +29,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from dllm_voice.app.frames import ClauseFrame, EndOfAnswerFrame, TTSAudioFrame
-from dllm_voice.app.scheduler import LATER, URGENT
-from dllm_voice.app.trace import now_ms
-from dllm_voice.app.turns import normalize
+from dllm_voice.app.conversation.frames import ClauseFrame, EndOfAnswerFrame, TTSAudioFrame
+from dllm_voice.app.conversation.scheduler import LATER, URGENT
+from dllm_voice.app.conversation.turns import normalize
+from dllm_voice.app.observe.trace import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class _Segment:
 
 
 class Session(Protocol):
-    """What an answer needs of its conversation (app/pipeline.py's VoiceSession)."""
+    """What an answer needs of its conversation (app/conversation/session.py's VoiceSession)."""
 
     c: Any  # Components: the shared models and their executors
     cfg: Any

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from dllm_voice.app.otel import span_export
-from dllm_voice.app.trace import Tracer, default_trace_path, now_ms
+from dllm_voice.app.observe.otel import span_export
+from dllm_voice.app.observe.trace import Tracer, default_trace_path, now_ms
 
 _BARGE = re.compile(r"^(?P<path>.+)@(?P<ms>\d+)$")
 
@@ -183,7 +183,7 @@ async def run_session(
     on_event: Any = None,
 ) -> Any:
     """Run one session over a timeline source; returns the finished VoiceSession."""
-    from dllm_voice.app.pipeline import VoiceSession
+    from dllm_voice.app.conversation.session import VoiceSession
 
     session = VoiceSession(components, cfg, source, sink, tracer, on_event)
     source.bind(session)
@@ -216,7 +216,7 @@ def run_wavs(
     components: Any = None,
 ) -> int:
     """``python main.py run --input q.wav [--input q2.wav@1500 ...]``; returns the exit code."""
-    from dllm_voice.app.components import Components
+    from dllm_voice.app.conversation.components import Components
     from dllm_voice.audio.sinks import CallbackSink, WavSink
 
     # Lines are never cut to the console's width: a pipe's 80 columns broke the latency line.

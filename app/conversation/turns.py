@@ -48,7 +48,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from dllm_voice.app.pipeline_config import ConversationConfig
+from dllm_voice.app.conversation.config import ConversationConfig
 
 _NON_WORD = re.compile(r"[^\w' ]+")
 _SPACES = re.compile(r"\s+")

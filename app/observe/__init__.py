@@ -1,0 +1,1 @@
+"""Observability: per-turn latency traces, their reports, Prometheus metrics, OpenTelemetry."""
