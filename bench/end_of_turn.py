@@ -44,7 +44,7 @@ def spoken(cfg, clips_path: str | None) -> dict:
     import numpy as np
 
     from bench.voice import GAPS_MS, VOICES, Voices
-    from dllm_voice.app.conversation.turns import end_decision
+    from dllm_voice.app.conversation.end_of_turn import end_decision
     from dllm_voice.audio.asr import WhisperASR
     from dllm_voice.audio.prosody import TurnEndAudio
     from dllm_voice.model.engine import LM
@@ -140,7 +140,7 @@ def main() -> int:
     ap.add_argument("--clips", default=None, help="with --spoken: train_turn_audio.py's clips")
     args = ap.parse_args()
 
-    from dllm_voice.app.conversation.turns import end_decision
+    from dllm_voice.app.conversation.end_of_turn import end_decision
     from dllm_voice.model.engine import LM
 
     cfg = load_config(args.config, args.overrides)

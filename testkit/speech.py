@@ -1,8 +1,8 @@
-"""Speech fixtures made at test time: Piper (the bundled joe voice) and espeak-ng (another voice).
+"""Speech made at run time: Piper (the bundled joe voice) and espeak-ng (another voice).
 
-Importable by any test package (`from tests.speech import speech_pcm, write_speech_wav`), e.g.
-the pipeline tests that need "What is the capital of France?" as a WAV. Nothing binary is kept
-in git; a synthesized phrase is cached in memory for the test session.
+For tests and benchmarks (`from testkit.speech import speech_pcm, write_speech_wav`), e.g. the
+pipeline tests that need "What is the capital of France?" as a WAV. Nothing binary is kept in
+git; a synthesized phrase is cached in memory for the process.
 """
 
 import functools
@@ -136,9 +136,10 @@ def loopback_run(
     VAD path, as chat.open_audio does. The mic hears the echo (`echo_path` at delay_ms, gain_db),
     optional `user` speech starting at user_at_ms, and white noise.
     """
-    from dllm_voice.app.chat import ECHO_GUARD_MS
-    from dllm_voice.app.pipeline_config import ConversationConfig
-    from dllm_voice.app.turns import HoldPlayback, TurnManager
+    from dllm_voice.app.conversation.actions import HoldPlayback
+    from dllm_voice.app.conversation.config import ConversationConfig
+    from dllm_voice.app.conversation.turns import TurnManager
+    from dllm_voice.app.terminal.chat import ECHO_GUARD_MS
     from dllm_voice.audio.config import EchoConfig, VADConfig
     from dllm_voice.audio.echo import EchoCanceller
     from dllm_voice.audio.vad import Endpointer

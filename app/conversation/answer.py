@@ -31,7 +31,7 @@ import numpy as np
 
 from dllm_voice.app.conversation.frames import ClauseFrame, EndOfAnswerFrame, TTSAudioFrame
 from dllm_voice.app.conversation.scheduler import LATER, URGENT
-from dllm_voice.app.conversation.turns import normalize
+from dllm_voice.app.conversation.text import normalize
 from dllm_voice.app.observe.trace import now_ms
 
 log = logging.getLogger(__name__)

@@ -29,10 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from dllm_voice.app.conversation.answer import Answer
-from dllm_voice.app.conversation.components import Components
-from dllm_voice.app.conversation.scheduler import LATER, URGENT
-from dllm_voice.app.conversation.turns import (
+from dllm_voice.app.conversation.actions import (
     Action,
     CancelAnswer,
     DropSpeculation,
@@ -44,8 +41,11 @@ from dllm_voice.app.conversation.turns import (
     ScoreEnd,
     StartAnswer,
     StartSpeculation,
-    TurnManager,
 )
+from dllm_voice.app.conversation.answer import Answer
+from dllm_voice.app.conversation.components import Components
+from dllm_voice.app.conversation.scheduler import LATER, URGENT
+from dllm_voice.app.conversation.turns import TurnManager
 from dllm_voice.app.observe.trace import Tracer, now_ms
 from dllm_voice.app.observe.trace_tools import latency_event
 from dllm_voice.audio.asr import WordEnd

@@ -12,13 +12,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from dllm_voice.app.conversation.turns import normalize
+from dllm_voice.app.conversation.text import normalize
 from dllm_voice.app.observe.trace import Tracer, read_trace
 from dllm_voice.app.terminal.runner import Segment, TimelineSource, run_session, run_wavs
 from dllm_voice.audio.resample import resample
 from dllm_voice.audio.sinks import WavSink
-from tests.conftest import E2E_CONFIG
 from testkit.speech import speech_pcm, write_speech_wav
+from tests.conftest import E2E_CONFIG
 
 CFG = E2E_CONFIG
 TURN_ORDER = (

@@ -6,11 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from dllm_voice.app.conversation.config import ConversationConfig
-from dllm_voice.app.conversation.turns import (
+from dllm_voice.app.conversation.actions import (
     CancelAnswer,
     DropSpeculation,
-    History,
     HoldPlayback,
     ReleaseSpeculation,
     ReopenTurn,
@@ -19,10 +17,12 @@ from dllm_voice.app.conversation.turns import (
     ScoreEnd,
     StartAnswer,
     StartSpeculation,
-    TurnManager,
-    end_decision,
-    normalize,
 )
+from dllm_voice.app.conversation.config import ConversationConfig
+from dllm_voice.app.conversation.end_of_turn import end_decision
+from dllm_voice.app.conversation.history import History
+from dllm_voice.app.conversation.text import normalize
+from dllm_voice.app.conversation.turns import TurnManager
 
 CFG = ConversationConfig(system_prompt="Be brief.", barge_in_min_speech_ms=90)
 
@@ -522,7 +522,7 @@ def test_an_unsure_end_reopens_too():
 
 
 def test_refers_back_follow_ups_and_not_new_subjects():
-    from dllm_voice.app.conversation.turns import refers_back
+    from dllm_voice.app.conversation.history import refers_back
 
     for text in ("And what about Germany?", "How big is it?", "When was he born?", "Why?",
                  "Multiply that by three.", "Tell me more."):  # fmt: skip
