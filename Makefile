@@ -22,4 +22,4 @@ lint:
 	$(PY) -m ruff check --fix .
 
 bench:
-	$(PY) bench/lm.py --decoders ar,hybrid,parallel
+	$(PY) -m bench.lm --decoders ar,hybrid,parallel

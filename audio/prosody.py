@@ -5,7 +5,7 @@ word in mid-sentence does?
 ``features`` reads the last ``WINDOW_MS`` of speech (trailing silence trimmed) as energy and
 pitch contours at a 10 ms hop and summarizes the end against the rest; ``TurnEndAudio`` is a
 logistic regression on them (weights in ``turn_end_audio.npz``, trained by
-model/training/train_turn_audio.py on speech synthesized there). numpy only, ~4 ms a call on
+lab/train_turn_audio.py on speech synthesized there). numpy only, ~4 ms a call on
 2 Zen 1 cores. How much speech the window holds carries most of what separates held-out
 sentences (a cut is short); pitch and energy alone reached ROC AUC 0.59-0.65 there.
 """
@@ -154,7 +154,7 @@ class TurnEndAudio:
         if names != FEATURE_NAMES:
             raise ValueError(
                 f"{path} was trained on other features; retrain it: "
-                ".venv/bin/python model/training/train_turn_audio.py"
+                ".venv/bin/python -m lab.train_turn_audio"
             )
         self.mean, self.std = w["mean"], w["std"]
         self.coef, self.bias = w["coef"], float(w["bias"])

@@ -14,20 +14,20 @@ Batches are cached under --out as one file per batch (written atomically), so an
 resumes where it stopped; meta.json pins the settings a resume must match.
 
 CPU (~320 answers in 5 min on 2 idle cores):
-    nice -n 10 .venv/bin/python -m model.training.gen_data --out data/drafter --rounds 2 --threads 1
+    nice -n 10 .venv/bin/python -m lab.gen_data --out data/drafter --rounds 2 --threads 1
 More sampled rounds later, in bigger batches (64 rows per step give ~2x the tokens/s of 16 with
 prepacked weights), without repeating round 0: a second folder, trained on with the first
 (`train_drafter --data data/drafter,data/drafter_more`):
-    nice -n 10 .venv/bin/python -m model.training.gen_data --out data/drafter_more --first-round 4 \
+    nice -n 10 .venv/bin/python -m lab.gen_data --out data/drafter_more --first-round 4 \
         --rounds 12 --batch 64 --threads 1
 Many different conversations teach the drafter and the n-gram store more than many samples of
 the same few: prompt_bulk.py's 10.4K, greedily, into a third folder (with --no-hidden each
 decode step's 64 rows stay one C call: ~620 answer tokens/s on 2 cores with the integer
 products, about twice the rate with the features hook):
-    nice -n 10 .venv/bin/python -m model.training.gen_data --out data/bulk --prompt-set bulk \\
+    nice -n 10 .venv/bin/python -m lab.gen_data --out data/bulk --prompt-set bulk \\
         --rounds 1 --batch 64 --threads 2
 One H200 (>= 1e7 tokens in a few minutes; see train_drafter.py for the one-command recipe):
-    .venv/bin/python -m model.training.gen_data --out data/drafter_gpu --rounds 72 --batch 1024 \\
+    .venv/bin/python -m lab.gen_data --out data/drafter_gpu --rounds 72 --batch 1024 \\
         --device cuda --dtype bfloat16
 """
 
@@ -43,8 +43,8 @@ import torch
 
 from dllm_voice.model.loader import load
 from dllm_voice.model.tokenizer import Tokenizer
-from dllm_voice.model.training import prompt_bulk, prompts
 from dllm_voice.model.transformer import Transformer
+from lab import prompt_bulk, prompts
 
 # Hidden states are stored at the input of layer n_layers - 3: drafters with up to 3 layers can
 # be trained from them (the trainer runs the frozen top layers to rebuild context keys/values).

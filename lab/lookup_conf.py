@@ -1,6 +1,6 @@
 """Calibrate prompt lookup's confidences (model/lookup.py LOOKUP_CONF) on gen_data's answers.
 
-    .venv/bin/python -m model.training.lookup_conf [data/drafter]
+    .venv/bin/python -m lab.lookup_conf [data/drafter]
 
 prints, per matched n-gram length, the acceptance rate at each draft offset over the greedy
 training answers; LOOKUP_CONF holds those rows.
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterable
 
 from dllm_voice.model.lookup import PromptLookup
-from dllm_voice.model.training.gen_data import load_records
+from lab.gen_data import load_records
 
 
 def calibrate(

@@ -4,7 +4,7 @@ Every answer position of the self-distilled data holds the base's greedy next to
 tokens before it; counted by the last 1..MAX_ORDER tokens, each context seen at least MIN_TOTAL
 times keeps its most frequent next token and its runner-up. Held-out answers never enter it.
 
-    .venv/bin/python -m model.training.ngram --data data/drafter,data/bulk,data/bulk_more
+    .venv/bin/python -m lab.ngram --data data/drafter,data/bulk,data/bulk_more
 
 writes model/adapters/ngram.safetensors (--out to write elsewhere); seconds on a CPU.
 """
@@ -32,7 +32,7 @@ from dllm_voice.model.ngram import (
     pack_entries,
     pack_keys,
 )
-from dllm_voice.model.training.gen_data import load_records
+from lab.gen_data import load_records
 
 MIN_TOTAL = 2  # a context seen once is a coincidence more often than a habit
 
@@ -117,9 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     recs = [r for r in load_records(a.data, set()) if not r["heldout"]]
     if not recs:
-        raise SystemExit(
-            f"{a.data}: no generated training answers; run python -m model.training.gen_data"
-        )
+        raise SystemExit(f"{a.data}: no generated training answers; run python -m lab.gen_data")
     store = build((r["ids"].numpy(), int(r["prompt_len"]), r["greedy"].numpy()) for r in recs)
     store.info["answers"] = len(recs)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -22,10 +22,10 @@ from __future__ import annotations
 import random
 import re
 
-from dllm_voice.model.training.prompts import Message
-from dllm_voice.model.training.prompts import conversations as base_conversations
+from lab.prompts import Message
+from lab.prompts import conversations as base_conversations
 
-# The app's default lm system prompt (app/pipeline_config.py; a test keeps the two equal).
+# The app's default lm system prompt (app/conversation/config.py; a test keeps the two equal).
 SYSTEM_APP = "You are a helpful voice assistant. Reply briefly in plain English."
 
 CATEGORIES: dict[str, tuple[list[str], list[str]]] = {

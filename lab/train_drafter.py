@@ -17,13 +17,13 @@ the drafter alone and with prompt-lookup slots mixed in by confidence. That log 
 tokens/step vs training tokens. Checkpoints make the run resumable (--resume).
 
 CPU (1 thread, niced, on shared cores):
-    nice -n 10 .venv/bin/python -m model.training.train_drafter --data data/drafter --threads 1
+    nice -n 10 .venv/bin/python -m lab.train_drafter --data data/drafter --threads 1
 Fine-tuning the bundled adapter on more (here token-only) data, a fresh optimiser:
-    nice -n 10 .venv/bin/python -m model.training.train_drafter --data data/drafter,data/bulk \
+    nice -n 10 .venv/bin/python -m lab.train_drafter --data data/drafter,data/bulk \
         --init model/adapters/drafter.safetensors --threads 2 --batch 4 --blocks 64 --lr 3e-4
 One H200, data generation (aiming at >= 1e7 tokens) + the n-gram store + training, within one
 10-minute device call, ONE command (bench/gpu.py runs it between two benchmarks):
-    .venv/bin/python -m model.training.train_drafter --recipe h200
+    .venv/bin/python -m lab.train_drafter --recipe h200
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from dllm_voice.model.drafter import DEFAULT_ADAPTER, BlockDrafter
 from dllm_voice.model.kv_cache import KVCache
 from dllm_voice.model.loader import load
 from dllm_voice.model.lookup import PromptLookup
-from dllm_voice.model.training import gen_data, ngram
-from dllm_voice.model.training.gen_data import FEATURE_DEPTH, Record, load_records
 from dllm_voice.model.transformer import Transformer, run_layers
+from lab import gen_data, ngram
+from lab.gen_data import FEATURE_DEPTH, Record, load_records
 
 
 def usable(r: Record) -> bool:
@@ -225,7 +225,7 @@ def train(a: argparse.Namespace) -> None:
     recs = load_records(a.data, files)
     train_recs = [r for r in recs if usable(r)]
     if not train_recs:
-        raise SystemExit(f"{a.data}: no generated training data; run model.training.gen_data first")
+        raise SystemExit(f"{a.data}: no generated training data; run lab.gen_data first")
     # The held-out set is fixed at start so the curve compares like with like.
     held = [r for r in recs if r["heldout"] and r["sample"] == 0][: a.eval_answers]
     for r in held:  # every eval reads them: computed once (token-only data)

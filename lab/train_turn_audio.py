@@ -1,15 +1,15 @@
 """Train the acoustic end-of-turn classifier (audio/prosody.py) on speech synthesized here.
 
 Positive: a complete sentence, synthesized whole. Negative: the same sentence synthesized whole
-and cut at the end of a word that cannot end it (bench/turn_end_set.NON_FINAL; ``_boundary``),
-so the cut has mid-sentence prosody; the sentence's start up to that
-word synthesized alone (as bench/voice.py makes its paused utterances); hesitations ("I was
-wondering if"). Sentences: bench/turn_end_set.COMPLETE without those of bench/voice.py;
-a quarter of them and three voices are held out. Also scored: bench/voice.py's paused set
-(first parts alone vs the whole sentences) in its voices. Writes audio/turn_end_audio.npz and
-prints the figures as JSON.
+and cut at the end of a word that cannot end it (testkit/turn_end_set.NON_FINAL; ``_boundary``),
+so the cut has mid-sentence prosody; the sentence's start up to that word synthesized alone (as
+bench/voice.py makes its paused utterances); hesitations ("I was wondering if"). Sentences:
+testkit/turn_end_set.COMPLETE without the questions bench/voice.py asks (testkit/questions.py);
+a quarter of them and three voices are held out. Also scored: bench/voice.py's paused set (first
+parts alone vs the whole sentences) in its voices. Writes audio/turn_end_audio.npz and prints
+the figures as JSON.
 
-    flock /tmp/cpu.lock .venv/bin/python model/training/train_turn_audio.py [--clips PATH]
+    flock /tmp/cpu.lock .venv/bin/python -m lab.train_turn_audio [--clips PATH]
 """
 
 from __future__ import annotations
@@ -27,15 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from turn_end_set import COMPLETE, HESITATIONS, NON_FINAL  # noqa: E402
-from voice import PAUSED, QUESTIONS  # noqa: E402
-
-from dllm_voice.audio.prosody import FEATURE_NAMES, WEIGHTS, TurnEndAudio, features  # noqa: E402
-from dllm_voice.audio.resample import resample  # noqa: E402
+from dllm_voice.audio.prosody import FEATURE_NAMES, WEIGHTS, TurnEndAudio, features
+from dllm_voice.audio.resample import resample
+from testkit.questions import PAUSED, QUESTIONS
+from testkit.turn_end_set import COMPLETE, HESITATIONS, NON_FINAL
 
 TRAIN_VOICES = (
     "piper",

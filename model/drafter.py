@@ -205,7 +205,7 @@ class BlockDrafter(nn.Module):
 
     @classmethod
     def load(cls, path: str | Path, base: Transformer) -> BlockDrafter:
-        fix = "retrain it with model/training/train_drafter.py or set lm.drafter: none"
+        fix = "retrain it with python -m lab.train_drafter or set lm.drafter: none"
         args, tensors, info = read_adapter(path, DrafterArgs, "a drafter adapter", fix)
         w = base.embed.weight
         d = cls(base.args, args, tensors["vocab_ids"].long()).bind(base)

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 # Acceptance of a lookup draft by greedy verification, by matched n-gram length (rows) and
 # offset in the draft (columns), each given that the draft's earlier tokens were right (what the
 # draft tree multiplies along a path), on the 982 greedy training answers
-# (`python -m model.training.lookup_conf`). Long matches are the small model repeating itself and
+# (`python -m lab.lookup_conf`). Long matches are the small model repeating itself and
 # are nearly always right; once a copied phrase has started, it tends to go on.
 LOOKUP_CONF: dict[int, tuple[float, ...]] = {
     1: (0.17, 0.47, 0.60, 0.66, 0.70, 0.69, 0.77, 0.82),

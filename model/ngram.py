@@ -11,7 +11,7 @@ tree keeps a fork where it pays for its row. Cost: a few dictionary lookups per 
 pass; on held-out answers its next token is right about as often as the drafter's (39 % vs
 38 %, BENCHMARKS.md).
 
-This module reads the store; model/training/ngram.py builds and writes it. File: per order n,
+This module reads the store; lab/ngram.py builds and writes it. File: per order n,
 the context n-grams ((N_n, n)), their most frequent next token and its confidence (fp16), the
 runner-up and its confidence (NO_ALT where the context was always followed by the same token);
 token ids in uint16 (older stores hold int32 and no runner-ups; both load).
@@ -160,7 +160,7 @@ class NgramStore:
         except (OSError, KeyError, ValueError, SafetensorError) as e:
             raise ModelLoadError(
                 f"{path}: not an n-gram store ({type(e).__name__}: {e}); rebuild it with "
-                "python -m model.training.ngram or set lm.ngram: none"
+                "python -m lab.ngram or set lm.ngram: none"
             ) from e
         table, alts = PackedTable(), PackedTable()
         for n in range(1, MAX_ORDER + 1):

@@ -6,7 +6,8 @@ complete turn cut after a word that cannot end an English sentence (an article, 
 conjunction, auxiliary, possessive: "What is the capital of"), ending as Whisper ends a cut
 (nothing, a comma, "...", and as often a "?" or "." it hears in the falling pitch: "What is
 the capital of?"), and hesitations ("So my question is, um"). ``labeled()`` is
-deterministic: the same seed gives the same set.
+deterministic: the same seed gives the same set; ``roc_auc()`` is how well a score separates
+its complete turns from the rest (bench/end_of_turn.py, tests/model/test_end_of_turn.py).
 """
 
 from __future__ import annotations
@@ -247,3 +248,11 @@ def labeled(seed: int = 0) -> list[tuple[str, bool]]:
     out += [(c, False) for s in COMPLETE if (c := cut(s, rng)) is not None]
     out += [(h if h.endswith(",") else h + rng.choice(CUT_ENDINGS), False) for h in HESITATIONS]
     return out
+
+
+def roc_auc(scores: list[float], labels: list[bool]) -> float:
+    """P(a complete turn scores above an incomplete one), ties counted half."""
+    pos = [s for s, y in zip(scores, labels, strict=True) if y]
+    neg = [s for s, y in zip(scores, labels, strict=True) if not y]
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))

@@ -21,7 +21,7 @@ plain forward of the verify rows wherever the GEMM gives a row the same bits at 
 measured with the loader's oneDNN-prepacked weights from 2 verify rows on (a 1-row GEMM takes
 another kernel: logits ~5e-5 apart, as ar's 1-row steps already are from hybrid's 5-row ones).
 
-Training (`python -m model.training.inpass train`): self-distilled records of gen_data.py,
+Training (`python -m lab.inpass train`): self-distilled records of gen_data.py,
 one base forward per batch under no_grad for the context K/V of all layers, then many blocks per
 record in one forward (block-diagonal + prefix mask), CE against the base's greedy tokens where
 the greedy chain holds (train_drafter.targets_for). Evaluation (`eval`): the greedy hybrid decode
@@ -46,8 +46,6 @@ from torch import nn
 from dllm_voice.model.drafter import read_adapter, write_adapter
 from dllm_voice.model.errors import ModelLoadError
 from dllm_voice.model.kv_cache import KVCache
-from dllm_voice.model.training.gen_data import Record
-from dllm_voice.model.training.train_drafter import targets_for
 from dllm_voice.model.transformer import (
     Block,
     Transformer,
@@ -57,6 +55,8 @@ from dllm_voice.model.transformer import (
     prepack,
     rms_norm,
 )
+from lab.gen_data import Record
+from lab.train_drafter import targets_for
 
 PROJECTIONS = ("wqkv", "wo", "w_gate_up", "w_down")
 
@@ -110,7 +110,7 @@ class InPassAdapter(nn.Module):
             raise ModelLoadError(
                 f"in-pass adapter was trained for a base with dim={self.args.base_dim}, "
                 f"layers={self.args.base_layers}; the loaded model has {base.args.dim}, "
-                f"{base.args.n_layers}: retrain it with python -m model.training.inpass train"
+                f"{base.args.n_layers}: retrain it with python -m lab.inpass train"
             )
         self.head = base.lm_head_weight.detach()[self.vocab_ids]
         self.head_packed = prepack(self.head)  # CPU inference: see model/transformer.py
@@ -130,7 +130,7 @@ class InPassAdapter(nn.Module):
             path,
             InPassArgs,
             "an in-pass adapter",
-            "train one with python -m model.training.inpass train",
+            "train one with python -m lab.inpass train",
         )
         ad = cls(base, args, tensors["vocab_ids"].long())
         ad.load_state_dict(tensors, strict=True)

@@ -1,6 +1,6 @@
 """Command line of the design (a) pilot (__init__.py): train, eval, rowcost.
 
-python -m model.training.inpass {train,eval,rowcost} --help
+python -m lab.inpass {train,eval,rowcost} --help
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ from pathlib import Path
 import torch
 
 from dllm_voice.model.loader import load
-from dllm_voice.model.training import inpass
-from dllm_voice.model.training.gen_data import Record, load_records
-from dllm_voice.model.training.inpass import (
+from lab import inpass
+from lab.gen_data import Record, load_records
+from lab.inpass import (
     InPassAdapter,
     evaluate,
     inpass_forward,
     sample_anchors,
     train_step,
 )
-from dllm_voice.model.training.train_drafter import draft_vocab, usable
+from lab.train_drafter import draft_vocab, usable
 
 
 def _held(recs: list[Record], n: int) -> list[Record]:
@@ -45,9 +45,7 @@ def train(a: argparse.Namespace) -> None:
     train_recs = [r for r in recs if usable(r)]
     held = _held(recs, a.eval_answers)
     if not train_recs or not held:
-        raise SystemExit(
-            f"{a.data}: no training/held-out data; run python -m model.training.gen_data"
-        )
+        raise SystemExit(f"{a.data}: no training/held-out data; run python -m lab.gen_data")
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     vocab_ids, coverage = draft_vocab(train_recs, a.vocab, set(tok.stop_ids))
@@ -113,7 +111,7 @@ def evaluate_cli(a: argparse.Namespace) -> None:
                       + 1, "s": round(time.time() - t), **ev}), flush=True)  # fmt: skip
     if a.drafter:  # design (b) on the same answers, for a like-for-like line
         from dllm_voice.model.drafter import BlockDrafter
-        from dllm_voice.model.training import train_drafter
+        from lab import train_drafter
 
         drafter = BlockDrafter.load(a.drafter, base)
         to_vocab = torch.full((base.args.vocab_size,), -100, dtype=torch.long)
@@ -166,7 +164,7 @@ def rowcost(a: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
-        prog="python -m model.training.inpass",
+        prog="python -m lab.inpass",
         description=inpass.__doc__,
         formatter_class=argparse.RawTextHelpFormatter,
     )
@@ -178,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--dtype", default="auto")
         p.add_argument("--threads", type=int, default=1)
     for p in (tr, ev):
-        p.add_argument("--data", default="data/drafter", help="model.training.gen_data output")
+        p.add_argument("--data", default="data/drafter", help="lab.gen_data output")
         p.add_argument("--eval-answers", type=int, default=13, help="held-out answers; 0 = all")
     tr.add_argument("--rank", type=int, default=32)
     tr.add_argument("--block", type=int, default=4, help="K drafts per step (K + 1 block rows)")

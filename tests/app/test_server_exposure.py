@@ -25,12 +25,12 @@ from dllm_voice.app.config import ServerConfig
 from dllm_voice.app.observe.metrics import ServerMetrics
 from dllm_voice.app.observe.trace import default_trace_dir
 from dllm_voice.app.server.server import Connection, Throttled, access_token, is_loopback
-from tests.app.fakes import silence
 from testkit.protocol_fuzz import ErrorLog
+from testkit.speech import write_wav
+from tests.app.fakes import silence
 from tests.app.test_server import Running
 from tests.app.test_server_playback import fake_cfg
 from tests.app.test_web_client import CHROMIUM, chromium_args
-from testkit.speech import write_wav
 
 
 def raw(run: Running, request: bytes, wait_s: float = 2.0) -> bytes:

@@ -21,7 +21,6 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from dllm_voice.app.server.server import Connection, VoiceServer
-from tests.app.fakes import FakeComponents, buzz, silence
 from testkit.protocol_fuzz import (
     DOCUMENTED_CLOSES,
     ErrorLog,
@@ -31,6 +30,7 @@ from testkit.protocol_fuzz import (
     surely_invalid,
     texts,
 )
+from tests.app.fakes import FakeComponents, buzz, silence
 from tests.app.test_server import Running
 from tests.app.test_server_playback import fake_cfg
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from dllm_voice.app.server.server import VoiceServer
-from tests.app.test_server import Running, make_cfg
 from testkit.speech import speech_pcm, write_speech_wav, write_wav
+from tests.app.test_server import Running, make_cfg
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 

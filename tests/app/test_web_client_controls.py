@@ -13,11 +13,11 @@ import pytest
 from dllm_voice.app.observe.trace import read_trace
 from dllm_voice.app.observe.trace_tools import summarize
 from dllm_voice.app.server.server import VoiceServer
+from testkit.speech import write_wav
 from tests.app.fakes import FakeComponents, silence
 from tests.app.test_server import Running
 from tests.app.test_server_playback import fake_cfg
 from tests.app.test_web_client import CHROMIUM, chromium_args
-from testkit.speech import write_wav
 
 LONG = "Here is a long answer that goes on for a while so that there is time to stop it."
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from dllm_voice.app.server.server import Connection, VoiceServer
+from testkit.speech import write_wav
 from tests.app.fakes import FakeComponents, buzz, silence
 from tests.app.test_server import Running
 from tests.app.test_server_playback import ANSWER, QUESTION, fake_cfg
 from tests.app.test_web_client import CHROMIUM, chromium_args
-from testkit.speech import write_wav
 
 
 @pytest.mark.parametrize("stop", [False, True])

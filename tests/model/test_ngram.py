@@ -16,8 +16,8 @@ from dllm_voice.model.decode import DecodeRequest, Sampler, get_decoder
 from dllm_voice.model.drafter import BlockDrafter
 from dllm_voice.model.errors import ModelLoadError
 from dllm_voice.model.ngram import NgramStore, load_default
-from lab.ngram import MIN_TOTAL, build, save
 from dllm_voice.model.transformer import ModelArgs, Transformer
+from lab.ngram import MIN_TOTAL, build, save
 from tests.lab.test_ngram_build import near, records
 
 pytestmark = pytest.mark.usefixtures("one_thread")
