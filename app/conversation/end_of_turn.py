@@ -2,15 +2,39 @@
 
 ``end_decision`` makes the call ("complete", "unsure", "incomplete") from the pause's transcript,
 the LM's P(end of turn) and the speech's own P(end) (audio/prosody.py); the session turns it into
-how much silence ends the pause's turn.
+how much silence ends the pause's turn. ``EndOfTurn`` runs both scores at each pause, in the
+conversation's LM thread, and ends the turn after the silence the decision sets.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import numpy as np
+
+from dllm_voice.app.conversation.actions import ScoreEnd
 from dllm_voice.app.conversation.config import ConversationConfig
 from dllm_voice.app.conversation.text import normalize
+from dllm_voice.app.observe.trace import now_ms
+
+if TYPE_CHECKING:
+    from dllm_voice.app.config import Config
+    from dllm_voice.app.conversation.components import Components
+    from dllm_voice.app.conversation.listening import Listener
+    from dllm_voice.app.conversation.turns import TurnManager
+    from dllm_voice.audio.vad import Endpointer
+    from dllm_voice.model.engine import ChatSession
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+# Input kept for the end of turn heard in the speech: its 1.6 s window, and the pause's silence
+# until the score starts (the pause's ASR pass is done ~200 ms after the speech ends, p95 ~1 s).
+RECENT_MS = 3000
 
 _SENTENCE_BREAK = re.compile(r"[.!?]\s+\S")
 _TRAILING_OFF = re.compile(r"(\.\.\.|\u2026)\s*$")  # "So my question is..."
@@ -127,3 +151,127 @@ def _asks(words: list[str]) -> bool:
     if not words or "please" in words or any(words[: len(w)] == w for w in _WANTS):
         return True
     return words[0] in _ASKING or words[0] in _IMPERATIVE
+
+
+# ---- the scores, at each pause --------------------------------------------------------------
+
+
+class Scoring(Protocol):
+    """What the end-of-turn scores need of their session."""
+
+    c: Components
+    cfg: Config
+    tm: TurnManager
+    vad: Endpointer
+    ears: Listener
+    audio_ms: float
+    pause_end: float | None
+    lm_session: ChatSession
+
+    def trace(self, name: str, turn: int, gen: int, **attrs: Any) -> None: ...
+    def run_lm(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]: ...
+    def on_vad(self, kind: str, audio_ms: float, detected_ms: float) -> None: ...
+
+
+class EndOfTurn:
+    """At each pause, the LM's and the speech's P(end of turn), and the silence they set."""
+
+    def __init__(self, session: Scoring) -> None:
+        self.s = session
+        # The latest input: audio/prosody.py reads its last 1.6 s of speech; the rest covers
+        # the pause's silence until the score starts.
+        self._recent: deque[np.ndarray] = deque(maxlen=RECENT_MS // session.cfg.audio.frame_ms + 1)
+        # The speech's own P(end of turn) for the current pause: (p, compute ms), scored in the
+        # LM thread while the pause's ASR pass runs; None when end_audio is off.
+        self._speech_end: asyncio.Future[tuple[float | None, float]] | None = None
+
+    def hear(self, frame: np.ndarray) -> None:
+        self._recent.append(frame)
+
+    def score_speech(self) -> None:
+        """At a pause: the end of turn heard in the speech, in the LM thread (~2 ms), which is
+        idle while the pause's ASR pass runs, so the LM's score does not wait on it."""
+        heard, prosody = self._speech_before_pause(), self.s.c.turn_audio
+        if heard is None or prosody is None or self.s.cfg.conversation.end_of_turn != "adaptive":
+            self._speech_end = None
+            return
+
+        def score() -> tuple[float | None, float]:
+            t = now_ms()
+            return prosody.score(heard), now_ms() - t
+
+        self._speech_end = self.s.run_lm(score)
+
+    def score_words(self, a: ScoreEnd) -> None:
+        """P(end of turn) of the pause's words in the LM worker, ahead of any speculation."""
+        decide = self.scorer(a.gen, a.text)
+        fut = self.s.run_lm(self.s.lm_session.end_of_turn, a.messages)
+
+        def done(f: asyncio.Future[float | None]) -> None:
+            if f.cancelled():
+                return
+            if f.exception() is not None:
+                log.error("end-of-turn score failed: %s", f.exception())
+                return
+            decide(f.result())
+
+        fut.add_done_callback(done)
+
+    def scorer(self, gen: int, text: str) -> Callable[[float | None], None]:
+        """What takes the LM's P(end of turn) for this pause's ``text``, from any thread: with
+        the speech's score, the decision sets the silence that ends this pause's turn."""
+        s, loop = self.s, asyncio.get_running_loop()
+        utt, pause, turn, t0 = s.ears.utt, s.pause_end, s.tm.turn, now_ms()
+        speech = self._speech_end
+        # The pass this text came from is the last one (ScoreEnd and the speculation that
+        # scores are both made from it at once).
+        last = s.ears.last_pass[2] if s.ears.last_pass is not None else None
+        logprob = last.logprob if last is not None and last.text == text else None
+
+        def decide(p: float | None) -> None:
+            if utt != s.ears.utt or pause != s.pause_end:
+                return  # the user spoke again: this pause is over
+            if speech is not None and not speech.done():
+                speech.add_done_callback(lambda _: decide(p))
+                return
+            p_audio, audio_ms = None, 0.0
+            if speech is not None and not speech.cancelled():
+                if speech.exception() is not None:
+                    log.error("end-of-turn speech score failed: %s", speech.exception())
+                else:
+                    p_audio, audio_ms = speech.result()
+            decision = s.tm.on_end_score(text, p, p_audio, logprob)
+            if decision is None:
+                return
+            conv = s.cfg.conversation
+            wait = {
+                "complete": conv.end_complete_ms,
+                "incomplete": conv.end_incomplete_ms,
+            }.get(decision, s.cfg.vad.speech_end_ms)
+            s.trace(
+                "end_of_turn", turn, gen, p_end=None if p is None else round(p, 4),
+                p_audio=None if p_audio is None else round(p_audio, 4),
+                asr_logprob=None if logprob is None else round(logprob, 3), decision=decision,
+                wait_ms=wait, compute_ms=round(now_ms() - t0, 1),
+                audio_compute_ms=round(audio_ms, 2), text=text,
+            )  # fmt: skip
+            for ev in s.vad.end_after(wait):
+                s.on_vad(ev.kind, ev.audio_ms, ev.detected_ms)
+
+        def from_any_thread(p: float | None) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(decide, p)
+
+        return from_any_thread
+
+    def _speech_before_pause(self) -> np.ndarray | None:
+        """The latest input up to the current pause's start, for the end heard in the speech;
+        None when that is off or there is no pause."""
+        s = self.s
+        if s.c.turn_audio is None or not s.cfg.conversation.end_audio:
+            return None
+        if s.pause_end is None or not self._recent:
+            return None
+        pcm = np.concatenate(self._recent)
+        after = int((s.audio_ms - s.pause_end) * s.cfg.audio.sample_rate_hz / 1000)
+        return pcm[: max(0, len(pcm) - after)]

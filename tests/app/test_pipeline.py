@@ -208,7 +208,7 @@ def test_cancel_mid_answer_leaves_no_tasks_or_threads():
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert not session.answers and not session.closing and not session._asr_jobs
+        assert not session.answers and not session.closing and not session.ears._jobs
         assert asyncio.all_tasks() == {asyncio.current_task()}
 
     asyncio.run(main())
@@ -438,7 +438,10 @@ def test_a_refinement_not_started_when_the_session_closes_never_runs():
     finally:
         comps.close()
     assert "asr_refined" not in names(tracer.events)
-    assert session.transcriber.refining is not None and session.transcriber.refining.cancelled()
+    assert (
+        session.ears.transcriber.refining is not None
+        and session.ears.transcriber.refining.cancelled()
+    )
 
 
 def test_likely_incomplete_turn_waits_through_a_long_pause():
@@ -550,11 +553,11 @@ def test_finals_go_before_the_other_sessions_queued_partial_passes():
         await asyncio.to_thread(busy.wait, 5)
         for s in (a, b):  # each asks for a pass in the silence after its speech
             say(s, np.concatenate([buzz(600), silence(30)]))
-            assert s._partial_job is not None
-        a_turn1 = a.transcriber
+            assert s.ears._partial_job is not None
+        a_turn1 = a.ears.transcriber
         say(a, silence(600))  # a's turn ends: its queued pass, promoted at the pause, is dropped
         say(a, np.concatenate([buzz(600), silence(30)]))  # a's next turn: a pass is queued
-        a_turn2 = a.transcriber
+        a_turn2 = a.ears.transcriber
         say(b, silence(600))  # b's turn ends behind a's queued pass
         gate.set()
         await held
@@ -563,7 +566,7 @@ def test_finals_go_before_the_other_sessions_queued_partial_passes():
                 await asyncio.sleep(0.01)
         await a.aclose()
         await b.aclose()
-        return a_turn1, a_turn2, b.transcriber
+        return a_turn1, a_turn2, b.ears.transcriber
 
     try:
         a_turn1, a_turn2, b_turn = asyncio.run(main())
