@@ -1,7 +1,7 @@
 """Load benchmark: N simulated clients talking to one `main.py serve` at once over /ws.
 
 Each client streams a microphone as the web page does: 20 ms PCM16 16 kHz frames paced by the
-wall clock, silence whenever it is not speaking. It asks --turns questions (bench/voice.py's,
+wall clock, silence whenever it is not speaking. It asks --turns questions (testkit/questions.py's,
 spoken by Piper at run time; each client its own, --seed shuffles which), each after the
 previous answer's ``response.done`` and --gap-s of silence. Start patterns: ``simultaneous``
 (every client starts speaking at the same instant) and ``staggered`` (first words spread evenly
