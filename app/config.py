@@ -3,8 +3,8 @@
 Defaults live in code, next to the component that uses them (audio/config.py, model/config.py,
 app/conversation/config.py, ServerConfig below). `config.yaml` restates every default with its help
 text; `load_config` layers a YAML file and `--set section.key=value` overrides on top, checking
-every key, type and range. Field metadata carries the constraints:
-`metadata={"help": ..., "min": ..., "max": ..., "choices": (...)}`.
+every key, type and range. Each field is a `setting` (dllm_voice/settings.py) whose metadata
+carries its constraints: "help", and "min", "max" or "choices" where given.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import yaml
 from dllm_voice.app.conversation.config import ConversationConfig, TraceConfig
 from dllm_voice.audio.config import ASRConfig, AudioConfig, EchoConfig, TTSConfig, VADConfig
 from dllm_voice.model.config import LMConfig
+from dllm_voice.settings import setting
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config.yaml"
 
@@ -34,70 +35,30 @@ class ConfigError(ValueError):
 class ServerConfig:
     """The websocket server behind `python main.py serve`."""
 
-    host: str = field(
-        default="127.0.0.1",
-        metadata={"help": "address to listen on; any but loopback needs a token"},
+    host: str = setting("127.0.0.1", "address to listen on; any but loopback needs a token")
+    port: int = setting(8765, "TCP port, 0 = any free port", min=0, max=65535)
+    token: str = setting(
+        "", "secret a client passes as /ws?token=...; '' = none on loopback, else a generated one"
     )
-    port: int = field(
-        default=8765, metadata={"help": "TCP port, 0 = any free port", "min": 0, "max": 65535}
+    allowed_origins: tuple[str, ...] = setting(
+        (), "browser origins allowed on /ws besides localhost and, with a token, the page's own"
     )
-    token: str = field(
-        default="",
-        metadata={
-            "help": "secret a client passes as /ws?token=...; '' = none on loopback, a "
-            "generated one (printed in the URL) on any other address"
-        },
+    trusted_proxies: tuple[str, ...] = setting(
+        (), "reverse proxies (e.g. 127.0.0.1) whose X-Forwarded-For client is the one counted"
     )
-    allowed_origins: tuple[str, ...] = field(
-        default=(),
-        metadata={
-            "help": "browser origins allowed on /ws besides localhost and, with a token, "
-            "the page's own (e.g. https://voice.example.com)"
-        },
+    max_sessions: int = setting(4, "concurrent voice sessions; more are refused", min=1)
+    max_sessions_per_client: int = setting(
+        2, "concurrent sessions from one client address (0 = no cap)", min=0
     )
-    trusted_proxies: tuple[str, ...] = field(
-        default=(),
-        metadata={
-            "help": "addresses or networks of reverse proxies in front (e.g. 127.0.0.1): a "
-            "connection from one is counted and logged as the client its X-Forwarded-For "
-            "names; without, every client behind a proxy has the proxy's address "
-            "(docs/deploy.md)"
-        },
+    idle_timeout_s: float = setting(
+        300.0, "a session with no audio either way for this long is closed (0 = never)", min=0.0
     )
-    max_sessions: int = field(
-        default=4, metadata={"help": "concurrent voice sessions; more are refused", "min": 1}
+    max_message_bytes: int = setting(1 << 20, "largest websocket message accepted", min=1024)
+    input_gap_fill_ms: int = setting(
+        500, "audio this late is padded with silence so the turn ends (0 = off)", min=0, max=10000
     )
-    max_sessions_per_client: int = field(
-        default=2,
-        metadata={"help": "concurrent sessions from one client address (0 = no cap)", "min": 0},
-    )
-    idle_timeout_s: float = field(
-        default=300.0,
-        metadata={
-            "help": "a session with no audio either way for this long is closed (0 = never)",
-            "min": 0.0,
-        },
-    )
-    max_message_bytes: int = field(
-        default=1 << 20, metadata={"help": "largest websocket message accepted", "min": 1024}
-    )
-    input_gap_fill_ms: int = field(
-        default=500,
-        metadata={
-            "help": "a client's audio that stops this long past real time is followed by "
-            "silence for the gap, so its turn still ends (0 = off)",
-            "min": 0,
-            "max": 10000,
-        },
-    )
-    playback_stall_ms: int = field(
-        default=3000,
-        metadata={
-            "help": "an answer whose sent audio the client has not played for this long is "
-            "cancelled, with what it did play as heard",
-            "min": 500,
-            "max": 60000,
-        },
+    playback_stall_ms: int = setting(
+        3000, "an answer the client has not played for this long is cancelled", min=500, max=60000
     )
 
 
