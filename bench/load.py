@@ -56,7 +56,7 @@ from bench.user_voices import RATE_HZ, UserVoices
 from bench.voice import _stats
 from dllm_voice.app.observe.trace import read_trace
 from dllm_voice.app.observe.trace_tools import summarize, turn_rows
-from dllm_voice.app.server.server import AUDIO_HEADER
+from dllm_voice.app.server.protocol import AUDIO_HEADER
 from testkit.questions import QUESTIONS
 
 FRAME = RATE_HZ // 50  # 20 ms, the web page's frame

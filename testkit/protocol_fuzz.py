@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,22 +138,39 @@ class ErrorLog(logging.Handler):
         self.records.append(self.format(record))
 
     def __enter__(self) -> ErrorLog:
-        for name in ("app", "websockets"):
+        for name in ("dllm_voice", "websockets"):
             logging.getLogger(name).addHandler(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for name in ("app", "websockets"):
+        for name in ("dllm_voice", "websockets"):
             logging.getLogger(name).removeHandler(self)
 
 
+def _finite(value: Any) -> bool:
+    """Whether every number in a parsed JSON value is finite as a double, as the server requires
+    (NaN, Infinity, 1e999 and integers past 1.8e308 are refused)."""
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+        elif isinstance(item, int | float) and not abs(item) <= sys.float_info.max:
+            return False  # NaN compares false too
+    return True
+
+
 def _parse(message: str | bytes) -> Any:
+    """The JSON event the server takes `message` for, or None (audio, or a refused message)."""
     if isinstance(message, bytes):
         return None
     try:
-        return json.loads(message)
+        event = json.loads(message)
     except (ValueError, RecursionError):
         return None
+    return event if _finite(event) else None
 
 
 def is_ping(message: str | bytes) -> bool:
@@ -161,7 +179,8 @@ def is_ping(message: str | bytes) -> bool:
 
 
 def surely_invalid(message: str | bytes) -> bool:
-    """Text that is not JSON, not an object with a string type, or of an unknown type."""
+    """Text that is not JSON, has a number that is not finite, is not an object with a string
+    type, or is of an unknown type."""
     if isinstance(message, bytes):
         return False
     event = _parse(message)

@@ -1,6 +1,9 @@
 """A websocket session's typed turns and settings: ``conversation.item.create``,
 ``response.create`` and ``session.update`` (docs/protocol.md).
 
+The typed items waiting for ``response.create`` are held to one turn's worth of text, so no
+client can grow a prompt past what the LM's context holds by sending items and never answering.
+
 Settings are config keys (``lm.decoder``, ``vad.speech_end_ms``, ...) checked by the same field
 metadata as config.yaml (``app.config.with_changes``), so a bad value is refused with the
 range or choices the file would be held to.
@@ -13,12 +16,21 @@ from collections.abc import Callable
 from typing import Any
 
 from dllm_voice.app.config import Config, ConfigError, with_changes
+from dllm_voice.app.conversation import events
+from dllm_voice.app.conversation.events import brief
 
 # What a session may change while it runs: each takes effect from the next frame or answer.
 SETTINGS = ("lm.decoder", "lm.threshold", "tts.length_scale", "vad.pause_ms", "vad.speech_end_ms")
 # A typed turn joins the prompt whole: 2000 characters (~500 tokens) leave three quarters of the
 # default lm.context_tokens (2048) to the system prompt, the history and the answer.
 MAX_TEXT_CHARS = 2000
+# What one response.create answers joins the prompt as one user turn: the items waiting for it
+# are held to one item's 2000 characters in all (3000 items of 2000 made a 1.19M-token prompt).
+MAX_WAITING_CHARS = MAX_TEXT_CHARS
+
+
+class Refused(ValueError):
+    """A typed item, response or setting the session does not take; the client is told why."""
 
 
 def describe(cfg: Config) -> list[dict[str, Any]]:
@@ -41,19 +53,24 @@ def describe(cfg: Config) -> list[dict[str, Any]]:
     return out
 
 
-def apply_settings(cfg: Config, settings: Any) -> Config:
-    """``cfg`` with a ``session.update``'s ``{"section.key": value}`` applied; ValueError names
-    the first key that is unknown, not settable, of the wrong type or out of range."""
+def settings_object(settings: Any) -> dict[str, Any]:
+    """A ``session.update``'s ``session``, which must be a non-empty object; else Refused."""
     if not isinstance(settings, dict) or not settings:
-        raise ValueError(
+        raise Refused(
             'session.update: "session" must be an object of settings, e.g. '
             '{"lm.decoder": "ar"} (settable: ' + ", ".join(SETTINGS) + ")"
         )
+    return settings
+
+
+def apply_settings(cfg: Config, settings: Any) -> Config:
+    """``cfg`` with a ``session.update``'s ``{"section.key": value}`` applied; Refused names
+    the first key that is unknown, not settable, of the wrong type or out of range."""
     changes: dict[str, dict[str, Any]] = {}
-    for key, value in settings.items():
+    for key, value in settings_object(settings).items():
         if key not in SETTINGS:
-            raise ValueError(
-                f"session.update: {key!r} cannot change in a session (settable: "
+            raise Refused(
+                f"session.update: {brief(key)} cannot change in a session (settable: "
                 + ", ".join(SETTINGS)
                 + ")"
             )
@@ -62,64 +79,83 @@ def apply_settings(cfg: Config, settings: Any) -> Config:
     try:
         return with_changes(cfg, changes)
     except ConfigError as exc:
-        raise ValueError(f"session.update: {str(exc).removeprefix('config: ')}") from None
+        raise Refused(f"session.update: {str(exc).removeprefix('config: ')}") from None
 
 
 def user_text(event: dict[str, Any]) -> str:
     """The text of a ``conversation.item.create`` user message with ``input_text`` parts."""
     item = event.get("item")
     if not isinstance(item, dict) or item.get("type", "message") != "message":
-        raise ValueError('conversation.item.create: "item" must be a message object')
+        raise Refused('conversation.item.create: "item" must be a message object')
     if item.get("role") != "user":
-        raise ValueError(f"conversation.item.create: role must be 'user', got {item.get('role')!r}")
+        raise Refused(
+            f"conversation.item.create: role must be 'user', got {brief(item.get('role'))}"
+        )
     parts = item.get("content")
     if not isinstance(parts, list) or not parts:
-        raise ValueError("conversation.item.create: content must be a list of input_text parts")
+        raise Refused("conversation.item.create: content must be a list of input_text parts")
     texts = []
     for part in parts:
         if not isinstance(part, dict) or part.get("type") != "input_text":
-            raise ValueError("conversation.item.create: only input_text content parts are taken")
+            raise Refused("conversation.item.create: only input_text content parts are taken")
         if not isinstance(part.get("text"), str):
-            raise ValueError("conversation.item.create: an input_text part needs a string text")
+            raise Refused("conversation.item.create: an input_text part needs a string text")
         texts.append(part["text"].strip())
     text = " ".join(t for t in texts if t)
     if not text:
-        raise ValueError("conversation.item.create: the text is empty")
+        raise Refused("conversation.item.create: the text is empty")
     if len(text) > MAX_TEXT_CHARS:
-        raise ValueError(
-            f"conversation.item.create: {len(text)} characters; at most {MAX_TEXT_CHARS}"
-        )
+        raise Refused(f"conversation.item.create: {len(text)} characters; at most {MAX_TEXT_CHARS}")
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:  # JSON's \ud800 escape: the tokenizer cannot encode it
+        raise Refused(
+            f"conversation.item.create: the text has a lone surrogate at character {exc.start} "
+            "(not Unicode text)"
+        ) from None
     return text
 
 
 class SessionControl:
-    """One connection's typed items waiting for ``response.create``, and its settings."""
+    """One connection's typed items waiting for ``response.create``, and its settings. Each
+    method raises Refused for a message the session does not take."""
 
     def __init__(self, cfg: Config, session: Any, emit: Callable[[dict[str, Any]], None]) -> None:
         self.cfg, self.session, self.emit = cfg, session, emit
         self.items: list[str] = []
+        self.waiting_chars = 0  # of the items joined as response.create joins them
         self._created = 0
 
-    def handle(self, kind: str, event: dict[str, Any]) -> None:
-        """One of the three events; ValueError for a message the protocol does not allow."""
-        if kind == "conversation.item.create":
-            text = user_text(event)
-            self.items.append(text)
-            self._created += 1
-            content = [{"type": "input_text", "text": text}]
-            item = {"id": f"item_{self._created}", "type": "message", "role": "user"}
-            self.emit({"type": "conversation.item.created", "item": item | {"content": content}})
-        elif kind == "response.create":
-            if not self.items:
-                raise ValueError(
-                    "response.create: no typed user item to answer (send "
-                    "conversation.item.create first; spoken turns are answered on their own)"
-                )
-            text, self.items = " ".join(self.items), []
-            refused = self.session.text_turn(text)
-            if refused is not None:
-                raise ValueError(f"response.create: {refused}")
-        else:
-            self.cfg = apply_settings(self.cfg, event.get("session"))
-            self.session.configure(self.cfg)
-            self.emit({"type": "session.updated", "session": {"settings": describe(self.cfg)}})
+    def create_item(self, text: str) -> None:
+        """``conversation.item.create``: ``text`` (see ``user_text``) waits for an answer."""
+        waiting = self.waiting_chars + bool(self.items) + len(text)
+        if waiting > MAX_WAITING_CHARS:
+            raise Refused(
+                f"conversation.item.create: {waiting} characters would wait for "
+                f"response.create; at most {MAX_WAITING_CHARS} in all (send response.create "
+                "first)"
+            )
+        self.items.append(text)
+        self.waiting_chars = waiting
+        self._created += 1
+        self.emit(events.item_created(f"item_{self._created}", text))
+
+    def create_response(self) -> None:
+        """``response.create``: answer the waiting items as one user turn (taken by the session,
+        or refused: either way they wait no more)."""
+        if not self.items:
+            raise Refused(
+                "response.create: no typed user item to answer (send "
+                "conversation.item.create first; spoken turns are answered on their own)"
+            )
+        text = " ".join(self.items)
+        self.items, self.waiting_chars = [], 0
+        refused = self.session.text_turn(text)
+        if refused is not None:
+            raise Refused(f"response.create: {refused}")
+
+    def update(self, settings: dict[str, Any]) -> None:
+        """``session.update``: the settings apply from the next frame or answer."""
+        self.cfg = apply_settings(self.cfg, settings)
+        self.session.configure(self.cfg)
+        self.emit(events.session_updated(describe(self.cfg)))

@@ -2,20 +2,50 @@
 
 The names follow the OpenAI Realtime API where an event means the same; ``gen`` is the
 generation id that also heads each binary audio message. Each builder returns a JSON-able dict.
+Client values quoted in error messages go through ``brief``.
 """
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 Event = dict[str, Any]
 
+# Client values quoted in error messages: 3 levels and 40 characters of each, so a deep or
+# 1 MiB value is neither echoed back whole nor recursed through.
+_brief = reprlib.Repr()
+_brief.maxlevel, _brief.maxstring, _brief.maxother = 3, 40, 40
+brief = _brief.repr
+# A config error quotes the client's whole value: cut, so a 1 MiB string does not come back.
+MAX_ERROR_CHARS = 1000
+
 
 def error(kind: str, message: str) -> Event:
+    """``kind``: invalid_request_error, server_busy, ... (docs/protocol.md lists them)."""
+    if len(message) > MAX_ERROR_CHARS:
+        message = message[: MAX_ERROR_CHARS - 3] + "..."
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
-def session_created(session: dict[str, Any]) -> Event:
+def session_created(
+    session_id: str,
+    input_sample_rate_hz: int,
+    output_sample_rate_hz: int,
+    decoder: str,
+    settings: list[dict[str, Any]],
+) -> Event:
+    """The first message: the audio formats both ways, and what ``session.update`` may change."""
+    session = {
+        "id": session_id,
+        "input_audio_format": "pcm16",
+        "input_sample_rate_hz": input_sample_rate_hz,
+        "output_audio_format": "pcm16",
+        "output_sample_rate_hz": output_sample_rate_hz,
+        "audio_header": "uint32le generation id",
+        "decoder": decoder,
+        "settings": settings,
+    }
     return {"type": "session.created", "session": session}
 
 
@@ -116,3 +146,28 @@ def speculation_dropped(gen: int, reason: str) -> Event:
 def audio_cleared(gen: int) -> Event:
     """Playback of ``gen`` stopped: the client drops the audio it still buffers."""
     return {"type": "output_audio_buffer.cleared", "gen": gen}
+
+
+def latency(
+    turn: int,
+    gen: int,
+    voice_to_voice_ms: float | None,
+    speculation: Any,
+    typed: bool,
+    realtime: bool | None,
+    stages: dict[str, float],
+    spans: list[dict[str, Any]],
+) -> Event:
+    """After each answer: its stage breakdown (ms) and its waterfall (app/observe/trace_tools.py
+    ``latency_event`` computes them)."""
+    return {
+        "type": "latency",
+        "turn": turn,
+        "gen": gen,
+        "voice_to_voice_ms": voice_to_voice_ms,
+        "speculation": speculation,
+        "typed": typed,
+        "realtime": realtime,
+        "stages": stages,
+        "spans": spans,
+    }

@@ -27,7 +27,8 @@ import pytest
 from websockets.asyncio.client import connect
 
 from dllm_voice.app.config import ConfigError
-from dllm_voice.app.server.server import AUDIO_HEADER, client_address, trusted_networks
+from dllm_voice.app.server.exposure import client_address, trusted_networks
+from dllm_voice.app.server.protocol import AUDIO_HEADER
 from tests.app.test_server import Running
 from tests.app.test_server_exposure import raw, status, upgrade
 

@@ -18,7 +18,8 @@ import pytest
 from websockets.asyncio.client import connect
 
 from dllm_voice.app.config import Config
-from dllm_voice.app.server.server import AUDIO_HEADER, VoiceServer
+from dllm_voice.app.server.protocol import AUDIO_HEADER
+from dllm_voice.app.server.server import VoiceServer
 from testkit.speech import speech_pcm
 
 QUESTION = "What is the capital of France?"

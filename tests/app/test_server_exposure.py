@@ -24,7 +24,9 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from dllm_voice.app.config import ServerConfig
 from dllm_voice.app.observe.metrics import ServerMetrics
 from dllm_voice.app.observe.trace import default_trace_dir
-from dllm_voice.app.server.server import Connection, Throttled, access_token, is_loopback
+from dllm_voice.app.server.connection import Connection
+from dllm_voice.app.server.exposure import access_token, is_loopback
+from dllm_voice.app.server.server import Throttled
 from testkit.protocol_fuzz import ErrorLog
 from testkit.speech import write_wav
 from tests.app.fakes import silence

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from dllm_voice.app.server.server import Connection, VoiceServer
+from dllm_voice.app.server.connection import Connection
+from dllm_voice.app.server.server import VoiceServer
 from testkit.protocol_fuzz import (
     DOCUMENTED_CLOSES,
     ErrorLog,

@@ -21,7 +21,8 @@ from websockets.asyncio.client import connect
 
 from dllm_voice.app.config import Config
 from dllm_voice.app.observe.metrics import ServerMetrics
-from dllm_voice.app.server.server import AUDIO_HEADER, Connection
+from dllm_voice.app.server.connection import Connection
+from dllm_voice.app.server.protocol import AUDIO_HEADER
 from dllm_voice.audio.sources import PushSource
 from tests.app.fakes import FakeComponents, buzz, silence
 from tests.app.test_server import Running, make_cfg

@@ -1,0 +1,194 @@
+"""One client message, parsed: binary or JSON text in, a typed command out, or a ClientError
+saying what the protocol (docs/protocol.md) does not allow. No socket, no session: what a
+command does is the connection's business (connection.py).
+
+Numbers must be finite as IEEE doubles anywhere in a message: NaN, Infinity, 1e999 or a
+400-digit integer would pass range checks or become Infinity in a browser's JSON.parse.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+import struct
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from dllm_voice.app.conversation.control import Refused, settings_object, user_text
+from dllm_voice.app.conversation.events import brief
+
+AUDIO_HEADER = struct.Struct("<I")  # generation id in front of every outgoing audio message
+# The largest double has 309 digits: a longer integer is not finite for a JSON peer.
+_MAX_INT_DIGITS = len(str(int(sys.float_info.max)))
+
+
+class ClientError(ValueError):
+    """A message the client sent that the protocol does not allow; reported, never fatal."""
+
+
+@dataclass(frozen=True)
+class Audio:
+    """Microphone audio, PCM16LE mono at the input rate (binary, or input_audio_buffer.append)."""
+
+    pcm: bytes
+
+
+@dataclass(frozen=True)
+class PlaybackReport:
+    """output_audio_buffer.played, or conversation.item.truncate (`stopped`: the client dropped
+    the rest it held)."""
+
+    gen: int
+    audio_end_ms: float
+    stopped: bool
+
+
+@dataclass(frozen=True)
+class CancelResponse:
+    """response.cancel."""
+
+
+@dataclass(frozen=True)
+class CreateItem:
+    """conversation.item.create: a typed user message."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class CreateResponse:
+    """response.create."""
+
+
+@dataclass(frozen=True)
+class UpdateSession:
+    """session.update: settings by config key, not yet checked against the config's ranges."""
+
+    settings: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Ping:
+    """ping."""
+
+
+Command = (
+    Audio | PlaybackReport | CancelResponse | CreateItem | CreateResponse | UpdateSession | Ping
+)
+
+
+class _NotFinite(Exception):
+    """Raised from inside json.loads: a ValueError would read as text that is not JSON."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotFinite(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(text)
+    return value
+
+
+def _finite_int(text: str) -> int:
+    if len(text.lstrip("-")) > _MAX_INT_DIGITS:  # before int(), which refuses 4300 digits
+        raise _NotFinite(text)
+    value = int(text)
+    if abs(value) > sys.float_info.max:
+        raise _NotFinite(text)
+    return value
+
+
+def _json(message: str) -> Any:
+    try:
+        return json.loads(
+            message,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            parse_int=_finite_int,
+        )
+    except _NotFinite as exc:
+        raise ClientError(
+            f"{brief(exc.args[0])} is not a finite number (NaN, Infinity and numbers beyond "
+            "1.8e308 are not taken)"
+        ) from None
+    except (ValueError, RecursionError):  # also 100 000 nested [
+        raise ClientError("message is neither binary audio nor JSON (or nests too deep)") from None
+
+
+def _number(event: dict[str, Any], key: str) -> float:
+    value = event.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+        raise ClientError(f"{event['type']}: {key} must be a number >= 0, got {brief(value)}")
+    return float(value)
+
+
+def _append(event: dict[str, Any]) -> Audio:
+    try:
+        return Audio(base64.b64decode(event.get("audio", ""), validate=True))
+    except (ValueError, TypeError):  # binascii.Error, and non-ASCII text
+        raise ClientError("input_audio_buffer.append: audio must be base64") from None
+
+
+def _played(event: dict[str, Any]) -> PlaybackReport:
+    gen = event.get("gen")
+    if isinstance(gen, bool) or not isinstance(gen, int) or gen < 0:
+        raise ClientError(
+            f"{event['type']}: gen must be the audio's generation id, got {brief(gen)}"
+        )
+    return PlaybackReport(gen, _number(event, "audio_end_ms"), stopped=False)
+
+
+def _truncate(event: dict[str, Any]) -> PlaybackReport:
+    kind, item = event["type"], event.get("item_id")
+    match = re.fullmatch(r"resp_(\d{1,9})", item) if isinstance(item, str) else None
+    if match is None:
+        raise ClientError(f"{kind}: item_id must be a response id resp_<gen>, got {brief(item)}")
+    if event.get("content_index", 0) != 0:
+        raise ClientError(f"{kind}: content_index must be 0 (one audio part per response)")
+    return PlaybackReport(int(match[1]), _number(event, "audio_end_ms"), stopped=True)
+
+
+def _create_item(event: dict[str, Any]) -> CreateItem:
+    try:
+        return CreateItem(user_text(event))
+    except Refused as exc:
+        raise ClientError(str(exc)) from None
+
+
+def _update_session(event: dict[str, Any]) -> UpdateSession:
+    try:
+        return UpdateSession(settings_object(event.get("session")))
+    except Refused as exc:
+        raise ClientError(str(exc)) from None
+
+
+_PARSERS = {
+    "input_audio_buffer.append": _append,
+    "output_audio_buffer.played": _played,
+    "conversation.item.truncate": _truncate,
+    "response.cancel": lambda event: CancelResponse(),
+    "conversation.item.create": _create_item,
+    "response.create": lambda event: CreateResponse(),
+    "session.update": _update_session,
+    "ping": lambda event: Ping(),
+}
+CLIENT_TYPES = tuple(_PARSERS)  # the JSON messages a client may send, by "type"
+
+
+def parse(message: str | bytes) -> Command:
+    """The command `message` carries; ClientError says why it carries none."""
+    if isinstance(message, bytes):
+        return Audio(message)
+    event = _json(message)
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise ClientError('JSON messages must be objects with a string "type"')
+    parser = _PARSERS.get(event["type"])
+    if parser is None:
+        raise ClientError(f"unknown event type {brief(event['type'])}")
+    return parser(event)
