@@ -445,7 +445,11 @@ class Transformer(nn.Module):
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         self.args = args
-        self.embed = nn.Embedding(args.vocab_size, args.dim)
+        # normal_ on a meta tensor (the loader builds on meta) runs torch._refs, which imports
+        # torch._dynamo and with it triton: the loader's weights replace this one anyway.
+        weight = torch.empty(args.vocab_size, args.dim)
+        weight = weight if weight.is_meta else nn.init.normal_(weight)
+        self.embed = nn.Embedding(args.vocab_size, args.dim, _weight=weight)
         self.layers = nn.ModuleList(Block(args) for _ in range(args.n_layers))
         self.norm = nn.Parameter(torch.ones(args.dim))
         self.output = None if args.tie_embeddings else Linear(args.dim, args.vocab_size, False)
