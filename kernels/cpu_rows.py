@@ -24,8 +24,7 @@ about half the time, and the logits stay within 0.01 of the fp32 products' (BENC
 instead of several small ones), and like the product they give a row the same bits whatever
 rows share the call: together they make a verify row exactly the row `ar` computes. `layers`
 runs a stack of decoder layers in one call and one OpenMP region (model/transformer.py
-`run_layers`): at one row the ~25 torch ops and 7 calls per layer it replaces took as long as the
-products themselves (a SmolLM2-135M forward 28.5 -> 14.9 ms with one call per layer).
+`run_layers`): at one row the torch ops it replaces took as long as the products themselves.
 
 The C file is compiled on first use with the system C compiler (`CC`, else `cc`; the VNNI
 functions carry their own target attribute and run only where the CPU reports the feature) into
@@ -62,9 +61,8 @@ PANEL = 16  # output columns per panel (cpu_rows.c)
 QK = 32  # inputs per quantization block
 # Block formats: (bytes of a block of 32 inputs in a GGUF row, bytes of a 32 x 16 panel block).
 QUANT_FORMATS = {"q4_1": (20, 4 * PANEL + QK * PANEL // 2), "q8_0": (34, 2 * PANEL + QK * PANEL)}
-# Up to this many rows the kernel beats oneDNN and MKL on whole forwards (they tie at 128 rows:
-# 372 vs 375 ms at 2 threads); above it the product is compute-bound and MKL's blocked gemm on
-# the plain weight takes over (long prefills).
+# Up to this many rows the kernel beats oneDNN and MKL on whole forwards (they tie at 128 rows);
+# above it the product is compute-bound and MKL's blocked gemm on the plain weight takes over.
 MAX_ROWS = 128
 # With the integer products (VNNI layouts) the kernel stays ahead as far as measured (a whole
 # 512-row prefill forward of SmolLM2-135M: 336 vs 684 ms through MKL at 2 threads).
@@ -336,12 +334,9 @@ def attention(
 FORMAT_CODES = {"f32": 0, "q4_1": 1, "q8_0": 2, "q4_1_vnni": 3, "q8_0_vnni": 4}  # matmul_fmt_ws
 
 
-# Forwards of up to this many rows run a stack of integer-product layers (`layers`) on one
-# thread while OpenMP's idle threads sleep (OMP_WAIT_POLICY=PASSIVE, which model/__init__ sets):
-# such a forward is a few ms of memory-bound products with ~13 barriers a layer, and waking a
-# sleeping thread at each costs more than the second core gives (a whole 1-row forward of
-# SmolLM2-135M: 3.9 ms on one thread vs 11.4 on two; they cross at ~16 rows). One thread also
-# leaves the other core to speech recognition and TTS.
+# Up to this many rows `layers` runs integer-product layers on one thread: waking OpenMP's
+# sleeping threads (OMP_WAIT_POLICY=PASSIVE) at each barrier costs more than a second core gives
+# below ~16 rows, and the other core stays free for speech recognition and TTS.
 SOLO_ROWS = 16
 
 

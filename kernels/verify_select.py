@@ -144,8 +144,8 @@ def verify_select_torch(
 ) -> VerifyResult:
     """Torch fallback (no input checks): same outputs from fp32 reductions.
 
-    It does materialize the softmax: torch.softmax is one fused CPU pass, and it measured faster
-    than logsumexp (0.56 vs 0.97 ms for 5 x 49152 fp32 rows on 2 threads, median of 300).
+    It does materialize the softmax: torch.softmax is one fused CPU pass, ~1.7x faster than
+    logsumexp on 5 vocabulary rows.
     """
     K = drafts.shape[0]
     x = logits.float()  # (N, V)

@@ -27,10 +27,8 @@ import torch
 from dllm_voice.model.kv_cache import KVCache
 from dllm_voice.model.transformer import Call, ForwardOut, Transformer
 
-# How long a ready call waits for the other generations' calls. A step's own Python (sampling,
-# detokenizing, the decoder's bookkeeping) takes 0.2-1 ms between forwards of ~4 ms (one row,
-# SmolLM2-135M, integer products), so 2 ms catches the others' next calls without adding more
-# than half a forward when a generation is busy elsewhere.
+# How long a ready call waits for the other generations' calls: longer than a step's own Python
+# between forwards (up to 1 ms), shorter than half a forward when a generation is busy elsewhere.
 WAIT_MS = 2.0
 # A thread whose call returned this recently is a generation between two steps: batches wait (up
 # to WAIT_MS) for its next call. One that has been away longer (a speculative answer parked

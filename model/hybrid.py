@@ -47,28 +47,17 @@ from dllm_voice.model.ngram import load_default as load_ngram
 from dllm_voice.model.transformer import Transformer, causal_mask
 from dllm_voice.model.tree import DraftTree, build
 
-# lm.row_cost = -1 on CPU: the extra cost of a verify row relative to a 1-row forward, by the
-# matrix kernel the model is packed for (Transformer.cpu_kernel; bench/rows.py, BENCHMARKS.md).
-# From fp32 weights a forward is bound by reading them and rows are nearly free (9 rows ~1.2x one
-# row); from the GGUF blocks ("quant") a forward reads a fifth of the bytes and rows cost
-# arithmetic (9 rows ~2.5x); with the integer products ("vnni") a few rows are nearly free, then
-# each costs its products (5 rows ~1.75x), and 0.3 was the fastest setting for hybrid. On CUDA
-# it is 0: a few rows are free next to reading the weights.
+# lm.row_cost = -1 on CPU: a verify row's extra cost next to a 1-row forward, per matrix kernel
+# (Transformer.cpu_kernel; bench/rows.py), e.g. vnni's 0.3 was hybrid's fastest. 0 on CUDA.
 CPU_ROW_COST = {"vnni": 0.3, "quant": 0.15, "rows": 0.03, "onednn": 0.1, "plain": 0.1}
-# ... and with oneDNN or plain weights at 1 thread, a single row runs MKL's gemv while 2+ rows
-# take oneDNN's packed gemm (transformer.gemv_wins; MKL's sgemm when unpacked): 1 -> 2 rows costs
-# 1.46x, each row after that ~0.05 (bench/rows.py --threads 1). The jump is charged once to any
-# step that verifies a draft, and the drafter pass is skipped there: free drafts alone are faster.
+# oneDNN or plain weights at 1 thread: 1 row runs MKL's gemv, 2+ rows a gemm (2 rows cost 1.46x
+# one), a jump charged once to a step that verifies a draft, which then skips the drafter pass.
 GEMV_1THREAD_FIRST_ROW_COST = 0.35
-# Whether the drafter's pass pays for itself with each kernel (auto only; `parallel` always
-# drafts: committing drafts unverified is what it is for). Where the layers are one C call the
-# pass costs ~0.2 of a forward and adds less than that: hybrid is 1.22x ar with free drafts alone
-# against 1.09x with the pass (integer products, BENCHMARKS.md); oneDNN's and plain weights keep
-# the torch layers, where it pays.
+# Whether the drafter's pass pays for itself per kernel (auto only; `parallel` always drafts):
+# where the layers are one C call the pass costs ~0.2 of a forward and gains less than that.
 CPU_DRAFTER_PAYS = {"vnni": False, "quant": False, "rows": False, "onednn": True, "plain": True}
 # The drafter pass is skipped when a free draft (prompt lookup, n-gram store) already gives the
-# next token this confidence: a sure free draft leaves the pass little to add (simulated on 60
-# held-out answers, 0.6 was the fastest of 0.4-0.8: 1.69x ar against 1.63x with no pass).
+# next token this confidence: the fastest of 0.4-0.8 on held-out answers.
 DRAFTER_SKIP_CONF = 0.6
 
 

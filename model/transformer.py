@@ -20,10 +20,9 @@ instead of 7). fp32 on CPU, bf16 on CUDA (see model/loader.py). On CPU, inferenc
 packed copy of every matrix (`Transformer.pack`, called by the loader) for a kernel built for
 decode's few rows: kernels/cpu_rows.py where it builds, from the GGUF file's own Q4_1/Q8_0 blocks
 where the loader kept them (`set_quantized`; a fifth of the bytes, outputs bit-identical to the
-fp32 weights'), else from the fp32 weights (each weight streamed once for all rows; one row ~1.4x
-faster than oneDNN's); without that kernel, oneDNN's prepacked layout (5 rows 1.2-1.4x one row).
-Plain F.linear (MKL sgemm) re-packs the weight on every call: 2 rows cost 1.9x one row
-(BENCHMARKS.md, "Row cost").
+fp32 weights'), else from the fp32 weights (each weight streamed once for all rows); without that
+kernel, oneDNN's prepacked layout. Plain F.linear (MKL sgemm) re-packs the weight on every call:
+2 rows cost 1.9x one row (BENCHMARKS.md, "Row cost").
 """
 
 from __future__ import annotations
@@ -230,8 +229,7 @@ def attend(
 
 def gemv_wins(x: torch.Tensor) -> bool:
     """oneDNN layout, a single row on one thread: MKL's gemv (F.linear) beats the packed op
-    there - bench/rows.py, whole model: 76 ms gemv vs 91 ms packed at 1 thread, but 104 vs
-    83 ms at 2 threads (gemv does not gain from the second)."""
+    there (~1.2x faster), and loses at 2 threads, which gemv does not use."""
     return x.numel() == x.shape[-1] and torch.get_num_threads() == 1
 
 
