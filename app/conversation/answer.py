@@ -264,6 +264,9 @@ class Answer:
         self.finished.set()
         self.s.on_answer_finished(self)
 
+    def tasks_done(self) -> bool:
+        return all(t.done() for t in self._tasks)
+
     async def wait_closed(self) -> None:
         """Wait for this answer's tasks and worker jobs to end (after finish or cancel)."""
         for task in self._tasks:

@@ -42,10 +42,10 @@ from dllm_voice.app.conversation.actions import (
     StartAnswer,
     StartSpeculation,
 )
-from dllm_voice.app.conversation.answer import Answer
 from dllm_voice.app.conversation.components import Components
 from dllm_voice.app.conversation.end_of_turn import EndOfTurn
 from dllm_voice.app.conversation.listening import Listener
+from dllm_voice.app.conversation.responses import Responses
 from dllm_voice.app.conversation.turns import TurnManager
 from dllm_voice.app.observe.trace import Tracer, now_ms
 from dllm_voice.app.observe.trace_tools import latency_event
@@ -85,24 +85,20 @@ class VoiceSession:
         self.tm = TurnManager(
             cfg.conversation,
             components.count_tokens,
-            heard=self._heard,
+            heard=self._heard_of,
             history_mode=components.history_mode(cfg.conversation.history),
         )
-        self.answers: dict[int, Answer] = {}
-        self.closing: list[Answer] = []
-        self.sink_cursor = 0  # sink sample position where the next written sample will play
         self.audio_ms = 0.0
         self.pause_end: float | None = None  # audio ms where the current pause began
         self._arrivals: deque[tuple[float, float]] = deque(maxlen=2000)  # (audio ms, t_ms)
         self._lm_jobs: set[asyncio.Future[Any]] = set()  # end-of-turn scores, prefills
         self._warming: asyncio.Future[Any] | None = None  # the prefill in the LM thread
         self._closed = False
-        self._onset_t: float | None = None
+        self.onset_t: float | None = None  # when the current speech began (monotonic ms)
+        self._end_t: float | None = None  # when the user's turn ended: voice to voice from here
         self.ears = Listener(self)
         self.eot = EndOfTurn(self)
-        self._end_t: float | None = None
-        self._speculation_t: dict[int, float] = {}
-        self._refines: dict[int, float] = {}  # refined gen -> ttft of the dropped speculation
+        self.responses = Responses(self)
         self._turn_events: dict[int, list[dict[str, Any]]] = {}
         self.state = "listening"
         self.last_audio_out_t: float | None = None
@@ -117,12 +113,12 @@ class VoiceSession:
 
     def idle(self) -> bool:
         """No user speech in progress, no transcript pending, no answer running."""
-        self._reap()  # a source that waits for idle() feeds no frames, and frames reap
+        self.responses.reap()  # a source that waits for idle() feeds no frames, and frames reap
         return (
             not self.vad.in_speech
             and not self.ears.final_pending
-            and not self.answers
-            and not self.closing
+            and not self.responses.answers
+            and not self.responses.closing
         )
 
     # ---- events --------------------------------------------------------------------------------
@@ -142,7 +138,7 @@ class VoiceSession:
         self._turn_events.setdefault(int(ev["turn"]), []).append(ev)
         self.emit(events.trace(ev))
 
-    def _set_state(self, state: str) -> None:
+    def set_state(self, state: str) -> None:
         if state != self.state:
             self.state = state
             self.emit(events.agent_state(state))
@@ -166,7 +162,7 @@ class VoiceSession:
                 self.on_vad(ev.kind, ev.audio_ms, ev.detected_ms)
             while not self.idle():
                 await asyncio.sleep(0.02)
-                self._reap()
+                self.responses.reap()
         finally:
             await self.aclose()
 
@@ -176,7 +172,7 @@ class VoiceSession:
         the words of the turn the partial passes agree on. The end-of-turn score at the pause
         then feeds only the last words: a cold 100-token history cost it 80-107 ms, a warm one
         18 ms with the whole question to feed and 14 with its last words (Zen 4)."""
-        if self._closed or self.answers or self._warming is not None:
+        if self._closed or self.responses.answers or self._warming is not None:
             return
         fut = asyncio.get_running_loop().run_in_executor(
             self.lm_executor, self.lm_session.prefill, self.tm.lead(words)
@@ -211,14 +207,14 @@ class VoiceSession:
         if self.vad.in_speech:
             self.do(self.tm.on_speech_progress(self.audio_ms))
             self.ears.pass_if_due()
-        self._reap()
+        self.responses.reap()
 
     def on_vad(self, kind: str, audio_ms: float, detected_ms: float) -> None:
         turn = self.tm.turn
         if kind == "speech_start":
             self.pause_end = None
             self.ears.new_utterance()
-            self._onset_t = self.t_of(audio_ms)
+            self.onset_t = self.t_of(audio_ms)
             actions = self.tm.on_speech_start(audio_ms, unheard=self.ears.final_pending)
             if self.tm.reopened:  # the same turn goes on: its transcriber hears the rest too
                 self.trace("reopen", self.tm.turn, self.tm.gen)
@@ -229,10 +225,10 @@ class VoiceSession:
             self.ears.feed(self.vad.speech_audio())
             self.do(actions)
             self.trace(
-                "speech_start", self.tm.turn, self.tm.gen, onset_ms=self._onset_t, audio_ms=audio_ms
+                "speech_start", self.tm.turn, self.tm.gen, onset_ms=self.onset_t, audio_ms=audio_ms
             )
             self.emit(events.speech_started(audio_ms))
-            self._set_state("listening" if self.tm.agent == "idle" else self.state)
+            self.set_state("listening" if self.tm.agent == "idle" else self.state)
         elif kind == "pause":
             self.pause_end = audio_ms
             self.trace("pause", turn, self.tm.gen, end_ms=self.t_of(audio_ms))
@@ -267,105 +263,23 @@ class VoiceSession:
             self._do_one(a)
 
     def _do_one(self, a: Action) -> None:
+        r = self.responses
         handler = {
             RequestPartial: lambda a: self.ears.request_partial(),
-            StartSpeculation: self._speculate,
-            DropSpeculation: self._drop,
-            ReleaseSpeculation: self._release,
-            StartAnswer: self._answer,
-            HoldPlayback: self._hold,
-            ResumePlayback: self._resume,
-            CancelAnswer: lambda a: self._cut(a.gen, "barge_in"),
+            StartSpeculation: r.speculate,
+            DropSpeculation: r.drop,
+            ReleaseSpeculation: r.release,
+            StartAnswer: r.answer,
+            HoldPlayback: r.hold,
+            ResumePlayback: r.resume,
+            CancelAnswer: lambda a: r.cut(a.gen, "barge_in"),
             ScoreEnd: self.eot.score_words,
-            ReopenTurn: lambda a: self._cut(a.gen, "reopen_cancel"),
+            ReopenTurn: lambda a: r.cut(a.gen, "reopen_cancel"),
         }[type(a)]
         handler(a)
 
-    def _speculate(self, a: StartSpeculation) -> None:
-        score = self.eot.scorer(a.gen, a.user_text) if a.score else None
-        ans = Answer(self, a.gen, self.tm.turn, a.messages, speculative=True, end_score=score)
-        self.answers[a.gen] = ans
-        self._speculation_t[a.gen] = now_ms()
-        self.trace("speculation_start", self.tm.turn, a.gen, text=a.user_text)
-        ans.start_lm(park_after_clause=True)
-
-    def _drop(self, a: DropSpeculation) -> None:
-        self.trace("speculation", self.tm.turn, a.gen, result="miss", reason=a.reason, saved_ms=0)
-        self.emit(events.speculation_dropped(a.gen, a.reason))
-        self._cancel(a.gen)
-
-    def _release(self, a: ReleaseSpeculation) -> None:
-        ans = self.answers[a.gen]
-        # Saved = the work done before the final transcript arrived: LM prefill and first
-        # clause, and its audio when ready.
-        t = now_ms()
-        ready = ans.times.get("tts_first_audio", ans.times.get("lm_first_clause", t))
-        saved = min(ready, t) - self._speculation_t[a.gen]
-        self.trace("speculation", self.tm.turn, a.gen, result="hit", saved_ms=round(saved, 1))
-        self._start_response(ans)
-        ans.release()
-        if ans.text:
-            self.emit_text(ans, ans.text)
-
-    def _answer(self, a: StartAnswer) -> None:
-        drafts = None
-        spec = self.answers.get(a.refine_of) if a.refine_of is not None else None
-        if spec is not None:
-            drafts = spec.token_ids or None
-            t = now_ms()
-            self._refines[a.gen] = spec.times.get("lm_first_token", t) - spec.times["lm_start"]
-            self.emit(events.speculation_dropped(spec.gen, "refined"))
-            spec.cancel()
-        elif self.cfg.conversation.speculation:
-            self.trace("speculation", self.tm.turn, a.gen, result="none", saved_ms=0)
-        ans = Answer(self, a.gen, self.tm.answer_turn, a.messages, speculative=False, drafts=drafts)
-        self.answers[a.gen] = ans
-        self._start_response(ans)
-        ans.start_lm(park_after_clause=False)
-
-    def _resume(self, a: ResumePlayback) -> None:
-        if (ans := self.answers.get(a.gen)) is not None:
-            self.trace("barge_in_resume", ans.turn, a.gen, reason=a.reason)
-            ans.resume()
-
-    def _cut(self, gen: int, event: str) -> None:
-        """Cancel answer ``gen`` (LM, TTS, unplayed audio), traced as ``event`` with what the
-        user heard of it: a barge-in, or a reopened turn's early answer."""
-        if (ans := self.answers.get(gen)) is not None:
-            self.trace(event, ans.turn, gen, heard=ans.heard_text())
-            if ans.base is not None and not ans.held:
-                self.emit(events.audio_cleared(gen))
-            ans.cancel()
-
-    def _start_response(self, ans: Answer) -> None:
-        self._set_state("thinking")
-        self.emit(events.response_created(ans.gen))
-
-    def _hold(self, a: HoldPlayback) -> None:
-        gen = a.gen
-        ans = self.answers.get(gen)
-        if ans is None:
-            return
-        was_playing = ans.base is not None and not ans.held
-        ans.hold()
-        t = now_ms()
-        if a.onset_ms is not None:  # double talk: the VAD has not started this speech
-            onset = self.t_of(a.onset_ms)
-        else:
-            onset = self._onset_t if self._onset_t is not None else t
-        self.trace("barge_in_hold", ans.turn, gen, onset_ms=onset, near_end=a.near_end)
-        if was_playing:
-            self.trace("playback_stopped", ans.turn, gen, stop_ms=round(t - onset, 1))
-            self.emit(events.audio_cleared(gen))
-
-    def _cancel(self, gen: int) -> None:
-        ans = self.answers.get(gen)
-        if ans is not None:
-            ans.cancel()
-
-    def _heard(self, gen: int) -> str:
-        ans = self.answers.get(gen)
-        return ans.heard_text() if ans is not None else ""
+    def _heard_of(self, gen: int) -> str:
+        return self.responses.heard(gen)
 
     def cancel_response(self) -> None:
         """The client asked to stop the current answer (``response.cancel``)."""
@@ -399,62 +313,26 @@ class VoiceSession:
             self.lm_session.lm = self.c.lm
         self.cfg = cfg
 
-    # ---- callbacks from answers ------------------------------------------------------------------
+    # ---- what answers tell the conversation ----------------------------------------------------
 
-    def emit_text(self, ans: Answer, piece: str) -> None:
-        if ans.speculative:
-            self.emit(events.speculation_delta(ans.gen, piece, ans.text))
-        else:
-            self.emit(events.transcript_delta(ans.gen, piece))
-
-    def on_first_token(self, ans: Answer) -> None:
-        if ans.gen in self._refines:
-            ttft = ans.times["lm_first_token"] - ans.times["lm_start"]
-            saved = max(0.0, self._refines.pop(ans.gen) - ttft)
-            self.trace(
-                "speculation",
-                ans.turn,
-                ans.gen,
-                result="refined",
-                saved_ms=round(saved, 1),
-                drafts=len(ans.drafts or []),
-            )
-
-    def on_audio_started(self, ans: Answer) -> None:
-        t = ans.times["audio_out_first"]
+    def answer_audible(self, turn: int, gen: int, t: float) -> None:
+        """Answer ``gen``'s first sample went to the sink at ``t``."""
         v2v = t - self._end_t if self._end_t is not None else None
-        self.trace(
-            "audio_out_first", ans.turn, ans.gen, v2v_ms=round(v2v, 1) if v2v is not None else None
-        )
+        self.trace("audio_out_first", turn, gen, v2v_ms=None if v2v is None else round(v2v, 1))
         self.last_audio_out_t = t
-        self.tm.on_audio_started(ans.gen)
-        self._set_state("speaking")
+        self.tm.on_audio_started(gen)
+        self.set_state("speaking")
 
-    def on_answer_finished(self, ans: Answer) -> None:
-        self.answers.pop(ans.gen, None)
-        self.closing.append(ans)
-        if ans.speculative and ans.status == "cancelled":
-            return  # a dropped speculation: never announced as a response
-        heard = ans.heard_text() if ans.status == "cancelled" else ans.text.strip()
-        if ans.status == "completed":
-            self.do(self.tm.on_answer_done(ans.gen, ans.text.strip()))
-        self.trace(
-            "turn_done", ans.turn, ans.gen, status=ans.status, text=ans.text.strip(), heard=heard
-        )
-        self.emit(events.response_done(ans.gen, ans.status, ans.text.strip(), heard))
-        latency = latency_event(self._turn_events.get(ans.turn, []), ans.gen)
+    def answer_ended(self, turn: int, gen: int, last: bool) -> None:
+        """Answer ``gen`` ended and was reported; ``last``: no other answer is running."""
+        latency = latency_event(self._turn_events.get(turn, []), gen)
         if latency is not None:
             self.emit(latency)
-        for old in [k for k in self._turn_events if k < ans.turn - 4]:
+        for old in [k for k in self._turn_events if k < turn - 4]:
             del self._turn_events[old]
-        if not self.answers:
-            self._set_state("listening")
+        if last:
+            self.set_state("listening")
             self.warm_lm()
-
-    def _reap(self) -> None:
-        """Forget finished answers once their tasks have ended."""
-        if self.closing:
-            self.closing = [a for a in self.closing if not all(t.done() for t in a._tasks)]
 
     # ---- shutdown ------------------------------------------------------------------------------
 
@@ -462,12 +340,8 @@ class VoiceSession:
         """Cancel every answer and wait for this session's tasks and worker jobs to end."""
         self._closed = True
         self.ears.close()
-        for ans in list(self.answers.values()):
-            ans.cancel()
-        pending = list(self.closing)
-        self.closing = []
-        for ans in pending:
-            await ans.wait_closed()
+        self.responses.cancel_all()
+        await self.responses.wait_closed()
         await self.ears.wait_closed()
         for fut in list(self._lm_jobs):
             with contextlib.suppress(asyncio.CancelledError, Exception):

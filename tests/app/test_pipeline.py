@@ -208,7 +208,8 @@ def test_cancel_mid_answer_leaves_no_tasks_or_threads():
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert not session.answers and not session.closing and not session.ears._jobs
+        assert not session.responses.answers and not session.responses.closing
+        assert not session.ears._jobs
         assert asyncio.all_tasks() == {asyncio.current_task()}
 
     asyncio.run(main())

@@ -1,0 +1,213 @@
+"""The answers of one conversation: started, held, released and cut as the turn manager asks.
+
+``Responses`` carries out the turn manager's actions on answers (a speculation started on a
+pause's words, released on a hit, refined into a new answer on a miss; playback held, resumed
+or cut when the user talks over it), keeps the sink's write position they share, and reports
+each answer to the client as it starts, speaks and ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, Any
+
+from dllm_voice.app.conversation import events
+from dllm_voice.app.conversation.actions import (
+    DropSpeculation,
+    HoldPlayback,
+    ReleaseSpeculation,
+    ResumePlayback,
+    StartAnswer,
+    StartSpeculation,
+)
+from dllm_voice.app.conversation.answer import Answer
+from dllm_voice.app.observe.trace import now_ms
+
+if TYPE_CHECKING:
+    from dllm_voice.app.config import Config
+    from dllm_voice.app.conversation.components import Components
+    from dllm_voice.app.conversation.session import VoiceSession
+    from dllm_voice.model.engine import ChatSession
+
+
+class Responses:
+    """The answers of ``session``, by generation id; what each ``Answer`` reports to."""
+
+    def __init__(self, session: VoiceSession) -> None:
+        self.s = session
+        self.answers: dict[int, Answer] = {}
+        self.closing: list[Answer] = []  # finished or cancelled, tasks still ending
+        self.sink_cursor = 0  # sink sample position where the next written sample will play
+        self._speculation_t: dict[int, float] = {}
+        self._refines: dict[int, float] = {}  # refined gen -> ttft of the dropped speculation
+
+    # ---- what an answer reads of its conversation ----------------------------------------------
+
+    @property
+    def c(self) -> Components:
+        return self.s.c
+
+    @property
+    def cfg(self) -> Config:
+        return self.s.cfg
+
+    @property
+    def lm_session(self) -> ChatSession:
+        return self.s.lm_session
+
+    @property
+    def lm_executor(self) -> Executor:
+        return self.s.lm_executor
+
+    @property
+    def sink(self) -> Any:
+        return self.s.sink
+
+    def trace(self, name: str, turn: int, gen: int, **attrs: Any) -> None:
+        self.s.trace(name, turn, gen, **attrs)
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.s.emit(event)
+
+    # ---- the turn manager's actions ------------------------------------------------------------
+
+    def speculate(self, a: StartSpeculation) -> None:
+        score = self.s.eot.scorer(a.gen, a.user_text) if a.score else None
+        ans = Answer(self, a.gen, self.s.tm.turn, a.messages, speculative=True, end_score=score)
+        self.answers[a.gen] = ans
+        self._speculation_t[a.gen] = now_ms()
+        self.s.trace("speculation_start", self.s.tm.turn, a.gen, text=a.user_text)
+        ans.start_lm(park_after_clause=True)
+
+    def drop(self, a: DropSpeculation) -> None:
+        self.s.trace(
+            "speculation", self.s.tm.turn, a.gen, result="miss", reason=a.reason, saved_ms=0
+        )
+        self.s.emit(events.speculation_dropped(a.gen, a.reason))
+        self.cancel(a.gen)
+
+    def release(self, a: ReleaseSpeculation) -> None:
+        ans = self.answers[a.gen]
+        # Saved = the work done before the final transcript arrived: LM prefill and first
+        # clause, and its audio when ready.
+        t = now_ms()
+        ready = ans.times.get("tts_first_audio", ans.times.get("lm_first_clause", t))
+        saved = min(ready, t) - self._speculation_t[a.gen]
+        self.s.trace("speculation", self.s.tm.turn, a.gen, result="hit", saved_ms=round(saved, 1))
+        self._start_response(ans)
+        ans.release()
+        if ans.text:
+            self.emit_text(ans, ans.text)
+
+    def answer(self, a: StartAnswer) -> None:
+        drafts = None
+        spec = self.answers.get(a.refine_of) if a.refine_of is not None else None
+        if spec is not None:
+            drafts = spec.token_ids or None
+            t = now_ms()
+            self._refines[a.gen] = spec.times.get("lm_first_token", t) - spec.times["lm_start"]
+            self.s.emit(events.speculation_dropped(spec.gen, "refined"))
+            spec.cancel()
+        elif self.s.cfg.conversation.speculation:
+            self.s.trace("speculation", self.s.tm.turn, a.gen, result="none", saved_ms=0)
+        ans = Answer(
+            self, a.gen, self.s.tm.answer_turn, a.messages, speculative=False, drafts=drafts
+        )
+        self.answers[a.gen] = ans
+        self._start_response(ans)
+        ans.start_lm(park_after_clause=False)
+
+    def resume(self, a: ResumePlayback) -> None:
+        if (ans := self.answers.get(a.gen)) is not None:
+            self.s.trace("barge_in_resume", ans.turn, a.gen, reason=a.reason)
+            ans.resume()
+
+    def cut(self, gen: int, event: str) -> None:
+        """Cancel answer ``gen`` (LM, TTS, unplayed audio), traced as ``event`` with what the
+        user heard of it: a barge-in, or a reopened turn's early answer."""
+        if (ans := self.answers.get(gen)) is not None:
+            self.s.trace(event, ans.turn, gen, heard=ans.heard_text())
+            if ans.base is not None and not ans.held:
+                self.s.emit(events.audio_cleared(gen))
+            ans.cancel()
+
+    def _start_response(self, ans: Answer) -> None:
+        self.s.set_state("thinking")
+        self.s.emit(events.response_created(ans.gen))
+
+    def hold(self, a: HoldPlayback) -> None:
+        gen = a.gen
+        ans = self.answers.get(gen)
+        if ans is None:
+            return
+        was_playing = ans.base is not None and not ans.held
+        ans.hold()
+        t = now_ms()
+        if a.onset_ms is not None:  # double talk: the VAD has not started this speech
+            onset = self.s.t_of(a.onset_ms)
+        else:
+            onset = self.s.onset_t if self.s.onset_t is not None else t
+        self.s.trace("barge_in_hold", ans.turn, gen, onset_ms=onset, near_end=a.near_end)
+        if was_playing:
+            self.s.trace("playback_stopped", ans.turn, gen, stop_ms=round(t - onset, 1))
+            self.s.emit(events.audio_cleared(gen))
+
+    def cancel(self, gen: int) -> None:
+        ans = self.answers.get(gen)
+        if ans is not None:
+            ans.cancel()
+
+    def heard(self, gen: int) -> str:
+        ans = self.answers.get(gen)
+        return ans.heard_text() if ans is not None else ""
+
+    # ---- what answers report -------------------------------------------------------------------
+
+    def emit_text(self, ans: Answer, piece: str) -> None:
+        if ans.speculative:
+            self.s.emit(events.speculation_delta(ans.gen, piece, ans.text))
+        else:
+            self.s.emit(events.transcript_delta(ans.gen, piece))
+
+    def on_first_token(self, ans: Answer) -> None:
+        if ans.gen in self._refines:
+            ttft = ans.times["lm_first_token"] - ans.times["lm_start"]
+            saved = max(0.0, self._refines.pop(ans.gen) - ttft)
+            self.s.trace(
+                "speculation", ans.turn, ans.gen, result="refined", saved_ms=round(saved, 1),
+                drafts=len(ans.drafts or []),
+            )  # fmt: skip
+
+    def on_audio_started(self, ans: Answer) -> None:
+        self.s.answer_audible(ans.turn, ans.gen, ans.times["audio_out_first"])
+
+    def on_answer_finished(self, ans: Answer) -> None:
+        self.answers.pop(ans.gen, None)
+        self.closing.append(ans)
+        if ans.speculative and ans.status == "cancelled":
+            return  # a dropped speculation: never announced as a response
+        s, text = self.s, ans.text.strip()
+        heard = ans.heard_text() if ans.status == "cancelled" else text
+        if ans.status == "completed":
+            s.do(s.tm.on_answer_done(ans.gen, text))
+        s.trace("turn_done", ans.turn, ans.gen, status=ans.status, text=text, heard=heard)
+        s.emit(events.response_done(ans.gen, ans.status, text, heard))
+        s.answer_ended(ans.turn, ans.gen, last=not self.answers)
+
+    # ---- shutdown ------------------------------------------------------------------------------
+
+    def reap(self) -> None:
+        """Forget finished answers once their tasks have ended."""
+        if self.closing:
+            self.closing = [a for a in self.closing if not a.tasks_done()]
+
+    def cancel_all(self) -> None:
+        for ans in list(self.answers.values()):
+            ans.cancel()
+
+    async def wait_closed(self) -> None:
+        pending, self.closing = self.closing, []
+        for ans in pending:
+            with contextlib.suppress(Exception):
+                await ans.wait_closed()
