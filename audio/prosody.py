@@ -15,6 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
+
+from dllm_voice.audio.resample import PCM, FloatPCM
 
 RATE_HZ = 16000
 PITCH_HZ = 8000  # pitch and spectrum at half the rate: a 4x cheaper FFT, voices are < 4 kHz
@@ -50,7 +53,7 @@ FEATURE_NAMES = (
 )
 
 
-def _trim_tail(x: np.ndarray) -> np.ndarray:
+def _trim_tail(x: FloatPCM) -> FloatPCM:
     """Drop the trailing silence: 10 ms blocks SILENCE_DB below the loudest."""
     block = RATE_HZ // 100
     n = len(x) // block
@@ -61,23 +64,23 @@ def _trim_tail(x: np.ndarray) -> np.ndarray:
     return x[: block * (loud[-1] + 1)] if len(loud) else x
 
 
-def _mean(v: np.ndarray, default: float = 0.0) -> float:
+def _mean(v: npt.NDArray[np.floating], default: float = 0.0) -> float:
     return float(v.mean()) if len(v) else default
 
 
-def _slope(t: np.ndarray, v: np.ndarray) -> float:
+def _slope(t: npt.NDArray[np.floating], v: npt.NDArray[np.floating]) -> float:
     if len(v) < 3 or np.ptp(t) == 0:
         return 0.0
     return float(np.polyfit(t, v, 1)[0])
 
 
-def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+def _runs(mask: npt.NDArray[np.bool_]) -> list[tuple[int, int]]:
     """(start, end) of each run of True in mask."""
     d = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
     return list(zip(np.flatnonzero(d == 1), np.flatnonzero(d == -1), strict=True))
 
 
-def features(pcm: np.ndarray) -> np.ndarray:
+def features(pcm: PCM) -> FloatPCM:
     """FEATURE_NAMES of 16 kHz mono speech that ends at (or up to ~a second before) its end."""
     x = np.asarray(pcm, np.float32) / 32768.0
     x = _trim_tail(x)[-RATE_HZ * WINDOW_MS // 1000 :]
@@ -159,6 +162,6 @@ class TurnEndAudio:
         self.mean, self.std = w["mean"], w["std"]
         self.coef, self.bias = w["coef"], float(w["bias"])
 
-    def score(self, pcm: np.ndarray) -> float:
+    def score(self, pcm: PCM) -> float:
         z = (features(pcm) - self.mean) / self.std
         return float(1.0 / (1.0 + np.exp(-(z @ self.coef + self.bias))))

@@ -9,12 +9,18 @@ one-shot form. Cutoff is 0.95 x the lower Nyquist, which keeps aliasing of a 48 
 
 import logging
 from math import gcd
+from typing import TypeAlias, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from dllm_voice.audio.errors import AudioFormatError
 
 log = logging.getLogger(__name__)
+
+PCM16: TypeAlias = npt.NDArray[np.int16]  # full scale 32768
+FloatPCM: TypeAlias = npt.NDArray[np.float32]  # in [-1, 1]
+PCM: TypeAlias = npt.NDArray[np.generic]  # any numeric dtype: to_int16 / to_float32 take it
 
 _ZERO_CROSSINGS = 16
 _ROLLOFF = 0.95
@@ -22,11 +28,11 @@ _KAISER_BETA = 8.6
 _MAX_TABLE_PHASES = 4096  # standard rates need <= 441 phases; exotic ones compute taps per block
 
 
-def to_int16(pcm: np.ndarray) -> np.ndarray:
+def to_int16(pcm: PCM) -> PCM16:
     """Any numeric PCM -> int16. Floats are in [-1, 1]; NaN/inf become 0/full scale, clipped."""
     a = np.asarray(pcm)
     if a.dtype == np.int16:
-        return a
+        return a.astype(np.int16, copy=False)
     if a.dtype.kind == "f":
         bad = ~np.isfinite(a)
         if bad.any():
@@ -39,12 +45,12 @@ def to_int16(pcm: np.ndarray) -> np.ndarray:
         bits = 8 * a.dtype.itemsize
         if bits <= 16:
             return np.clip(a.astype(np.int32), -32768, 32767).astype(np.int16)
-        shifted = a.astype(np.int64) >> (bits - 16)
+        shifted: npt.NDArray[np.int64] = a.astype(np.int64) >> (bits - 16)
         return np.clip(shifted, -32768, 32767).astype(np.int16)
     raise AudioFormatError(f"unsupported PCM dtype {a.dtype}; pass int16 or float32 samples")
 
 
-def to_float32(pcm: np.ndarray) -> np.ndarray:
+def to_float32(pcm: PCM) -> FloatPCM:
     """Any numeric PCM -> float32 in [-1, 1] (NaN/inf sanitized)."""
     a = np.asarray(pcm)
     if a.dtype.kind == "f" and np.isfinite(a).all():
@@ -52,7 +58,7 @@ def to_float32(pcm: np.ndarray) -> np.ndarray:
     return to_int16(a).astype(np.float32) / 32768.0
 
 
-def to_mono(pcm: np.ndarray, channels: int = 0) -> np.ndarray:
+def to_mono(pcm: PCM, channels: int = 0) -> PCM:
     """Down-mix to mono by averaging channels.
 
     pcm: (n,) mono, (n, channels) frames, or interleaved (n * channels,) when `channels` > 1.
@@ -70,11 +76,11 @@ def to_mono(pcm: np.ndarray, channels: int = 0) -> np.ndarray:
         raise AudioFormatError(f"PCM must be 1-D or (samples, channels), got shape {a.shape}")
     if a.shape[1] == 1:
         return a[:, 0]
-    mixed = a.astype(np.float32).mean(axis=1)
+    mixed: FloatPCM = a.astype(np.float32).mean(axis=1)
     return mixed.astype(a.dtype) if a.dtype.kind in "iu" else mixed
 
 
-def _kaiser(x: np.ndarray) -> np.ndarray:
+def _kaiser(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Kaiser window at positions x in [-1, 1] (0 outside)."""
     inside = np.clip(1.0 - x * x, 0.0, None)
     return np.i0(_KAISER_BETA * np.sqrt(inside)) / np.i0(_KAISER_BETA)
@@ -108,14 +114,14 @@ class Resampler:
         self._n_in = 0
         self._n_out = 0
 
-    def _taps(self, frac: np.ndarray) -> np.ndarray:
+    def _taps(self, frac: npt.NDArray[np.float64]) -> npt.NDArray[np.float32]:
         """Filter taps (len(frac), 2*hw) for outputs at fractional offsets frac in [0, 1)."""
         j = np.arange(2 * self._hw)
         d = frac[:, None] + (self._hw - 1) - j[None, :]  # input time minus tap time
         h = 2.0 * self._fc * np.sinc(2.0 * self._fc * d) * _kaiser(d / self._hw)
         return h.astype(np.float32)
 
-    def _emit(self, n_end: int) -> np.ndarray:
+    def _emit(self, n_end: int) -> FloatPCM:
         """Outputs n in [_n_out, n_end); caller guarantees their input is buffered."""
         n = np.arange(self._n_out, n_end, dtype=np.int64)
         if len(n) == 0:
@@ -125,11 +131,11 @@ class Resampler:
         taps = self._table[phase] if self._table is not None else self._taps(phase / self.up)
         first = base - self._hw + 1 - self._buf_start  # (n_out,) buffer index of tap 0
         idx = first[:, None] + np.arange(2 * self._hw)[None, :]  # (n_out, 2*hw)
-        out = np.einsum("ij,ij->i", self._buf[idx], taps)
+        out: FloatPCM = np.einsum("ij,ij->i", self._buf[idx], taps)
         self._n_out = n_end
         return out.astype(np.float32)
 
-    def process(self, x: np.ndarray) -> np.ndarray:
+    def process(self, x: PCM) -> FloatPCM:
         """Feed input samples (float32 mono), get every output sample that is now computable."""
         x = np.asarray(x, dtype=np.float32).reshape(-1)
         if self.up == self.down:
@@ -150,7 +156,7 @@ class Resampler:
             self._buf_start = keep_from
         return np.concatenate(outs) if outs else np.zeros(0, dtype=np.float32)
 
-    def flush(self) -> np.ndarray:
+    def flush(self) -> FloatPCM:
         """End of stream: the remaining outputs (total = ceil(n_in * dst / src))."""
         if self.up == self.down:
             return np.zeros(0, dtype=np.float32)
@@ -162,7 +168,13 @@ class Resampler:
         return out
 
 
-def resample(pcm: np.ndarray, src_hz: int, dst_hz: int) -> np.ndarray:
+@overload
+def resample(pcm: PCM16, src_hz: int, dst_hz: int) -> PCM16: ...
+@overload
+def resample(pcm: FloatPCM, src_hz: int, dst_hz: int) -> FloatPCM: ...
+@overload
+def resample(pcm: PCM, src_hz: int, dst_hz: int) -> PCM: ...
+def resample(pcm: PCM, src_hz: int, dst_hz: int) -> PCM:
     """Resample mono PCM; int16 in -> int16 out, float in -> float32 out."""
     a = np.asarray(pcm)
     if a.ndim != 1:

@@ -17,14 +17,14 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from dllm_voice.audio.config import AudioConfig
-from dllm_voice.audio.devices import resolve_device, sounddevice
+from dllm_voice.audio.devices import CallbackFlags, resolve_device, sounddevice
 from dllm_voice.audio.errors import AudioDeviceError, AudioFormatError
-from dllm_voice.audio.resample import to_int16
+from dllm_voice.audio.resample import PCM, PCM16, to_int16
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 class Sink(Protocol):
     sample_rate_hz: int
 
-    async def write(self, pcm: np.ndarray) -> None: ...
+    async def write(self, pcm: PCM) -> None: ...
 
     def flush(self) -> None: ...
 
@@ -44,7 +44,7 @@ class Sink(Protocol):
     async def aclose(self) -> None: ...
 
 
-def _as_pcm(pcm: np.ndarray) -> np.ndarray:
+def _as_pcm(pcm: PCM) -> PCM16:
     a = np.asarray(pcm)
     if a.ndim != 1:
         raise AudioFormatError(f"sinks take mono 1-D PCM, got shape {a.shape}")
@@ -95,7 +95,7 @@ class WavSink:
         self.sample_rate_hz = sample_rate_hz
         self.realtime = realtime
         self._clock = PlayClock(sample_rate_hz)
-        self._pending: deque[np.ndarray] = deque()
+        self._pending: deque[PCM16] = deque()
         self._committed = 0
         try:
             self._wav = wave.open(str(self.path), "wb")  # noqa: SIM115 (open until aclose)
@@ -124,7 +124,7 @@ class WavSink:
             else:
                 self._pending[0] = head[len(take) :]
 
-    async def write(self, pcm: np.ndarray) -> None:
+    async def write(self, pcm: PCM) -> None:
         if self._closed:
             return
         pcm = _as_pcm(pcm)
@@ -168,7 +168,7 @@ class CallbackSink:
         self._clock = PlayClock(sample_rate_hz)
         self._lead = sample_rate_hz * lead_ms // 1000
         self._piece = max(1, sample_rate_hz * piece_ms // 1000)
-        self._pending: deque[np.ndarray] = deque()
+        self._pending: deque[PCM16] = deque()
         self._sent = 0
         self._pump: asyncio.Task[None] | None = None
         self._closed = False
@@ -177,7 +177,7 @@ class CallbackSink:
     def played_samples(self) -> int:
         return self._clock.played()
 
-    async def _deliver(self, pcm: np.ndarray) -> None:
+    async def _deliver(self, pcm: PCM16) -> None:
         try:
             await self._send(pcm.astype("<i2").tobytes())
         except Exception as e:  # a closed websocket must not kill the pipeline
@@ -185,7 +185,7 @@ class CallbackSink:
             self._closed = True
             self._pending.clear()
 
-    async def write(self, pcm: np.ndarray) -> None:
+    async def write(self, pcm: PCM) -> None:
         if self._closed:
             return
         pcm = _as_pcm(pcm)
@@ -269,7 +269,7 @@ class ClientSink:
         self._lead = sample_rate_hz * lead_ms // 1000
         self._piece = max(1, sample_rate_hz * piece_ms // 1000)
         self._snap = -(-sample_rate_hz // 1000)  # reports are whole ms: 1 ms short is the end
-        self._pending: deque[tuple[int, np.ndarray]] = deque()
+        self._pending: deque[tuple[int, PCM16]] = deque()
         self._written = 0  # sink position after the last sample written
         self._sent = 0  # sink position after the last sample on the socket (this epoch)
         self._epoch = 0  # bumped by every flush: a piece in flight across it is not counted
@@ -345,7 +345,7 @@ class ClientSink:
 
     # ---- the Sink protocol -------------------------------------------------------------------
 
-    async def write(self, pcm: np.ndarray) -> None:
+    async def write(self, pcm: PCM) -> None:
         if self._closed:
             return
         pcm = _as_pcm(pcm)
@@ -416,7 +416,7 @@ class SpeakerSink:
     def __init__(
         self,
         cfg: AudioConfig,
-        on_played: Callable[[np.ndarray, int], None] | None = None,
+        on_played: Callable[[PCM16, int], None] | None = None,
         on_restart: Callable[[], None] | None = None,
         on_underrun: Callable[[], None] | None = None,
     ) -> None:
@@ -425,7 +425,7 @@ class SpeakerSink:
         self.sample_rate_hz = cfg.output_rate_hz or int(info["default_samplerate"])
         self._on_played, self._on_restart = on_played, on_restart
         self._on_underrun = on_underrun
-        self._queue: deque[np.ndarray] = deque()
+        self._queue: deque[PCM16] = deque()
         self._lock = threading.Lock()
         self._handed = 0  # speech samples handed to the device since open, net of flushes
         self._queued = 0
@@ -468,7 +468,7 @@ class SpeakerSink:
         except Exception as e:  # sounddevice.PortAudioError
             raise AudioDeviceError(f"cannot start output device {self._name!r} ({e})") from e
 
-    def _callback(self, outdata: np.ndarray, frames: int, t: object, status: Any) -> None:
+    def _callback(self, outdata: PCM16, frames: int, t: object, status: CallbackFlags) -> None:
         if status and status.output_underflow:
             self.underruns += 1
             if self._queued > 0 or (self._in_device and self._in_device[-1]):
@@ -499,7 +499,7 @@ class SpeakerSink:
         with self._lock:
             return self._handed - sum(self._in_device)
 
-    async def write(self, pcm: np.ndarray) -> None:
+    async def write(self, pcm: PCM) -> None:
         pcm = _as_pcm(pcm)
         self.start()
         with self._lock:

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from dllm_voice.audio.config import AudioConfig
-from dllm_voice.audio.devices import resolve_device, sounddevice
+from dllm_voice.audio.devices import CallbackFlags, resolve_device, sounddevice
 from dllm_voice.audio.errors import AudioDeviceError, AudioFormatError
-from dllm_voice.audio.resample import Resampler, to_float32, to_int16, to_mono
+from dllm_voice.audio.resample import PCM, PCM16, FloatPCM, Resampler, to_float32, to_int16, to_mono
 
 log = logging.getLogger(__name__)
 
@@ -41,20 +41,20 @@ class _Framer:
     def __init__(self, src_hz: int, frame_len: int) -> None:
         self._rs = Resampler(src_hz, RATE_HZ)
         self._len = frame_len
-        self._pending = np.zeros(0, np.int16)
+        self._pending: PCM16 = np.zeros(0, np.int16)
 
-    def _cut(self, pcm: np.ndarray) -> list[np.ndarray]:
+    def _cut(self, pcm: PCM16) -> list[PCM16]:
         pcm = np.concatenate([self._pending, pcm])
         n = len(pcm) // self._len
         self._pending = pcm[n * self._len :]
         return [pcm[i * self._len : (i + 1) * self._len] for i in range(n)]
 
-    def feed(self, mono: np.ndarray) -> list[np.ndarray]:
+    def feed(self, mono: PCM) -> list[PCM16]:
         if self._rs.up == self._rs.down:
             return self._cut(to_int16(mono))
         return self._cut(to_int16(self._rs.process(to_float32(mono))))
 
-    def pad(self) -> list[np.ndarray]:
+    def pad(self) -> list[PCM16]:
         """The partial frame held back, zero-padded to a whole one (none if nothing is held)."""
         if not len(self._pending):
             return []
@@ -62,7 +62,7 @@ class _Framer:
         self._pending = np.zeros(0, np.int16)
         return [frame]
 
-    def flush(self) -> list[np.ndarray]:
+    def flush(self) -> list[PCM16]:
         """Remaining audio, the last frame zero-padded."""
         return self._cut(to_int16(self._rs.flush())) + self.pad()
 
@@ -72,6 +72,11 @@ _WAVE_PCM, _WAVE_FLOAT, _WAVE_EXTENSIBLE = 1, 3, 0xFFFE
 # then this fixed KSDATAFORMAT tail.
 _GUID_TAIL = bytes.fromhex("000000001000800000aa00389b71")
 _TAG_NAMES = {2: "MS ADPCM", 6: "A-law", 7: "mu-law", 0x11: "IMA ADPCM", 0x55: "MP3"}
+_INT_DTYPES: dict[int, np.dtype[np.integer]] = {  # by byte width
+    1: np.dtype(np.uint8),
+    2: np.dtype("<i2"),
+    4: np.dtype("<i4"),
+}
 
 
 class _WavFile:
@@ -142,21 +147,20 @@ class _WavFile:
         self._left = left if size in (0, 0xFFFFFFFF) else min(size, left)
         self.frames = self._left // block
 
-    def read(self, frames: int) -> np.ndarray:
+    def read(self, frames: int) -> PCM:
         """Up to `frames` frames, down-mixed to mono (int PCM keeps its width, float is float32)."""
         data = self._f.read(min(self._left, frames * self._block))
         self._left -= len(data)
         data = data[: len(data) - len(data) % self._block]
+        pcm: PCM
         if self.is_float:
             pcm = np.frombuffer(data, "<f4" if self.width == 4 else "<f8").astype(np.float32)
         elif self.width == 3:  # 24-bit little-endian -> int32 with the sign in the top byte
             b = np.frombuffer(data, np.uint8).reshape(-1, 3)
-            pcm = (b[:, 0].astype(np.int32) << 8) | (b[:, 1].astype(np.int32) << 16)
-            pcm = pcm | (b[:, 2].astype(np.int8).astype(np.int32) << 24)
+            low = (b[:, 0].astype(np.int32) << 8) | (b[:, 1].astype(np.int32) << 16)
+            pcm = low | (b[:, 2].astype(np.int8).astype(np.int32) << 24)
         else:
-            pcm = np.frombuffer(
-                data, {1: np.uint8, 2: np.dtype("<i2"), 4: np.dtype("<i4")}[self.width]
-            )
+            pcm = np.frombuffer(data, _INT_DTYPES[self.width])
         return to_mono(pcm, self.channels)
 
     def close(self) -> None:
@@ -176,10 +180,10 @@ class WavSource:
         self.duration_s = self._wav.frames / self.src_hz
         self._closed = False
 
-    def __aiter__(self) -> AsyncIterator[np.ndarray]:
+    def __aiter__(self) -> AsyncIterator[PCM16]:
         return self._frames()
 
-    async def _frames(self) -> AsyncIterator[np.ndarray]:
+    async def _frames(self) -> AsyncIterator[PCM16]:
         framer = _Framer(self.src_hz, self.frame_len)
         block = max(1, self.src_hz // 2)  # read 0.5 s at a time: bounded memory for long files
         start = time.monotonic()
@@ -235,7 +239,7 @@ class PushSource:
         self._rate = src_rate_hz
         self._framer = _Framer(src_rate_hz, self.frame_len)
         self._odd = b""
-        self._frames: deque[np.ndarray] = deque()
+        self._frames: deque[PCM16] = deque()
         self._max_frames = max(1, max_buffer_ms // frame_ms)
         self._ready = asyncio.Event()
         self._drained = asyncio.Event()
@@ -252,7 +256,7 @@ class PushSource:
         """Audio pushed and not yet read."""
         return len(self._frames) * self.frame_ms
 
-    def push(self, pcm: bytes | bytearray | memoryview | np.ndarray) -> int:
+    def push(self, pcm: bytes | bytearray | memoryview | PCM) -> int:
         """Queue audio; returns how many old unread frames were dropped to make room (0)."""
         if self._closed:
             return 0
@@ -273,7 +277,7 @@ class PushSource:
             self._filling = False
         return self._enqueue(self._framer.feed(mono))
 
-    def _enqueue(self, frames: list[np.ndarray]) -> int:
+    def _enqueue(self, frames: list[PCM16]) -> int:
         self._frames.extend(frames)
         over = max(0, len(self._frames) - self._max_frames)
         for _ in range(over):
@@ -323,10 +327,10 @@ class PushSource:
         self.filled_frames += len(frames)
         self._enqueue(frames)
 
-    def __aiter__(self) -> AsyncIterator[np.ndarray]:
+    def __aiter__(self) -> AsyncIterator[PCM16]:
         return self._iter()
 
-    async def _iter(self) -> AsyncIterator[np.ndarray]:
+    async def _iter(self) -> AsyncIterator[PCM16]:
         while True:
             while self._frames:
                 frame = self._frames.popleft()
@@ -362,7 +366,7 @@ class MicSource:
         self.src_hz = int(info["default_samplerate"])
         self.channels = min(2, int(info["max_input_channels"]))
         self._framer = _Framer(self.src_hz, self.frame_len)
-        self._blocks: asyncio.Queue[np.ndarray | None] = asyncio.Queue()
+        self._blocks: asyncio.Queue[FloatPCM | None] = asyncio.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.overflows = 0
         try:
@@ -387,16 +391,16 @@ class MicSource:
             ) from e
         log.info("mic: %r at %d Hz x%d", info["name"], self.src_hz, self.channels)
 
-    def _callback(self, indata: np.ndarray, frames: int, t: object, status: object) -> None:
+    def _callback(self, indata: FloatPCM, frames: int, t: object, status: CallbackFlags) -> None:
         if status:
             self.overflows += 1
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._blocks.put_nowait, indata.copy())
 
-    def __aiter__(self) -> AsyncIterator[np.ndarray]:
+    def __aiter__(self) -> AsyncIterator[PCM16]:
         return self._iter()
 
-    async def _iter(self) -> AsyncIterator[np.ndarray]:
+    async def _iter(self) -> AsyncIterator[PCM16]:
         self._loop = asyncio.get_running_loop()
         self._stream.start()
         try:

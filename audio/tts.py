@@ -26,12 +26,17 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from dllm_voice.audio.config import TTSConfig
 from dllm_voice.audio.errors import ModelLoadError
-from dllm_voice.audio.resample import Resampler, to_int16
+from dllm_voice.audio.resample import PCM16, FloatPCM, Resampler, to_int16
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
+    from piper import SynthesisConfig
 
 log = logging.getLogger(__name__)
 
@@ -193,26 +198,27 @@ def default_voice() -> Path:
 
 @dataclass(frozen=True)
 class TTSPiece:
-    pcm: np.ndarray  # int16 at PiperTTS.sample_rate_hz
+    pcm: PCM16  # at PiperTTS.sample_rate_hz
     text: str  # the chunk this audio speaks
     chunk_index: int  # 0-based chunk number within the reply
     last_in_chunk: bool
 
 
-def _block_rms(audio: np.ndarray, rate_hz: int) -> np.ndarray:
+def _block_rms(audio: FloatPCM, rate_hz: int) -> FloatPCM:
     """RMS of each whole 5 ms block."""
     block = max(1, rate_hz // 200)
     n = len(audio) // block
-    return np.sqrt((audio[: n * block].reshape(n, block) ** 2).mean(axis=1))
+    rms: FloatPCM = np.sqrt((audio[: n * block].reshape(n, block) ** 2).mean(axis=1))
+    return rms
 
 
 def trim_tail(
-    audio: np.ndarray,
+    audio: FloatPCM,
     rate_hz: int,
     keep_ms: int = 30,
     floor_db: float = -40.0,
     loudest: float = 0.0,
-) -> np.ndarray:
+) -> FloatPCM:
     """``audio`` up to ``keep_ms`` after its last 5 ms block within ``floor_db`` of the loudest
     (a word's release stays; the silence after it goes). ``loudest``: the block RMS to measure
     from where ``audio`` is the end of a longer sound (0: ``audio``'s own loudest block)."""
@@ -227,7 +233,13 @@ def trim_tail(
     return audio[: (loud[-1] + 1) * block + keep]
 
 
-def split_voice(path: Path, opts: object) -> tuple[object, object, str] | None:
+class Session(Protocol):
+    """An onnxruntime.InferenceSession, run as a split voice's decoder is."""
+
+    def run(self, output_names: None, input_feed: dict[str, FloatPCM]) -> list[FloatPCM]: ...
+
+
+def split_voice(path: Path, opts: object) -> tuple[Session, Session, str] | None:
     """A Piper voice's graph cut where its audio decoder starts: onnxruntime sessions for the
     front (the voice's inputs -> latent) and the decoder (latent -> audio), and the latent's
     name; None when no single tensor feeds the decoder (``/dec/`` nodes, as Piper's export
@@ -249,12 +261,11 @@ def split_voice(path: Path, opts: object) -> tuple[object, object, str] | None:
     front = cut.extract_model([i.name for i in graph.input], [latent])
     back = cut.extract_model([latent], [o.name for o in graph.output])
 
-    def session(part: object) -> object:
-        return onnxruntime.InferenceSession(
-            part.SerializeToString(),  # type: ignore[attr-defined]
-            sess_options=opts,
-            providers=["CPUExecutionProvider"],
+    def session(part: "ModelProto") -> Session:
+        sess: Session = onnxruntime.InferenceSession(  # onnxruntime has no stubs
+            part.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"]
         )
+        return sess
 
     return session(front), session(back), latent
 
@@ -306,7 +317,7 @@ class PiperTTS:
         twin.sample_rate_hz = sample_rate_hz or self.voice_rate_hz
         return twin
 
-    def _scales(self):
+    def _scales(self) -> "SynthesisConfig":
         from piper import SynthesisConfig
 
         return SynthesisConfig(
@@ -332,8 +343,8 @@ class PiperTTS:
         return _CALIBRATED_PEAK / peak
 
     def _sentence_audio(
-        self, ids: list[int], syn: object, cancel: threading.Event | None = None
-    ) -> Iterator[tuple[np.ndarray, bool]]:
+        self, ids: list[int], syn: "SynthesisConfig", cancel: threading.Event | None = None
+    ) -> Iterator[tuple[FloatPCM, bool]]:
         """One sentence's raw float audio as the decoder makes it: (chunk, whether last); no
         further run once ``cancel`` is set."""
         if self._split is None:
@@ -353,12 +364,12 @@ class PiperTTS:
                 end = frames
             lo, hi = max(0, start - _CONTEXT_FRAMES), min(frames, end + _CONTEXT_FRAMES)
             with self._lock:
-                audio = back.run(None, {latent: z[:, :, lo:hi]})[0].reshape(-1)  # type: ignore[attr-defined]
+                audio = back.run(None, {latent: z[:, :, lo:hi]})[0].reshape(-1)
             hop = len(audio) // (hi - lo)
             yield audio[(start - lo) * hop : (end - lo) * hop].astype(np.float32), end == frames
             start = end
 
-    def synthesize(self, text: str, cancel: threading.Event | None = None) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, cancel: threading.Event | None = None) -> Iterator[PCM16]:
         """int16 pieces of `text` at sample_rate_hz; stops promptly when `cancel` is set."""
         syn = self._scales()
         gain = self._gain * syn.volume
@@ -403,7 +414,7 @@ class PiperTTS:
         def speak(chunks: list[str]) -> Iterator[TTSPiece]:
             nonlocal index
             for chunk in chunks:
-                prev: np.ndarray | None = None
+                prev: PCM16 | None = None
                 for pcm in self.synthesize(chunk, cancel):
                     if prev is not None:
                         yield TTSPiece(prev, chunk, index, False)

