@@ -6,11 +6,15 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import math
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from dllm_voice.app.conversation.control import MAX_TEXT_CHARS
 from dllm_voice.app.observe.metrics import ServerMetrics
@@ -128,6 +132,28 @@ def test_numbers_that_are_not_finite_are_refused_anywhere(number: str) -> None:
             parse(message.replace("%s", number))
         assert "is not a finite number" in str(err.value)
         assert len(str(err.value)) < 200  # a 5000-digit number is quoted, not echoed
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(
+    digits=st.integers(0, 10**400),
+    exponent=st.none() | st.integers(-999, 999),
+    sign=st.sampled_from(["", "-"]),
+)
+@example(digits=10**210, exponent=99, sign="")  # 1e309: a 2-digit exponent overflows
+@example(digits=10**209, exponent=99, sign="-")
+@example(digits=int(sys.float_info.max) + 1, exponent=None, sign="")
+def test_a_number_is_refused_exactly_when_a_double_cannot_hold_it(
+    digits: int, exponent: int | None, sign: str
+) -> None:
+    literal = sign + str(digits) + ("" if exponent is None else f"e{exponent}")
+    finite = digits <= sys.float_info.max if exponent is None else math.isfinite(float(literal))
+    message = '{"type": "ping", "n": [NUMBER]}'.replace("NUMBER", literal)
+    if finite:
+        assert parse(message) == Ping()
+    else:
+        with pytest.raises(ClientError, match="is not a finite number"):
+            parse(message)
 
 
 def test_the_largest_finite_numbers_are_taken() -> None:
