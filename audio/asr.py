@@ -1,33 +1,11 @@
-"""Streaming ASR on faster-whisper (CTranslate2 Whisper): partial and final transcripts.
+"""Streaming ASR on faster-whisper (CTranslate2 Whisper): partial and final transcripts of a turn.
 
-Speed: Whisper's encoder is trained on 30 s windows, but CTranslate2 accepts shorter mel input.
-Encoding a 10 s window instead of 30 s costs ~120 ms instead of ~840 ms (tiny.en int8, this
-2-core CPU), so utterances up to 6 s are encoded in an 8 s window, up to 9 s in a 10 s one (4-6 s
-windows made tiny.en repeat itself). The decode is a 5-wide beam search without timestamps, its
-length capped by the audio duration, and a trailing repetition of earlier words is cut. Longer
-audio goes through faster-whisper's own 30 s chunked transcribe().
-
-Accuracy: on 90 synthesized questions (tests/audio/test_asr_accuracy.py) the streaming final
-had 10.3% WER with greedy decoding, 6.4% with beam 5 (~30 ms more a 3 s pass), where one
-whole-utterance faster-whisper transcribe() (`whole_pass`: 30 s window, beam 5) has 10.1%.
-
-Hallucinations on silence/noise/tones are filtered by an energy gate, no_speech_prob alone
-(tones/noise measured 0.65-0.96, speech 0.04-0.3), a low avg_logprob, and compression ratio.
-
-`StreamingTranscriber` keeps one turn: partial passes every partial_interval_ms of new audio (or
-as much audio as the last pass took to compute, where that is longer), a stable prefix = the
-words two consecutive passes agree on, and a final that reuses the last pass when only silence
-came after it (call partial(at_pause=True) at the VAD `pause` event and final() at
-`speech_end` returns at once; in a long turn that pass also hears a short last segment again).
-A long turn is cut into segments (`close_segment()` at the VAD `segment` event): a closed
-segment keeps its text and drops its audio, so a pass only ever sees
-the current segment however long the user talks. A segment heard alone lacks the context of the
-ones before it, so a `Refiner` transcribes the turn again as whole passes on a second copy of the
-model whose threads run only when the CPU is otherwise idle: during the turn over the closed
-segments, whose text the turn then takes, and after its final over all of it, for the history
-(`refinement()`). Each of these passes up to 29 s is one decode in an encoder window the size of
-its audio. 6 monologues: 7.9 % WER joined from segments, 4.2 % with the passes over the closed
-segments in time, 5.4–5.9 % in one whole pass (bench/speech.py --sections long).
+Audio up to 9 s is one beam-5 decode without timestamps in an encoder window of 8 or 10 s rather
+than Whisper's 30 s; longer audio goes through faster-whisper's chunked transcribe(). Beam 5, not
+greedy: 6.4 % WER instead of 10.3 % on 90 questions (tests/audio/test_asr_accuracy.py). Passes on
+silence, noise or tones are dropped (an energy gate, no_speech_prob on its own, a low
+avg_logprob, the compression ratio). `StreamingTranscriber` holds one turn; a `Refiner`
+transcribes long ones again.
 """
 
 import difflib
@@ -55,13 +33,12 @@ from dllm_voice.audio.vad import SileroGate, rms_dbfs, webrtc_classifier
 log = logging.getLogger(__name__)
 
 RATE_HZ = 16000
-_WINDOW_S = 10  # encoder window for utterances up to _MAX_SHORT_S
-_SMALL_WINDOW_S = 8  # for utterances up to 6 s: 13% less CPU than 10 s, same text (8 clips)
+_WINDOW_S = 10  # encoder window up to _MAX_SHORT_S: ~120 ms on tiny.en where 30 s take ~840
+_SMALL_WINDOW_S = 8  # up to 6 s: 13% less CPU than 10 s; shorter windows made tiny.en repeat
 _MAX_SHORT_S = 9.0  # longer audio -> faster-whisper chunked transcribe
 _FRAME = 480  # 30 ms, for energy checks
 # close_segment() cuts at the quietest 30 ms of the segment's last 0.6 s and carries the rest
-# over to the next segment: a cut right at the VAD event splits words (27 s of espeak-ng speech
-# in 8 s segments: 18.2% WER instead of 14.3%).
+# over to the next segment: a cut right at the VAD event splits words (18.2% WER vs 14.3%).
 _CUT_SEARCH = 6 * RATE_HZ // 10
 _OVERLAP = RATE_HZ  # audio before a segment's cut that the next segment transcribes again
 _MERGE_WORDS = 12  # longest repeat merge_overlap() looks for (1 s of speech is ~3 words)
@@ -70,11 +47,10 @@ _MERGE_SLACK = 4  # words the two passes may add or drop at the overlap's ends
 # windows (~4 s on a 2-core Zen 1, idle class); a longer turn keeps its segments' text.
 _REFINE_MAX = 120 * RATE_HZ
 # A long turn's last segment shorter than this past its cut is heard again, at the pause (else
-# at the final), with the audio before the cut: a cut at a breath inside the last sentence
-# ("vegetarian [90 ms] and easy?") left 0.5 s, which tiny.en heard alone as "vegetarian? I need
-# it."; a 2.5 s question after a 5 s cut, "Well, shall I pack for a wicked Iceland?". All of the
-# closed segment before it where no whole pass covers that one yet and the pass stays in the
-# short window, else its last _REHEAR: ~9 words, within what merge_overlap() joins on.
+# at the final), with the audio before the cut: heard alone, the 0.5 s a cut at a breath left
+# came out as words never said. With all of the closed segment before it where no whole pass
+# covers that one yet and the pass stays in the short window, else with its last _REHEAR (~9
+# words, within what merge_overlap() joins on).
 _SHORT_LAST = 3 * RATE_HZ
 _REHEAR = 3 * RATE_HZ
 _REFINE_WINDOW_MAX_S = 29  # a refinement up to this long is one pass in a window of its size
@@ -548,8 +524,8 @@ class Refiner:
         audio = to_float32(np.asarray(pcm16k))
         if len(audio) > _REFINE_WINDOW_MAX_S * RATE_HZ:
             return _transcribe_whole(self._model, audio, self._language, self._beam_size)
-        # One window sized to the audio instead of faster-whisper's 30 s: the 6 monologues of
-        # bench/speech.py --sections long, 4.2 % WER vs 4.7 %, 0.26 vs 0.36 s of CPU a second.
+        # One window sized to the audio instead of faster-whisper's 30 s: 28 % less CPU, and
+        # 4.2 % WER instead of 4.7 % (bench/speech.py --sections long).
         window_s = max(_WINDOW_S, math.ceil(len(audio) / RATE_HZ + 0.3))
         text, _, _ = _windowed_pass(
             self._model, self._prompt, self._tok, audio, window_s, self._beam_size
@@ -566,6 +542,18 @@ def _native_threads() -> set[str]:
 
 class StreamingTranscriber:
     """One turn's streaming state, cut into segments on long turns.
+
+    A partial pass runs every partial_interval_ms of new audio (or as much audio as the last pass
+    took to compute, where that is longer); its stable prefix is the words two consecutive passes
+    agree on. The final reuses the last pass when only silence came after it: call
+    partial(at_pause=True) at the VAD `pause` event and final() at `speech_end` returns at once
+    (in a long turn that pass also hears a short last segment again). close_segment() at the VAD
+    `segment` event keeps the segment's text and drops its audio, so a pass only ever sees the
+    current segment however long the user talks. A segment heard alone lacks the context of the
+    ones before it, so the `Refiner` transcribes the turn again in whole passes when the CPU is
+    otherwise idle: during the turn over the closed segments, whose text the turn then takes
+    (7.9 % WER joined from segments, 4.2 % with these passes), and after the final over all of
+    it, for the history (`refinement()`).
 
     Not thread-safe: one owner (an ASR worker) calls feed, partial, close_segment and final, in
     the order the audio arrived.
@@ -621,9 +609,8 @@ class StreamingTranscriber:
 
     def partial_due(self) -> bool:
         # At least as much new audio as the last pass took to compute: where a pass costs more
-        # than partial_interval_ms (a 3 s question: ~750 ms on a 2-core Zen 1, ~120 on Zen 5),
-        # passes back to back would hold the CPU for the whole turn and the final would queue
-        # behind one.
+        # than partial_interval_ms (~750 ms for a 3 s question on 2 Zen 1 cores), passes back to
+        # back would hold the CPU for the whole turn and the final would queue behind one.
         due = max(self._interval, int(RATE_HZ * self._seg.compute_ms / 1000))
         return self._n - self._n_at_pass >= due
 
@@ -723,8 +710,8 @@ class StreamingTranscriber:
         """After the final of a long turn (one with closed segments): one whole pass over all of
         its audio on the Refiner, asked for at the first call; None for a turn heard in one
         segment, one too long to keep, or without a Refiner. Its text replaces the turn's in
-        the history: segments heard apart lack each other's context (6 monologues: 7.9 % WER
-        joined from segments, 5.6–5.9 % in one whole pass)."""
+        the history: segments heard apart lack each other's context (7.9 % WER joined from
+        segments, 5.6–5.9 % in one whole pass)."""
         if not self._kept or self.refiner is None:  # no Refiner, one segment, or too long to keep
             return None
         if self._rolling is not None:  # this pass covers more; one still queued is not needed

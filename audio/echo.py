@@ -5,9 +5,8 @@ Two layers:
    from the mic. The speaker sink reports every block it plays (`push_far`, any thread); each
    mic frame takes the same amount of reference from a FIFO. AEC3 estimates the delay itself.
    A speaker flush that drops the device's buffer (a barge-in) resets both (`reset`): the
-   reference then no longer matches what played, and on a real sound server AEC3 let the
-   echo through in the answers after a barge-in (3 interruptions: 14-17 pauses of the agent
-   by its own voice; with the reset, none after them).
+   reference no longer matches what played, and AEC3 let the echo through after it (the agent
+   paused itself 14-17 times after 3 barge-ins; none with the reset).
    Without pywebrtc-audio (or mode="guard") frames pass through unchanged.
 2. `DoubleTalkDetector`: per 10 ms, whether the raw mic holds more than the echo the reference
    predicts (the user talking over the agent); `EchoCanceller.near_end` is its decision on the
@@ -46,9 +45,7 @@ _DT_TAIL_DB = 1.5  # decay per block of the reverb the echo keeps after that (RT
 _DT_SHARE = 0.1  # share of a range's bins above the echo that makes a block the user's
 # A bin above the echo by 6 dB less than the threshold in 3 consecutive blocks counts too: the
 # user's harmonics hold their bins while the agent's echo beats its prediction in one block here
-# and one there. In the loopback simulation at 0 dB a voiced onset under the echo ("Wait",
-# espeak-ng) paused the agent 150-210 ms after it instead of 270-360, no onset later; echo alone
-# in rooms with a 0.4-0.6 s reverb counted no more blocks.
+# and one there (a voiced onset under the echo paused the agent after 150-210 ms, not 270-360).
 _DT_HELD_DB, _DT_HELD_BLOCKS = 6.0, 3
 _DT_NOISE_DB = 12.0  # a bin's noise floor is a low percentile: white noise crosses +6 dB (+10)
 _DT_BLOCKS = 2  # consecutive such blocks: a click lasts one
@@ -219,8 +216,7 @@ class EchoCancelledSource:
 class DoubleTalkDetector:
     """Is the user talking over the agent? Decided per 10 ms block on the raw mic against the echo
     the reference predicts, not on AEC3's output, whose suppressor lets the user's voice out in
-    pieces during double talk (a real sound server at 0 dB: 545 ms from the VAD's onset to a
-    pause behind a 250 ms echo guard).
+    pieces during double talk (the VAD behind it took 545 ms to pause the agent).
 
     - Delay: GCC-PHAT of the reference and the mic over the last second while the agent talks
       (a sharp peak at 0 dB, through reverb too), every 250 ms; two estimates within 3 ms of each

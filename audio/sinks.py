@@ -402,15 +402,15 @@ class SpeakerSink:
     """Speaker via a sounddevice callback stream that runs (silence when idle) until aclose.
 
     The device buffer (output_buffer_ms) is the margin against a late callback: the callback
-    needs the GIL, and on a busy machine it was seen waiting 77-436 ms while the models ran,
-    which a 40 ms buffer turned into underruns (ALSA prints one line each, the voice clicks). A
-    flush does not wait for that buffer to play out: it aborts the stream, which drops what the
-    device holds at once, and starts it again (~2 ms; then on_restart() is called: the blocks
-    handed before it are not all what played). played_samples counts what was handed to the
-    device minus the speech still in its buffer, so it follows the ear. on_played(block,
-    rate_hz) is called from the audio thread with every block sent to the device, silence
-    included, so an echo canceller gets a time-aligned reference; on_underrun() when the device
-    ran dry (it played a gap that reference does not have).
+    needs the GIL, which it waited up to 436 ms for while the models ran (an underrun: ALSA
+    prints a line, the voice clicks). A flush does not wait for that buffer to play out: it
+    aborts the stream, which drops what the device holds at once, and starts it again (~2 ms;
+    then on_restart() is called: the blocks handed before it are not all what played).
+    played_samples counts what was handed to the device minus the speech still in its buffer,
+    so it follows the ear. on_played(block, rate_hz) is called from the audio thread with every
+    block sent to the device, silence included, so an echo canceller gets a time-aligned
+    reference; on_underrun() when the device ran dry (it played a gap that reference does not
+    have).
     """
 
     def __init__(

@@ -375,11 +375,9 @@ class MicSource:
                 samplerate=self.src_hz,
                 channels=self.channels,
                 dtype="float32",
-                # Blocks as the host has them, not frame-sized ones: a 30 ms block held each
-                # sample until its block was whole, and PortAudio sized its periods to it. On
-                # PulseAudio a sound's onset reached the pipeline 32 ms after the sound server
-                # had it (p50; p95 47) instead of 82 (97), with no sample lost over 290 ms
-                # stalls of the callback (bench/live.py --mic-path).
+                # Blocks as the host has them, not 30 ms ones, which held each sample until the
+                # block was whole and sized PortAudio's periods: onsets reach the pipeline 50 ms
+                # sooner (bench/live.py --mic-path).
                 blocksize=0,
                 latency="low",
                 callback=self._callback,

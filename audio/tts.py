@@ -1,21 +1,5 @@
-"""Streaming TTS: a clause chunker over LM text increments and Piper synthesis per chunk.
-
-`ClauseChunker` (pure) cuts at sentence ends, at newlines, and at , ; : when enough words came
-before (the first chunk of a reply may end at a comma after first_chunk_min_words so the first
-audio starts early). It never cuts inside numbers (3.14, 1,000: the character after the mark
-decides, so a mark at the end of the text waits for more) nor after abbreviations (Dr., e.g.).
-
-`PiperTTS` synthesizes one chunk per call with the bundled en_US-joe-medium voice (or any
-Piper voice), yields int16 pieces of piece_ms at the requested rate, and checks `cancel`
-between ONNX runs and between pieces. A Piper voice is VITS: a front (text encoder, durations,
-flow) makes a latent of one frame per 256 output samples, and a convolutional decoder turns it
-into audio. `split_voice` cuts the graph there, so a sentence's audio comes out in chunks: the
-front, then the decoder over ~20 frames first (3 words on Zen 4: first audio after 33-41 ms
-instead of 49-64 ms for the whole run); a voice whose graph does not cut that way runs whole. Audio
-gets one gain per voice, set at load from calibration phrases (a chunk's gain cannot wait for
-its sentence's peak, and a peak per clause made one sentence's clauses differ by up to 6 dB). A
-chunk that ends on a word (an answer's first clause, cut inside its sentence) loses Piper's
-closing silence beyond 30 ms: the next chunk goes on in mid-phrase.
+"""Streaming TTS: a clause chunker over LM text increments (`ClauseChunker`) and Piper synthesis
+per chunk (`PiperTTS`), whose audio starts before the decoder has run over the whole sentence.
 """
 
 import copy
@@ -119,7 +103,13 @@ def _speakable(text: str) -> bool:
 
 
 class ClauseChunker:
-    """Text increments in, speakable chunks out. Pure and synchronous."""
+    """Text increments in, speakable chunks out. Pure and synchronous.
+
+    Cuts at sentence ends, at newlines, and at , ; : when enough words came before (the first
+    chunk of a reply may end at a comma after first_chunk_min_words so the first audio starts
+    early). Never inside numbers (3.14, 1,000: the character after the mark decides, so a mark at
+    the end of the text waits for more) nor after abbreviations (Dr., e.g.).
+    """
 
     def __init__(
         self, first_chunk_min_words: int = 3, min_chunk_words: int = 6, max_chunk_chars: int = 220
@@ -271,7 +261,19 @@ def split_voice(path: Path, opts: object) -> tuple[Session, Session, str] | None
 
 
 class PiperTTS:
-    """Piper voice; `synthesize` is a blocking generator, run it in the TTS worker."""
+    """Piper voice; `synthesize` is a blocking generator, run it in the TTS worker.
+
+    One chunk per call with the bundled en_US-joe-medium voice (or any Piper voice): int16 pieces
+    of piece_ms at the requested rate, `cancel` checked between ONNX runs and between pieces. A
+    Piper voice is VITS: a front (text encoder, durations, flow) makes a latent of one frame per
+    256 output samples, which a convolutional decoder turns into audio. Where `split_voice` cuts
+    the graph there, the decoder runs over ~20 frames first, then larger chunks (3 words: first
+    audio after 33-41 ms instead of 49-64 ms); a voice whose graph does not cut that way runs whole.
+    Audio gets one gain per voice, set at load from calibration phrases: a chunk's gain cannot
+    wait for its sentence's peak, and a gain per clause made one sentence's clauses differ by up
+    to 6 dB. A chunk that ends on a word (an answer's first clause, cut inside its sentence)
+    loses Piper's closing silence beyond 30 ms: the next chunk goes on in mid-phrase.
+    """
 
     def __init__(self, cfg: TTSConfig, sample_rate_hz: int = 0) -> None:
         import onnxruntime
@@ -286,8 +288,8 @@ class PiperTTS:
                 "file that has a .onnx.json beside it"
             )
         opts = onnxruntime.SessionOptions()
-        # Idle workers must not spin: on 2 shared cores spinning burned CPU the LM and Whisper
-        # need, and a 6-word clause took 567 ms with it vs 445 ms without (load 5, medians).
+        # Idle workers must not spin: that burns CPU the LM and Whisper need (a 6-word clause
+        # under load took 567 ms with spinning, 445 ms without).
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if cfg.threads:
             opts.intra_op_num_threads = cfg.threads
