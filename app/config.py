@@ -19,7 +19,13 @@ from typing import Any
 
 import yaml
 
-from dllm_voice.app.conversation.config import ConversationConfig, TraceConfig
+from dllm_voice.app.conversation.config import (
+    BargeInConfig,
+    ConversationConfig,
+    EndOfTurnConfig,
+    SpeculationConfig,
+    TraceConfig,
+)
 from dllm_voice.audio.config import ASRConfig, AudioConfig, EchoConfig, TTSConfig, VADConfig
 from dllm_voice.model.config import LMConfig
 from dllm_voice.settings import setting
@@ -73,6 +79,9 @@ class Config:
     echo: EchoConfig = field(default_factory=EchoConfig)
     lm: LMConfig = field(default_factory=LMConfig)
     conversation: ConversationConfig = field(default_factory=ConversationConfig)
+    end_of_turn: EndOfTurnConfig = field(default_factory=EndOfTurnConfig)
+    speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
+    barge_in: BargeInConfig = field(default_factory=BargeInConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
 

@@ -8,15 +8,15 @@ adaptive endpointer's three-way decision at the configured thresholds, the cost 
 time to an answer's first token with the score read apart and on the answer's first forward
 (as the speculation reads it), and the misjudged transcripts.
 
-    .venv/bin/python -m bench.end_of_turn [--set conversation.end_likely=0.5] [--seed 0]
+    .venv/bin/python -m bench.end_of_turn [--set end_of_turn.likely=0.5] [--seed 0]
 
 ``--spoken`` scores speech instead, as a pause does: bench/voice.py's cut heads ("What is the
 capital of") and whole questions in its five voices, and with ``--clips`` the held-out clips of
 lab/train_turn_audio.py (its clip cache: sentences and voices the speech's model did
 not train on). Each clip goes through Whisper with 120 ms of the pause after it, the LM scores
 the transcript and audio/prosody.py the speech; the decisions are counted with the LM alone,
-with the speech's score as configured (``end_audio_cut`` under ``end_audio_gate``), with it
-ungated, and as configured but without Whisper's confidence (``end_asr_logprob``). A cut head
+with the speech's score as configured (``end_of_turn.audio_cut`` under ``audio_gate``), with it
+ungated, and as configured but without Whisper's confidence (``asr_logprob``). A cut head
 is projected premature when its decision's wait is shorter than the mid-sentence pauses of
 bench/voice.py (300-700 ms):
 
@@ -50,7 +50,8 @@ def spoken(cfg, clips_path: str | None) -> dict:
     from dllm_voice.model.engine import LM
     from testkit.questions import PAUSED, QUESTIONS
 
-    conv, asr, heard = cfg.conversation, WhisperASR(cfg.asr), TurnEndAudio()
+    conv, eot = cfg.conversation, cfg.end_of_turn
+    asr, heard = WhisperASR(cfg.asr), TurnEndAudio()
     session = LM.load(cfg.lm).session()
     system = [{"role": "system", "content": conv.system_prompt}]
     session.end_of_turn([*system, {"role": "user", "content": "Hello."}])  # warm-up
@@ -70,15 +71,15 @@ def spoken(cfg, clips_path: str | None) -> dict:
                 kind = "head" if kind == "alone" else str(kind)
                 sets.setdefault(held[split], []).append((kind, pcm.astype(np.int16)))
     rules = {
-        "lm": replace(conv, end_audio_cut=0.0, end_asr_logprob=-100.0),
-        "lm_and_speech": conv,
-        "lm_and_speech_ungated": replace(conv, end_audio_gate=1.01),
-        "lm_and_speech_without_asr_logprob": replace(conv, end_asr_logprob=-100.0),
+        "lm": replace(eot, audio_cut=0.0, asr_logprob=-100.0),
+        "lm_and_speech": eot,
+        "lm_and_speech_ungated": replace(eot, audio_gate=1.01),
+        "lm_and_speech_without_asr_logprob": replace(eot, asr_logprob=-100.0),
     }
     wait = {
-        "complete": conv.end_complete_ms,
+        "complete": eot.complete_ms,
         "unsure": cfg.vad.speech_end_ms,
-        "incomplete": conv.end_incomplete_ms,
+        "incomplete": eot.incomplete_ms,
     }
     lead, pause = np.zeros(4800, np.int16), np.zeros(1920, np.int16)  # 300 ms, 120 ms
     out: dict = {}
@@ -147,7 +148,7 @@ def main() -> int:
     if args.spoken:
         print(json.dumps(spoken(cfg, args.clips), indent=1))
         return 0
-    conv = cfg.conversation
+    conv, eot = cfg.conversation, cfg.end_of_turn
     lm = LM.load(cfg.lm)
     session = lm.session()
     system = [{"role": "system", "content": conv.system_prompt}]
@@ -161,7 +162,7 @@ def main() -> int:
         scores.append(float(p) if p is not None else 0.5)
     labels = [y for _, y in data]
     pairs = list(zip(scores, labels, strict=True))
-    decisions = [end_decision(p, conv, t) for p, (t, _) in zip(scores, data, strict=True)]
+    decisions = [end_decision(p, eot, t) for p, (t, _) in zip(scores, data, strict=True)]
     complete = [d for d, y in zip(decisions, labels, strict=True) if y]
     incomplete = [d for d, y in zip(decisions, labels, strict=True) if not y]
     decided = [(d, y) for d, y in zip(decisions, labels, strict=True) if d != "unsure"]
@@ -171,7 +172,7 @@ def main() -> int:
         "complete": len(complete),
         "incomplete": len(incomplete),
         "roc_auc": round(roc_auc(scores, labels), 4),
-        "thresholds": {"end_likely": conv.end_likely, "end_unlikely": conv.end_unlikely},
+        "thresholds": {"likely": eot.likely, "unlikely": eot.unlikely},
         "complete_decided": {k: complete.count(k) for k in ("complete", "unsure", "incomplete")},
         "incomplete_decided": {
             k: incomplete.count(k) for k in ("complete", "unsure", "incomplete")

@@ -47,7 +47,7 @@ INTERRUPTIONS = [
 ]
 VOICES = ["piper", "espeak:en-us", "piper-slow", "espeak:en-gb", "espeak:en-us+f3"]
 # The rule before the LM's score: a pause at 200 ms, the turn's end at vad.speech_end_ms.
-FIXED = ("conversation.end_of_turn=fixed", "vad.pause_ms=200")
+FIXED = ("end_of_turn.mode=fixed", "vad.pause_ms=200")
 
 
 def _trim(pcm: np.ndarray, floor: int = 300) -> np.ndarray:
@@ -100,7 +100,7 @@ async def _session(comps, cfg, segments, tracer, realtime_sink: bool) -> list[fl
         sample_rate_hz=cfg.audio.sample_rate_hz,
         frame_ms=cfg.audio.frame_ms,
         realtime=True,
-        tail_ms=cfg.conversation.end_incomplete_ms + 500,
+        tail_ms=cfg.end_of_turn.incomplete_ms + 500,
     )
     try:
         await run_session(comps, cfg, source, sink, tracer)

@@ -191,7 +191,7 @@ def roc_auc(y: np.ndarray, p: np.ndarray) -> float:
 
 def report(y, p, kind, threshold) -> dict:
     """AUC, accuracy at 0.5 (classes balanced in training), and at ``threshold`` the share of
-    complete clips called cut (each costs end_incomplete_ms) and of each kind of cut caught."""
+    complete clips called cut (each waits incomplete_ms) and of each kind of cut caught."""
     out = {"n": int(len(y)), "auc": round(roc_auc(y, p), 3)}
     out["accuracy_at_0.5"] = round(float(((p >= 0.5) == y).mean()), 3)
     out["complete_called_cut"] = round(float((p[y == 1] < threshold).mean()), 3)
@@ -204,7 +204,7 @@ def report(y, p, kind, threshold) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clips", default="/tmp/turn_audio_clips.npz", help="clip cache")
-    ap.add_argument("--cut", type=float, default=0.15, help="conversation.end_audio_cut")
+    ap.add_argument("--cut", type=float, default=0.15, help="end_of_turn.audio_cut")
     ap.add_argument(
         "--complete-cut",
         type=float,
@@ -222,7 +222,7 @@ def main() -> int:
     mean, std = feats[tr].mean(axis=0), feats[tr].std(axis=0) + 1e-6
     z = (feats - mean) / std
     w = fit_logistic(z[tr], y[tr].astype(np.float64))
-    # Move the bias so that conversation.end_audio_cut calls args.complete_cut of the training
+    # Move the bias so that end_of_turn.audio_cut calls args.complete_cut of the training
     # set's complete clips cut: the config's threshold then means the same after retraining.
     logit = z[tr & (y == 1)] @ w[:-1] + w[-1]
     w[-1] += np.log(args.cut / (1 - args.cut)) - np.quantile(logit, args.complete_cut)

@@ -137,7 +137,7 @@ def loopback_run(
     optional `user` speech starting at user_at_ms, and white noise.
     """
     from dllm_voice.app.conversation.actions import HoldPlayback
-    from dllm_voice.app.conversation.config import ConversationConfig
+    from dllm_voice.app.conversation.config import BargeInConfig, ConversationConfig
     from dllm_voice.app.conversation.turns import TurnManager
     from dllm_voice.app.terminal.chat import ECHO_GUARD_MS
     from dllm_voice.audio.config import EchoConfig, VADConfig
@@ -154,7 +154,9 @@ def loopback_run(
         mic[start : start + len(seg)] += seg
     mic = np.clip(mic, -32768, 32767).astype(np.int16)
     ec = EchoCanceller(EchoConfig(mode=mode)) if mode != "off" else None
-    tm = TurnManager(ConversationConfig(echo_guard_ms=ECHO_GUARD_MS if ec else 0))
+    tm = TurnManager(
+        ConversationConfig(), barge_in=BargeInConfig(echo_guard_ms=ECHO_GUARD_MS if ec else 0)
+    )
     tm.on_speech_start(-1000.0)  # the question, answered: the agent is speaking
     tm.on_speech_end()
     (answer,) = tm.on_final("Tell me about Paris.")

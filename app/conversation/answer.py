@@ -177,7 +177,7 @@ class Answer:
 
     async def _tts_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        if not self.s.cfg.conversation.speculation_tts:
+        if not self.s.cfg.speculation.tts:
             await self.released.wait()
         while True:
             frame = await self._clauses.get()

@@ -41,7 +41,7 @@ class Components:
         from dllm_voice.model.engine import LM
 
         comps = cls(lm=LM.load(cfg.lm), asr=WhisperASR(cfg.asr), tts=PiperTTS(cfg.tts, tts_rate_hz))
-        if cfg.conversation.end_audio:
+        if cfg.end_of_turn.audio:
             comps.turn_audio = TurnEndAudio()
         if warmup:
             comps.warmup()

@@ -1,9 +1,9 @@
 """Configuration of the conversation pipeline: turn-taking, speculation, barge-in, trace.
 
 Frozen dataclasses, defaults in code; ``app/config.py`` nests them in the root ``Config`` as
-``.conversation`` and ``.trace``. Each field is a ``setting`` (dllm_voice/settings.py) whose
-metadata holds its range or choices, so the config loader validates a YAML file before anything
-is built.
+``.conversation``, ``.end_of_turn``, ``.speculation``, ``.barge_in`` and ``.trace``. Each field
+is a ``setting`` (dllm_voice/settings.py) whose metadata holds its range or choices, so the
+config loader validates a YAML file before anything is built.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ END_MODES = ("adaptive", "fixed")
 
 @dataclass(frozen=True)
 class ConversationConfig:
-    """Turn-taking: what the agent is, what it remembers, when it starts and stops talking."""
+    """What the agent is, what it remembers, how long it talks."""
 
     system_prompt: str = setting(DEFAULT_SYSTEM_PROMPT, "system message of every conversation")
     history_tokens: int = setting(
@@ -60,61 +60,75 @@ class ConversationConfig:
     max_spoken_sentences: int = setting(
         3, "sentences per answer; the LM stops there (0 = no limit)", min=0, max=100
     )
-    speculation: bool = setting(
-        True, "start answering on a pause, from the stable partial transcript"
+    first_clause_max_words: int = setting(
+        3, "first TTS chunk's most words if no punctuation came (0 = no limit)", min=0, max=100
     )
-    speculate_on_last_partial: bool = setting(
-        False, "guess at a pause from the latest partial, not a fresh pass (right 2 of 12 times)"
+    backchannels: tuple[str, ...] = setting(
+        DEFAULT_BACKCHANNELS, "utterances that never interrupt the agent and never start a turn"
     )
-    end_of_turn: str = setting(
+
+
+@dataclass(frozen=True)
+class EndOfTurnConfig:
+    """When the user's turn ends: the silence after it, from how complete it sounds."""
+
+    mode: str = setting(
         "adaptive", "adaptive: the LM's P(complete) picks the ending silence", choices=END_MODES
     )
-    end_likely: float = setting(
-        0.03, "P(end of turn) from which the turn ends after end_complete_ms", min=0.0, max=1.0
+    likely: float = setting(
+        0.03, "P(end of turn) from which the turn ends after complete_ms", min=0.0, max=1.0
     )
-    end_unlikely: float = setting(
-        0.002, "P(end of turn) below which the turn waits end_incomplete_ms", min=0.0, max=1.0
+    unlikely: float = setting(
+        0.002, "P(end of turn) below which the turn waits incomplete_ms", min=0.0, max=1.0
     )
-    end_audio: bool = setting(
+    audio: bool = setting(
         True, "also hear the speech: a last word that does not sound final means incomplete"
     )
-    end_audio_cut: float = setting(
+    audio_cut: float = setting(
         0.15, "the speech's P(end of turn) below which the turn is incomplete", min=0.0, max=1.0
     )
-    end_audio_gate: float = setting(
+    audio_gate: float = setting(
         0.3, "LM's P(end) at which the speech and a trailing '...' are ignored", min=0.0, max=1.0
     )
-    end_asr_logprob: float = setting(
+    asr_logprob: float = setting(
         -0.5, "ASR logprob below which an unsure LM score waits (-100 = off)", min=-100.0, max=0.0
     )
-    end_complete_ms: int = setting(
+    complete_ms: int = setting(
         200, "silence that ends a turn the LM scores likely complete", min=30, max=10000
     )
-    end_incomplete_ms: int = setting(
+    incomplete_ms: int = setting(
         1500, "silence that ends a turn the LM scores likely incomplete", min=30, max=10000
     )
     reopen_ms: int = setting(
         800, "speech this soon after an adaptive end continues the turn", min=0, max=10000
     )
-    speculation_min_words: int = setting(2, "stable words needed before speculating", min=1, max=50)
-    speculation_tts: bool = setting(
-        True, "also synthesize the speculative first clause (audio held)"
+
+
+@dataclass(frozen=True)
+class SpeculationConfig:
+    """Answering at a pause, before the turn has ended."""
+
+    enabled: bool = setting(True, "start answering on a pause, from the stable partial transcript")
+    on_last_partial: bool = setting(
+        False, "guess at a pause from the latest partial, not a fresh pass (right 2 of 12 times)"
     )
-    first_clause_max_words: int = setting(
-        3, "first TTS chunk's most words if no punctuation came (0 = no limit)", min=0, max=100
-    )
-    barge_in: bool = setting(True, "let the user interrupt the agent by talking")
-    barge_in_min_speech_ms: int = setting(
+    min_words: int = setting(2, "stable words needed before speculating", min=1, max=50)
+    tts: bool = setting(True, "also synthesize the speculative first clause (audio held)")
+
+
+@dataclass(frozen=True)
+class BargeInConfig:
+    """The user interrupting the agent by talking."""
+
+    enabled: bool = setting(True, "let the user interrupt the agent by talking")
+    min_speech_ms: int = setting(
         90, "user speech (from its onset) that pauses the agent's playback at once", min=0, max=2000
     )
-    barge_in_confirm_ms: int = setting(
+    confirm_ms: int = setting(
         300, "user speech that cancels the answer; shorter bursts resume playback", min=0, max=5000
     )
     echo_guard_ms: int = setting(
         0, "extra speech over speakers without echo cancellation; 0 for headsets", min=0, max=2000
-    )
-    backchannels: tuple[str, ...] = setting(
-        DEFAULT_BACKCHANNELS, "utterances that never interrupt the agent and never start a turn"
     )
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import numpy as np
 
 from dllm_voice.app.conversation.actions import ScoreEnd
-from dllm_voice.app.conversation.config import ConversationConfig
+from dllm_voice.app.conversation.config import EndOfTurnConfig
 from dllm_voice.app.conversation.text import normalize
 from dllm_voice.app.observe.trace import now_ms
 
@@ -66,7 +66,7 @@ _COPULAS = frozenset(("is", "are", "was", "were", "am"))
 
 def end_decision(
     p_end: float | None,
-    cfg: ConversationConfig,
+    cfg: EndOfTurnConfig,
     text: str = "",
     p_audio: float | None = None,
     asr_logprob: float | None = None,
@@ -75,9 +75,9 @@ def end_decision(
     the speech's own P(end) (audio/prosody.py; None: not heard) and how clearly Whisper heard
     the words (``asr_logprob``, its mean log-probability per token; None: not measured).
 
-    Speech that sounds cut (``p_audio`` below ``end_audio_cut``: no final lengthening or pitch
+    Speech that sounds cut (``p_audio`` below ``audio_cut``: no final lengthening or pitch
     movement on the last word) is "incomplete" unless the LM is sure of its end (``p_end`` at
-    or above ``end_audio_gate``): Whisper completes a cut sentence on its own ("How far is the"
+    or above ``audio_gate``): Whisper completes a cut sentence on its own ("How far is the"
     -> "How far is that?"), which the LM reads as barely complete, while the speech's score
     alone would make a few complete questions wait too. Where the LM is sure and the speech
     still sounds cut, the two disagree: "unsure" (in real time "How far is that?" scored LM
@@ -91,23 +91,23 @@ def end_decision(
     complete message (in bench/conversation.py's monologues every sentence ended the turn and
     was reopened); "Never mind that. Tell me about dragons." is not a story. So is a shorter
     turn whose last sentence tells something without asking or requesting (`tells_something`).
-    An LM score between ``end_unlikely`` and ``end_likely`` on words Whisper barely heard
-    (``asr_logprob`` below ``end_asr_logprob``) is "incomplete": the cut speech Whisper
+    An LM score between ``unlikely`` and ``likely`` on words Whisper barely heard
+    (``asr_logprob`` below ``cfg.asr_logprob``) is "incomplete": the cut speech Whisper
     completes on its own ("How many legs does a" -> "How many lengths do I need?", -0.66) reads
     as barely complete, while a question heard clearly scores -0.05 to -0.3.
     """
-    sure = p_end is not None and p_end >= cfg.end_audio_gate
-    sounds_cut = p_audio is not None and p_audio < cfg.end_audio_cut
+    sure = p_end is not None and p_end >= cfg.audio_gate
+    sounds_cut = p_audio is not None and p_audio < cfg.audio_cut
     if sounds_cut and not sure:
         return "incomplete"
     if (_TRAILING_OFF.search(text) or stops_open(text)) and not sure:
         return "incomplete"
     if p_end is None:
         return "unsure"
-    if p_end < cfg.end_unlikely:
+    if p_end < cfg.unlikely:
         return "incomplete"
-    if p_end < cfg.end_likely:
-        unclear = asr_logprob is not None and asr_logprob < cfg.end_asr_logprob
+    if p_end < cfg.likely:
+        unclear = asr_logprob is not None and asr_logprob < cfg.asr_logprob
         return "incomplete" if unclear else "unsure"
     story = len(text.split()) >= STORY_WORDS and _SENTENCE_BREAK.search(text.strip())
     if story and not text.rstrip().endswith("?"):
@@ -182,7 +182,7 @@ class EndOfTurn:
         # the pause's silence until the score starts.
         self._recent: deque[np.ndarray] = deque(maxlen=RECENT_MS // session.cfg.audio.frame_ms + 1)
         # The speech's own P(end of turn) for the current pause: (p, compute ms), scored in the
-        # LM thread while the pause's ASR pass runs; None when end_audio is off.
+        # LM thread while the pause's ASR pass runs; None when end_of_turn.audio is off.
         self._speech_end: asyncio.Future[tuple[float | None, float]] | None = None
 
     def hear(self, frame: np.ndarray) -> None:
@@ -192,7 +192,7 @@ class EndOfTurn:
         """At a pause: the end of turn heard in the speech, in the LM thread (~2 ms), which is
         idle while the pause's ASR pass runs, so the LM's score does not wait on it."""
         heard, prosody = self._speech_before_pause(), self.s.c.turn_audio
-        if heard is None or prosody is None or self.s.cfg.conversation.end_of_turn != "adaptive":
+        if heard is None or prosody is None or self.s.cfg.end_of_turn.mode != "adaptive":
             self._speech_end = None
             return
 
@@ -243,10 +243,10 @@ class EndOfTurn:
             decision = s.tm.on_end_score(text, p, p_audio, logprob)
             if decision is None:
                 return
-            conv = s.cfg.conversation
+            eot = s.cfg.end_of_turn
             wait = {
-                "complete": conv.end_complete_ms,
-                "incomplete": conv.end_incomplete_ms,
+                "complete": eot.complete_ms,
+                "incomplete": eot.incomplete_ms,
             }.get(decision, s.cfg.vad.speech_end_ms)
             s.trace(
                 "end_of_turn", turn, gen, p_end=None if p is None else round(p, 4),
@@ -268,7 +268,7 @@ class EndOfTurn:
         """The latest input up to the current pause's start, for the end heard in the speech;
         None when that is off or there is no pause."""
         s = self.s
-        if s.c.turn_audio is None or not s.cfg.conversation.end_audio:
+        if s.c.turn_audio is None or not s.cfg.end_of_turn.audio:
             return None
         if s.pause_end is None or not self._recent:
             return None

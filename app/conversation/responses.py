@@ -109,7 +109,7 @@ class Responses:
             self._refines[a.gen] = spec.times.get("lm_first_token", t) - spec.times["lm_start"]
             self.s.emit(events.speculation_dropped(spec.gen, "refined"))
             spec.cancel()
-        elif self.s.cfg.conversation.speculation:
+        elif self.s.cfg.speculation.enabled:
             self.s.trace("speculation", self.s.tm.turn, a.gen, result="none", saved_ms=0)
         ans = Answer(
             self, a.gen, self.s.tm.answer_turn, a.messages, speculative=False, drafts=drafts

@@ -84,6 +84,9 @@ class VoiceSession:
         self.vad = Endpointer(cfg.vad, cfg.audio.sample_rate_hz)
         self.tm = TurnManager(
             cfg.conversation,
+            cfg.end_of_turn,
+            cfg.speculation,
+            cfg.barge_in,
             components.count_tokens,
             heard=self._heard_of,
             history_mode=components.history_mode(cfg.conversation.history),

@@ -6,32 +6,32 @@ decision is testable with plain pytest.
 
 Speculation (the user pauses ~200 ms mid-turn):
   pause        -> ``RequestPartial``: a pass over all the speech (with
-                  ``speculate_on_last_partial``, also ``StartSpeculation`` on the latest partial)
+                  ``speculation.on_last_partial``, also ``StartSpeculation`` on the latest partial)
   that partial -> ``StartSpeculation``: the LM answers it, first clause synthesized, audio held
                   (a different earlier guess is dropped first: ``DropSpeculation("changed")``)
   resume       -> ``DropSpeculation`` (miss); the LM session keeps the shared KV prefix itself
   final == speculated text (normalized) -> ``ReleaseSpeculation`` (hit): play it at once
   final != speculated text             -> ``StartAnswer(refine_of=spec gen)``: the pipeline hands
                                           the speculative answer's tokens as first drafts
-End of turn (``end_of_turn: adaptive``): the pause's fresh transcript is also scored: the LM's
+End of turn (``end_of_turn.mode: adaptive``): the pause's fresh transcript is also scored: the LM's
 P(the turn is complete), read by the speculation's first forward (``StartSpeculation.score``), or
 by ``ScoreEnd`` where no speculation starts on it. With the speech's own score it
-(``end_decision``) sets how much silence ends this pause's turn: ``end_complete_ms`` when likely
-complete, ``end_incomplete_ms`` when likely not ("What is the capital of"), vad.speech_end_ms
-when unsure; speech that sounds cut mid-sentence (``end_audio_cut``) is incomplete unless the LM
-is sure (``end_audio_gate``), and unsure if it is; an unsure LM score on words Whisper barely
-heard (``end_asr_logprob``) is incomplete. Speech within
+(``end_decision``) sets how much silence ends this pause's turn: ``complete_ms`` when likely
+complete, ``incomplete_ms`` when likely not ("What is the capital of"), vad.speech_end_ms
+when unsure; speech that sounds cut mid-sentence (``audio_cut``) is incomplete unless the LM
+is sure (``audio_gate``), and unsure if it is; an unsure LM score on words Whisper barely
+heard (``asr_logprob``) is incomplete. Speech within
 ``reopen_ms`` of a turn that ended after such a decision continues that turn (``ReopenTurn``): its
 answer is cancelled, its user message taken back, and the whole turn (one transcript) gets one
 answer.
 Barge-in (the user talks while the agent is thinking or speaking), in two steps so playback stops
 within ~100 ms yet a cough or "mm-hmm" does not throw the answer away:
-  speech for ``barge_in_min_speech_ms`` (+ echo guard while audio plays) -> ``HoldPlayback``
+  speech for ``barge_in.min_speech_ms`` (+ echo guard while audio plays) -> ``HoldPlayback``
   behind an echo canceller, at once on its double talk (``on_near_end``) -> ``HoldPlayback``,
                                           resumed without a speech_start within NEAR_END_WAIT_MS;
                                           while it can tell (the echo's delay known), speech it
                                           never called the user's is the agent's echo: ignored
-  a transcript that is not a backchannel, once speech lasted ``barge_in_confirm_ms``
+  a transcript that is not a backchannel, once speech lasted ``barge_in.confirm_ms``
                                           -> ``CancelAnswer``: the user has the turn
   speech that ends (speech_end) before that, or transcribes as a backchannel -> ``ResumePlayback``
   speech within ``reopen_ms`` of the end of a held one ("Wait, [600 ms] which ocean is the
@@ -60,7 +60,12 @@ from dllm_voice.app.conversation.actions import (
     StartAnswer,
     StartSpeculation,
 )
-from dllm_voice.app.conversation.config import ConversationConfig
+from dllm_voice.app.conversation.config import (
+    BargeInConfig,
+    ConversationConfig,
+    EndOfTurnConfig,
+    SpeculationConfig,
+)
 from dllm_voice.app.conversation.end_of_turn import end_decision
 from dllm_voice.app.conversation.history import History
 from dllm_voice.app.conversation.text import approx_tokens, normalize
@@ -99,6 +104,9 @@ class TurnManager:
     """Decides, from what happened, what the pipeline does next. Audio times in ms."""
 
     cfg: ConversationConfig
+    end_of_turn: EndOfTurnConfig = field(default_factory=EndOfTurnConfig)
+    speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
+    barge_in: BargeInConfig = field(default_factory=BargeInConfig)
     count_tokens: Callable[[str], int] = approx_tokens
     # What the user heard of answer `gen` (the pipeline's playback knows): read when an answer
     # is cancelled, so history holds the heard text before the interrupting user message.
@@ -149,7 +157,7 @@ class TurnManager:
         """A backchannel, or (echo guard on) mostly the words the agent itself just said."""
         if self.is_backchannel(text):
             return True
-        if not self.cfg.echo_guard_ms or self.answer_gen is None:
+        if not self.barge_in.echo_guard_ms or self.answer_gen is None:
             return False
         said = set(normalize(self.heard(self.answer_gen)).split()[-30:])
         words = normalize(text).split()
@@ -187,7 +195,7 @@ class TurnManager:
             self.turn += 1
         if self.rejoined and self.barge is not None:  # an interruption that awaits its words
             self.barge.last_ms = onset_ms
-        elif self.agent != "idle" and self.cfg.barge_in:
+        elif self.agent != "idle" and self.barge_in.enabled:
             held = self.barge is not None and self.barge.held  # held on double talk
             echo = self.agent == "speaking" and self.near_end_sure and not held
             onset = rejoin[1] if short and rejoin else onset_ms
@@ -204,7 +212,7 @@ class TurnManager:
         onset and the guard."""
         self.near_end_sure = sure
         b, gen = self.barge, self.answer_gen
-        if talking and self.cfg.barge_in and self.agent == "speaking" and gen is not None:
+        if talking and self.barge_in.enabled and self.agent == "speaking" and gen is not None:
             if b is None:
                 self.barge = _Barge(audio_ms, held=True, last_ms=audio_ms, early=True)
                 return [HoldPlayback(gen, near_end=True, onset_ms=audio_ms)]
@@ -223,11 +231,11 @@ class TurnManager:
         if b is None or self.answer_gen is None or self.paused:
             return []
         b.last_ms = audio_ms
-        guard = self.cfg.echo_guard_ms if self.agent == "speaking" else 0
+        guard = self.barge_in.echo_guard_ms if self.agent == "speaking" else 0
         if (
             not b.held
             and not b.echo
-            and audio_ms - b.onset_ms >= self.cfg.barge_in_min_speech_ms + guard
+            and audio_ms - b.onset_ms >= self.barge_in.min_speech_ms + guard
         ):
             b.held = True
             return [HoldPlayback(self.answer_gen)]
@@ -235,8 +243,8 @@ class TurnManager:
 
     def _barge_needs_transcript(self) -> bool:
         b = self.barge
-        guard = self.cfg.echo_guard_ms if self.agent == "speaking" else 0
-        long = b is not None and b.last_ms - b.onset_ms >= self.cfg.barge_in_confirm_ms + guard
+        guard = self.barge_in.echo_guard_ms if self.agent == "speaking" else 0
+        long = b is not None and b.last_ms - b.onset_ms >= self.barge_in.confirm_ms + guard
         return long and not b.echo
 
     def _reject_barge(self, reason: str) -> list[Action]:
@@ -265,9 +273,9 @@ class TurnManager:
             return [RequestPartial(self.gen)] if self._barge_needs_transcript() else []
         if not (self.user_speaking and self.agent == "idle"):
             return []
-        if not self.cfg.speculation:  # the pass still feeds the end-of-turn score
-            return [RequestPartial(self.gen)] if self.cfg.end_of_turn == "adaptive" else []
-        if not self.cfg.speculate_on_last_partial:
+        if not self.speculation.enabled:  # the pass still feeds the end-of-turn score
+            return [RequestPartial(self.gen)] if self.end_of_turn.mode == "adaptive" else []
+        if not self.speculation.on_last_partial:
             return [RequestPartial(self.gen)]
         # Speculate at once on the latest partial (often the utterance minus its last word);
         # the fresh pass over all the speech then confirms or replaces it.
@@ -307,10 +315,10 @@ class TurnManager:
         if not (self.paused and self.user_speaking and self.agent == "idle"):
             return []
         new_text = self.scored is None or normalize(self.scored) != normalize(text)
-        score = complete and self.cfg.end_of_turn == "adaptive" and normalize(text) and new_text
+        score = complete and self.end_of_turn.mode == "adaptive" and normalize(text) and new_text
         if score:
             self.scored, self.decision = text, None
-        actions = self._speculate(text) if self.cfg.speculation else []
+        actions = self._speculate(text) if self.speculation.enabled else []
         if not score:
             return actions
         # A speculation that starts on this text scores it on the way (one forward fewer).
@@ -334,11 +342,11 @@ class TurnManager:
         since (nothing to decide)."""
         if not self.paused or self.scored is None or normalize(self.scored) != normalize(text):
             return None
-        self.decision = end_decision(p_end, self.cfg, text, p_audio, asr_logprob)
+        self.decision = end_decision(p_end, self.end_of_turn, text, p_audio, asr_logprob)
         return self.decision
 
     def _speculate(self, text: str) -> list[Action]:
-        if len(normalize(text).split()) < self.cfg.speculation_min_words:
+        if len(normalize(text).split()) < self.speculation.min_words:
             return []
         if self.spec is not None and normalize(self.spec.text) == normalize(text):
             return []
@@ -350,15 +358,15 @@ class TurnManager:
     def on_speech_end(self, end_ms: float | None = None) -> list[Action]:
         # Any end the adaptive rule chose may be early: a 600 ms pause after "So my question
         # is" outlasts the unsure wait (500 ms) as "What is the capital of?" outlasts 200 ms.
-        adaptive = self.cfg.end_of_turn == "adaptive" and self.decision is not None
+        adaptive = self.end_of_turn.mode == "adaptive" and self.decision is not None
         if adaptive and end_ms is not None and self.barge is None:
-            self.reopen_until = end_ms + self.cfg.reopen_ms
+            self.reopen_until = end_ms + self.end_of_turn.reopen_ms
         self.user_speaking, self.paused = False, False
         if self.barge is not None and end_ms is not None:
             self.barge.last_ms = end_ms
         if self.barge is not None and self.barge.held and end_ms is not None:
             # "Wait," [600 ms] "which ocean is the smallest?": the rest may come after a pause
-            self.rejoin = (end_ms + self.cfg.reopen_ms, self.barge.onset_ms)
+            self.rejoin = (end_ms + self.end_of_turn.reopen_ms, self.barge.onset_ms)
         if self.barge is not None and not self._barge_needs_transcript():
             return self._reject_barge("short")  # a cough, a click, a short "mm"
         return []

@@ -141,9 +141,9 @@ def open_audio(cfg: Any) -> tuple[Any, Any, Any]:
     )
     mic = MicSource(cfg.audio)
     source = echo.wrap(mic) if echo is not None else mic
-    if echo is not None and not cfg.conversation.echo_guard_ms:
-        conv = dataclasses.replace(cfg.conversation, echo_guard_ms=ECHO_GUARD_MS)
-        cfg = dataclasses.replace(cfg, conversation=conv)
+    if echo is not None and not cfg.barge_in.echo_guard_ms:
+        barge_in = dataclasses.replace(cfg.barge_in, echo_guard_ms=ECHO_GUARD_MS)
+        cfg = dataclasses.replace(cfg, barge_in=barge_in)
     return source, sink, cfg
 
 

@@ -73,7 +73,7 @@ def test_open_audio_feeds_the_speaker_signal_to_the_echo_canceller():
         pytest.skip("pywebrtc-audio is not installed")
     source, sink, cfg = open_audio(Config())
     assert isinstance(source, EchoCancelledSource)
-    assert cfg.conversation.echo_guard_ms == ECHO_GUARD_MS
+    assert cfg.barge_in.echo_guard_ms == ECHO_GUARD_MS
 
     async def speak_then_listen() -> float:
         await sink.write(np.full(sink.sample_rate_hz // 2, 8000, np.int16))  # 0.5 s of "agent"
@@ -91,7 +91,7 @@ def test_open_audio_feeds_the_speaker_signal_to_the_echo_canceller():
 
     off = dataclasses.replace(Config(), echo=dataclasses.replace(Config().echo, mode="off"))
     source, sink, cfg = open_audio(off)
-    assert isinstance(source, MicSource) and cfg.conversation.echo_guard_ms == 0
+    assert isinstance(source, MicSource) and cfg.barge_in.echo_guard_ms == 0
     asyncio.run(sink.aclose())
     asyncio.run(source.aclose())
 

@@ -56,6 +56,13 @@ def test_empty_file_and_empty_section(tmp_path: Path) -> None:
     assert load_config(write(tmp_path, "lm:\n")) == Config()
 
 
+def test_turn_taking_sections_and_no_old_names() -> None:
+    cfg = load_config(None, ["end_of_turn.complete_ms=300", "barge_in.enabled=false"])
+    assert cfg.end_of_turn.complete_ms == 300 and not cfg.barge_in.enabled
+    with pytest.raises(ConfigError, match="unknown key 'conversation.end_complete_ms'"):
+        load_config(None, ["conversation.end_complete_ms=300"])
+
+
 def test_list_field(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, "conversation:\n  backchannels: [mm, uh huh]\n"))
     assert cfg.conversation.backchannels == ("mm", "uh huh")

@@ -144,13 +144,11 @@ def test_speculation_real_time_resume_is_a_miss(tmp_path, components):
     part2 = trim(speech_pcm("about the moon."))
     # Guess at once from any partial, so a guess is surely running when speech resumes; the
     # fixed end of turn, which waits through the gap ("a fun fact" is a complete sentence).
-    conv = replace(
-        CFG.conversation,
-        speculation_min_words=1,
-        speculate_on_last_partial=True,
-        end_of_turn="fixed",
+    cfg = replace(
+        CFG,
+        speculation=replace(CFG.speculation, min_words=1, on_last_partial=True),
+        end_of_turn=replace(CFG.end_of_turn, mode="fixed"),
     )
-    cfg = replace(CFG, conversation=conv)
     gap = np.zeros(16000 * 320 // 1000, np.int16)  # > pause_ms (200), < speech_end_ms (500)
     segments = [Segment(np.concatenate([part1, gap, part2]))]
     events = run_timeline(components, cfg, segments, tmp_path, realtime=True)

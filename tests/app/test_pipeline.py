@@ -133,7 +133,7 @@ class DoubleTalkSource(TimelineSource):
 
 
 def test_double_talk_pauses_the_agent_before_the_vad_onset():
-    cfg = replace(CFG, conversation=replace(CFG.conversation, echo_guard_ms=250))
+    cfg = replace(CFG, barge_in=replace(CFG.barge_in, echo_guard_ms=250))
     segments = [Segment(buzz(700)), Segment(buzz(900), barge_in_at_ms=800)]
     comps = FakeComponents(["Hi", "Wait, what about Spain?"], **LONG)
     tracer = Tracer(None, session="t")
@@ -181,7 +181,7 @@ def test_an_interruption_and_the_rest_after_its_pause_are_one_turn(wait_ms, how)
 def test_speech_before_the_last_final_continues_that_utterance():
     """The final of "What's the weather" takes 1 s, and "in Paris?" starts 600 ms after it:
     one utterance and one answer to all of it, not a lost first part."""
-    cfg = replace(CFG, conversation=replace(CFG.conversation, end_of_turn="fixed"))
+    cfg = replace(CFG, end_of_turn=replace(CFG.end_of_turn, mode="fixed"))
     said = np.concatenate([buzz(700), silence(600), buzz(700)])
     first, rest = "What's the weather", "What's the weather in Paris?"
     script = [(first, first + ".", rest, rest)]
@@ -218,7 +218,7 @@ def test_cancel_mid_answer_leaves_no_tasks_or_threads():
 
 
 def test_barge_in_disabled_ignores_user_speech():
-    cfg = replace(CFG, conversation=replace(CFG.conversation, barge_in=False))
+    cfg = replace(CFG, barge_in=replace(CFG.barge_in, enabled=False))
     segments = [Segment(buzz(700)), Segment(buzz(900), barge_in_at_ms=300)]
     _, comps, trace, events = run(["Hi", "Stop please"], segments, cfg=cfg, **LONG)
     (resp,) = done(events)
@@ -312,7 +312,7 @@ def test_adaptive_end_plays_before_the_fixed_wait():
     assert resp["status"] == "completed"
     (lat,) = [e for e in events if e["type"] == "latency"]
     assert 200 <= lat["stages"]["endpoint"] < 400  # vs ~500 ms with end_of_turn: fixed
-    fixed = replace(CFG, conversation=replace(CFG.conversation, end_of_turn="fixed"))
+    fixed = replace(CFG, end_of_turn=replace(CFG.end_of_turn, mode="fixed"))
     _, _, trace, events = run(["What is the capital of France?"], [Segment(buzz(900))], cfg=fixed)
     assert "end_of_turn" not in names(trace)
     (lat,) = [e for e in events if e["type"] == "latency"]
@@ -335,13 +335,13 @@ class SoundsCut:
 def test_speech_that_sounds_cut_waits_although_its_text_reads_complete():
     sounds_cut = SoundsCut()
     # The fake LM is sure of any text ending in "?" (0.9): the speech decides only under the gate.
-    conv = replace(CFG.conversation, end_audio=True, end_audio_gate=1.0)
-    cfg = replace(CFG, conversation=conv)
+    eot = replace(CFG.end_of_turn, audio=True, audio_gate=1.0)
+    cfg = replace(CFG, end_of_turn=eot)
     segs = [Segment(buzz(900))]
     _, _, trace, _ = run(["What is the capital of France?"], segs, cfg=cfg, turn_audio=sounds_cut)
     (score,) = [e for e in trace if e["event"] == "end_of_turn"]
     assert score["decision"] == "incomplete" and score["p_audio"] == 0.05
-    assert score["wait_ms"] == CFG.conversation.end_incomplete_ms
+    assert score["wait_ms"] == CFG.end_of_turn.incomplete_ms
     assert 0 < sounds_cut.heard[0] <= 16000 * 3  # the speech up to the pause, RECENT_MS at most
     # Scored at the pause, while its ASR pass runs: the LM's score does not wait on it.
     slow, sounds_cut = {**SHORT, "asr_s": 0.15}, SoundsCut()
@@ -349,20 +349,20 @@ def test_speech_that_sounds_cut_waits_although_its_text_reads_complete():
     (pause,) = [i for i, e in enumerate(trace) if e["event"] == "pause"]
     pause_pass = next(e for e in trace[pause:] if e["event"] == "asr_partial")
     assert pause_pass["compute_ms"] > 100 and sounds_cut.at[0] < pause_pass["t_ms"] - 50
-    off = replace(CFG, conversation=replace(conv, end_audio=False))
+    off = replace(CFG, end_of_turn=replace(eot, audio=False))
     _, _, trace, _ = run(["What is the capital of France?"], segs, cfg=off, turn_audio=SoundsCut())
-    (score,) = [e for e in trace if e["event"] == "end_of_turn"]  # end_audio off: not asked
+    (score,) = [e for e in trace if e["event"] == "end_of_turn"]  # end_of_turn.audio off: not asked
     assert score["decision"] == "complete" and score["p_audio"] is None
 
 
 def test_an_unsure_score_on_words_whisper_barely_heard_waits_as_incomplete():
     # The fake LM scores text without an end mark 0.001: unsure between these thresholds.
-    conv = replace(CFG.conversation, end_likely=0.5, end_unlikely=0.0005, end_audio=False)
-    cfg, segs, text = replace(CFG, conversation=conv), [Segment(buzz(900))], "How many lengths"
+    eot = replace(CFG.end_of_turn, likely=0.5, unlikely=0.0005, audio=False)
+    cfg, segs, text = replace(CFG, end_of_turn=eot), [Segment(buzz(900))], "How many lengths"
     _, _, trace, _ = run([text], segs, cfg=cfg, **SHORT, asr_logprob=-0.8)
     (score,) = [e for e in trace if e["event"] == "end_of_turn"]
     assert score["asr_logprob"] == -0.8 and score["decision"] == "incomplete"
-    assert score["wait_ms"] == conv.end_incomplete_ms
+    assert score["wait_ms"] == eot.incomplete_ms
     _, _, trace, _ = run([text], segs, cfg=cfg, **SHORT, asr_logprob=-0.2)  # heard clearly
     (score,) = [e for e in trace if e["event"] == "end_of_turn"]
     assert score["decision"] == "unsure" and score["wait_ms"] == CFG.vad.speech_end_ms
@@ -389,7 +389,7 @@ def test_a_pass_done_before_the_pause_is_the_pauses_pass():
     # With a 200 ms pause the pass started at the last word's end is back before the pause
     # is detected: it heard all the speech, so the pause speculates on it and runs no other.
     vad = replace(CFG.vad, pause_ms=200)
-    cfg = replace(CFG, vad=vad, conversation=replace(CFG.conversation, end_of_turn="fixed"))
+    cfg = replace(CFG, vad=vad, end_of_turn=replace(CFG.end_of_turn, mode="fixed"))
     _, comps, trace, events = run(["What is the capital of France?"], [Segment(buzz(900))], cfg=cfg)
     (end,) = [e["audio_ms"] for e in trace if e["event"] == "speech_end"]
     heard = comps.asr.heard_ms

@@ -18,13 +18,20 @@ from dllm_voice.app.conversation.actions import (
     StartAnswer,
     StartSpeculation,
 )
-from dllm_voice.app.conversation.config import ConversationConfig
+from dllm_voice.app.conversation.config import (
+    BargeInConfig,
+    ConversationConfig,
+    EndOfTurnConfig,
+    SpeculationConfig,
+)
 from dllm_voice.app.conversation.end_of_turn import end_decision
 from dllm_voice.app.conversation.history import History
 from dllm_voice.app.conversation.text import normalize
 from dllm_voice.app.conversation.turns import TurnManager
 
-CFG = ConversationConfig(system_prompt="Be brief.", barge_in_min_speech_ms=90)
+CFG = ConversationConfig(system_prompt="Be brief.")
+END = EndOfTurnConfig()
+FIXED = EndOfTurnConfig(mode="fixed")
 
 
 def kinds(actions):
@@ -95,15 +102,17 @@ def test_resume_drops_speculation_as_miss_then_speculates_again():
 
 
 def test_speculation_needs_min_words_and_can_be_disabled():
-    tm = TurnManager(replace(CFG, speculation_min_words=3))
+    tm = TurnManager(CFG, speculation=SpeculationConfig(min_words=3))
     tm.on_speech_start(0)
     tm.on_pause()
     assert tm.on_partial("Hello there") == []
-    tm = TurnManager(replace(CFG, speculation=False, end_of_turn="fixed"))
+    tm = TurnManager(CFG, FIXED, SpeculationConfig(enabled=False))
     tm.on_speech_start(0)
     assert tm.on_pause() == []
     assert tm.on_partial("What is the capital of France") == []
-    tm = TurnManager(replace(CFG, speculation=False))  # the pass still feeds the score
+    tm = TurnManager(
+        CFG, speculation=SpeculationConfig(enabled=False)
+    )  # the pass still feeds the score
     tm.on_speech_start(0)
     assert tm.on_pause() == [RequestPartial(tm.gen)]
     assert kinds(tm.on_partial("What is the capital of France", complete=True)) == ["ScoreEnd"]
@@ -168,7 +177,7 @@ def test_speech_right_after_a_short_interruption_continues_it():
     tm.on_speech_start(1000)
     assert tm.on_speech_progress(1150) == [HoldPlayback(gen)]
     assert tm.on_speech_end(1250) == [ResumePlayback(gen, "short")]
-    assert tm.on_speech_start(1250 + CFG.reopen_ms) == [] and tm.rejoined
+    assert tm.on_speech_start(1250 + END.reopen_ms) == [] and tm.rejoined
     assert tm.turn == turn + 1  # the interruption's turn, not a new one
     assert tm.on_speech_progress(2100) == [HoldPlayback(gen)]  # long since its first onset
     assert tm.on_partial("Wait, which ocean") == [CancelAnswer(gen)]
@@ -177,7 +186,7 @@ def test_speech_right_after_a_short_interruption_continues_it():
     assert ans.messages[-1] == {"role": "user", "content": "Wait, which ocean is the smallest?"}
     # Later, or once the answer was heard whole, speech is a new utterance.
     tm.on_audio_started(ans.gen)
-    for onset in (9000, 9250 + CFG.reopen_ms + 1):
+    for onset in (9000, 9250 + END.reopen_ms + 1):
         tm.on_speech_start(onset)
         assert not tm.rejoined
         assert tm.on_speech_progress(onset + 150) == [HoldPlayback(ans.gen)]
@@ -208,7 +217,7 @@ def test_speech_right_after_an_interruption_taken_as_the_turn_reopens_it():
 
 
 def test_speech_before_the_last_final_continues_that_utterance():
-    tm = TurnManager(replace(CFG, end_of_turn="fixed"))
+    tm = TurnManager(CFG, FIXED)
     tm.on_speech_start(0)
     tm.on_speech_end(700)
     assert tm.on_speech_start(1300, unheard=True) == [] and tm.rejoined and tm.turn == 1
@@ -227,7 +236,7 @@ def test_speech_before_the_last_final_continues_that_utterance():
 
 
 def test_echo_guard_raises_hold_threshold_only_while_speaking():
-    tm = TurnManager(replace(CFG, echo_guard_ms=200))
+    tm = TurnManager(CFG, barge_in=BargeInConfig(echo_guard_ms=200))
     gen = start_speaking(tm)
     tm.on_speech_start(0)
     assert tm.on_speech_progress(150) == []
@@ -290,8 +299,11 @@ def test_backchannel_alone_never_starts_a_turn():
 
 
 def test_echo_guard_rejects_the_agents_own_words():
-    cfg = replace(CFG, echo_guard_ms=100)
-    tm = TurnManager(cfg, heard=lambda gen: "The capital of France is Paris, a city")
+    tm = TurnManager(
+        CFG,
+        barge_in=BargeInConfig(echo_guard_ms=100),
+        heard=lambda gen: "The capital of France is Paris, a city",
+    )
     gen = start_speaking(tm)
     tm.on_speech_start(0)
     assert tm.on_speech_progress(200) == [HoldPlayback(gen)]
@@ -301,7 +313,7 @@ def test_echo_guard_rejects_the_agents_own_words():
 
 
 def test_pause_speculates_on_latest_partial_and_fresh_pass_replaces_it():
-    tm = TurnManager(replace(CFG, speculate_on_last_partial=True))
+    tm = TurnManager(CFG, speculation=SpeculationConfig(on_last_partial=True))
     tm.on_speech_start(0)
     tm.on_partial("What is the capital of")
     spec, _ = tm.on_pause()
@@ -338,17 +350,17 @@ def test_a_partial_confirms_an_interruption_on_its_stable_words_only():
 
 
 def test_end_decision_thresholds():
-    cfg = replace(CFG, end_likely=0.5, end_unlikely=0.05)
+    cfg = replace(END, likely=0.5, unlikely=0.05)
     assert end_decision(0.7, cfg) == "complete" and end_decision(0.5, cfg) == "complete"
     assert end_decision(0.2, cfg) == "unsure" and end_decision(None, cfg) == "unsure"
     assert end_decision(0.01, cfg) == "incomplete"
-    assert end_decision(0.01, CFG) == "unsure"  # the defaults: 0.03 and 0.002
+    assert end_decision(0.01, END) == "unsure"  # the defaults: 0.03 and 0.002
     story = "We moved into a house with a big garden last year. The kids have been asking "
     story += "for a dog for about two years now."
-    assert end_decision(0.9, CFG, "Never mind that. Tell me about dragons.") == "complete"
-    assert end_decision(0.9, CFG, story) == "unsure"  # a story goes on between sentences
-    assert end_decision(0.9, CFG, story + " Which breed is best?") == "complete"
-    assert end_decision(0.9, CFG, "Tell me a joke.") == "complete"
+    assert end_decision(0.9, END, "Never mind that. Tell me about dragons.") == "complete"
+    assert end_decision(0.9, END, story) == "unsure"  # a story goes on between sentences
+    assert end_decision(0.9, END, story + " Which breed is best?") == "complete"
+    assert end_decision(0.9, END, "Tell me a joke.") == "complete"
 
 
 @pytest.mark.parametrize(
@@ -368,14 +380,14 @@ def test_end_decision_thresholds():
     ],
 )
 def test_a_statement_that_neither_asks_nor_requests_is_at_most_unsure(text, decision):
-    assert end_decision(0.9, CFG, text) == decision
+    assert end_decision(0.9, END, text) == decision
 
 
 def test_a_transcript_that_trails_off_waits_unless_the_lm_is_sure():
     # Whisper's "..." on "So my question is, um": the LM, reading no marks, scored it 0.031.
-    assert end_decision(0.031, CFG, "So my question is...") == "incomplete"
-    assert end_decision(0.031, CFG, "So my question is\u2026 ") == "incomplete"
-    assert end_decision(CFG.end_audio_gate, CFG, "Well, I guess that is it...") == "complete"
+    assert end_decision(0.031, END, "So my question is...") == "incomplete"
+    assert end_decision(0.031, END, "So my question is\u2026 ") == "incomplete"
+    assert end_decision(END.audio_gate, END, "Well, I guess that is it...") == "complete"
 
 
 @pytest.mark.parametrize(
@@ -392,12 +404,12 @@ def test_a_transcript_that_trails_off_waits_unless_the_lm_is_sure():
     ],
 )
 def test_a_transcript_that_stops_on_a_word_leading_to_another_waits(text, decision):
-    assert end_decision(0.031, CFG, text) == decision
-    assert end_decision(CFG.end_audio_gate, CFG, text) != "incomplete"  # unless the LM is sure
+    assert end_decision(0.031, END, text) == decision
+    assert end_decision(END.audio_gate, END, text) != "incomplete"  # unless the LM is sure
 
 
 def test_speech_that_sounds_cut_is_incomplete_whatever_its_transcript():
-    cfg = replace(CFG, end_audio_cut=0.2, end_audio_gate=0.1)
+    cfg = replace(END, audio_cut=0.2, audio_gate=0.1)
     # Whisper completed "How far is the" on its own; the LM reads it as barely complete.
     text = "How far is that?"
     assert end_decision(0.05, cfg, text, p_audio=0.05) == "incomplete"
@@ -408,7 +420,7 @@ def test_speech_that_sounds_cut_is_incomplete_whatever_its_transcript():
     assert end_decision(0.01, cfg, text, p_audio=0.1) == "incomplete"
     assert end_decision(None, cfg, text, p_audio=0.1) == "incomplete"
     assert end_decision(None, cfg, text, p_audio=0.9) == "unsure"  # sounding final is not enough
-    tm = TurnManager(cfg)
+    tm = TurnManager(CFG, cfg)
     tm.on_speech_start(0)
     tm.on_pause()
     tm.on_partial(text, complete=True)
@@ -418,13 +430,13 @@ def test_speech_that_sounds_cut_is_incomplete_whatever_its_transcript():
 
 def test_an_unsure_lm_score_on_words_whisper_barely_heard_is_incomplete():
     # "How many legs does a" heard as "How many lengths do I need?": LM 0.003, Whisper -0.66.
-    text, low = "How many lengths do I need?", CFG.end_asr_logprob - 0.16
-    assert end_decision(0.003, CFG, text) == "unsure"
-    assert end_decision(0.003, CFG, text, asr_logprob=low) == "incomplete"
-    assert end_decision(0.003, CFG, text, asr_logprob=CFG.end_asr_logprob) == "unsure"
+    text, low = "How many lengths do I need?", END.asr_logprob - 0.16
+    assert end_decision(0.003, END, text) == "unsure"
+    assert end_decision(0.003, END, text, asr_logprob=low) == "incomplete"
+    assert end_decision(0.003, END, text, asr_logprob=END.asr_logprob) == "unsure"
     # Only the LM's unsure band: a score it reads as complete stays complete.
-    assert end_decision(CFG.end_likely, CFG, text, asr_logprob=low) == "complete"
-    off = replace(CFG, end_asr_logprob=-100.0)
+    assert end_decision(END.likely, END, text, asr_logprob=low) == "complete"
+    off = replace(END, asr_logprob=-100.0)
     assert end_decision(0.003, off, text, asr_logprob=low) == "unsure"
     tm = TurnManager(CFG)
     tm.on_speech_start(0)
@@ -434,7 +446,7 @@ def test_an_unsure_lm_score_on_words_whisper_barely_heard_is_incomplete():
 
 
 def test_adaptive_scores_each_new_pause_transcript_with_its_speculation():
-    tm = TurnManager(CFG)  # end_of_turn: adaptive
+    tm = TurnManager(CFG)  # end_of_turn.mode: adaptive
     tm.on_speech_start(0)
     assert tm.on_pause() == [RequestPartial(tm.gen)]
     (spec,) = tm.on_partial("What is the capital of France?", complete=True)
@@ -443,7 +455,7 @@ def test_adaptive_scores_each_new_pause_transcript_with_its_speculation():
     assert tm.on_end_score("What is the capital of France?", 0.8) == "complete"
     tm.on_resume()
     assert tm.on_end_score("What is the capital of France?", 0.8) is None  # pause over
-    tm = TurnManager(replace(CFG, end_of_turn="fixed"))
+    tm = TurnManager(CFG, FIXED)
     tm.on_speech_start(0)
     tm.on_pause()
     (spec,) = tm.on_partial("What is it?", complete=True)
@@ -471,7 +483,7 @@ def test_speech_right_after_an_early_end_reopens_the_turn():
     gen = early_end(tm, "What is the capital?")
     tm.on_audio_started(gen)
     turn = tm.turn
-    assert tm.on_speech_start(1000 + CFG.reopen_ms - 10) == [ReopenTurn(gen)]
+    assert tm.on_speech_start(1000 + END.reopen_ms - 10) == [ReopenTurn(gen)]
     assert tm.reopened and tm.turn == turn and tm.agent == "idle" and tm.barge is None
     assert tm.history.messages == []  # taken back; nothing of the answer counts as said
     tm.on_pause()
@@ -497,13 +509,13 @@ def test_no_reopen_late_or_after_the_answer_or_with_the_fixed_rule():
     tm = TurnManager(CFG, heard=lambda gen: "Paris")
     gen = early_end(tm, "What is the capital?")
     tm.on_audio_started(gen)
-    assert tm.on_speech_start(1000 + CFG.reopen_ms + 10) == []  # a barge-in, as usual
+    assert tm.on_speech_start(1000 + END.reopen_ms + 10) == []  # a barge-in, as usual
     assert not tm.reopened and tm.barge is not None
     tm = TurnManager(CFG)
     gen = early_end(tm, "What is the capital?")
     tm.on_answer_done(gen, "Paris.")
     assert tm.on_speech_start(1100) == [] and not tm.reopened
-    fixed = TurnManager(replace(CFG, end_of_turn="fixed"))
+    fixed = TurnManager(CFG, FIXED)
     fixed.on_speech_start(0)
     fixed.on_speech_end(1000)
     fixed.on_final("What is the capital?")
@@ -584,7 +596,7 @@ def test_short_empty_words_are_backchannels_but_commands_and_questions_are_not()
 
 
 def test_double_talk_holds_at_once_and_resumes_without_speech():
-    tm = TurnManager(replace(CFG, echo_guard_ms=250))
+    tm = TurnManager(CFG, barge_in=BargeInConfig(echo_guard_ms=250))
     gen = start_speaking(tm)
     assert tm.on_near_end(5000, False, True) == []
     assert tm.on_near_end(5030, True, True) == [HoldPlayback(gen, near_end=True, onset_ms=5030)]
@@ -596,7 +608,7 @@ def test_double_talk_holds_at_once_and_resumes_without_speech():
 
 
 def test_double_talk_hold_stays_when_the_vad_hears_the_speech():
-    tm = TurnManager(replace(CFG, echo_guard_ms=250), heard=lambda gen: "Paris is")
+    tm = TurnManager(CFG, barge_in=BargeInConfig(echo_guard_ms=250), heard=lambda gen: "Paris is")
     gen = start_speaking(tm)
     assert tm.on_near_end(5000, True, True) == [HoldPlayback(gen, near_end=True, onset_ms=5000)]
     tm.on_near_end(5030, True, True)
@@ -608,7 +620,7 @@ def test_double_talk_hold_stays_when_the_vad_hears_the_speech():
 
 
 def test_double_talk_holds_a_barge_the_echo_guard_still_waits_on():
-    tm = TurnManager(replace(CFG, echo_guard_ms=250))
+    tm = TurnManager(CFG, barge_in=BargeInConfig(echo_guard_ms=250))
     gen = start_speaking(tm)
     tm.on_speech_start(5000)
     assert tm.on_speech_progress(5150) == []  # 90 + 250 ms not reached
@@ -623,13 +635,13 @@ def test_double_talk_only_while_the_agent_plays():
     assert tm.on_near_end(100, True, True) == []
     tm.on_audio_started(ans.gen)
     assert tm.on_near_end(130, True, True) == [HoldPlayback(ans.gen, near_end=True, onset_ms=130)]
-    off = TurnManager(replace(CFG, barge_in=False))
+    off = TurnManager(CFG, barge_in=BargeInConfig(enabled=False))
     start_speaking(off)
     assert off.on_near_end(100, True, True) == []
 
 
 def test_speech_the_sure_detector_never_called_the_users_is_echo():
-    tm = TurnManager(replace(CFG, echo_guard_ms=250), heard=lambda gen: "Paris is")
+    tm = TurnManager(CFG, barge_in=BargeInConfig(echo_guard_ms=250), heard=lambda gen: "Paris is")
     gen = start_speaking(tm)
     tm.on_near_end(5000, False, True)
     tm.on_speech_start(5000)  # AEC3 let the agent's voice through
@@ -642,7 +654,7 @@ def test_speech_the_sure_detector_never_called_the_users_is_echo():
 
 
 def test_until_the_detector_has_measured_the_echo_the_vad_and_echo_guard_decide():
-    tm = TurnManager(replace(CFG, echo_guard_ms=250))
+    tm = TurnManager(CFG, barge_in=BargeInConfig(echo_guard_ms=250))
     gen = start_speaking(tm)
     tm.on_near_end(5000, False, False)
     tm.on_speech_start(5000)

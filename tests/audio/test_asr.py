@@ -38,7 +38,7 @@ def test_vad_then_asr_gives_the_words(voice: str, asr, request: pytest.FixtureRe
     got = words(t.text)
     assert {"what", "capital", "france"} <= set(got), t.text
     # Heard clearly: bench/voice.py's clear questions read -0.05 to -0.3, its cut ones that
-    # Whisper completed on its own down to -0.9 (the end of turn's end_asr_logprob).
+    # Whisper completed on its own down to -0.9 (end_of_turn.asr_logprob).
     assert t.logprob is not None and -0.35 < t.logprob < 0, t.logprob
 
 

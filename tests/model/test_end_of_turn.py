@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dllm_voice.app.conversation.config import DEFAULT_SYSTEM_PROMPT, ConversationConfig
+from dllm_voice.app.conversation.config import DEFAULT_SYSTEM_PROMPT, EndOfTurnConfig
 from dllm_voice.model.engine import LM
 from testkit.turn_end_set import labeled, roc_auc
 
@@ -105,6 +105,6 @@ def test_labeled_set_auc_and_decisions(lm: LM) -> None:
     scores = [s.end_of_turn(turn(t)) or 0.0 for t, _ in data]
     labels = [y for _, y in data]
     assert roc_auc(scores, labels) >= 0.95
-    likely = ConversationConfig().end_likely
+    likely = EndOfTurnConfig().likely
     premature = sum(p >= likely and not y for p, y in zip(scores, labels, strict=True))
     assert premature <= 0.03 * labels.count(False)
