@@ -7,7 +7,7 @@ process (the tests) count apart.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -17,6 +17,11 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+
+from dllm_voice.app.observe.trace import TraceEvent
+
+if TYPE_CHECKING:
+    from dllm_voice.app.conversation.events import Event
 
 # Voice to voice: the adaptive end of turn answers in ~0.3 s, the fixed one in ~0.5 s, a slow
 # or busy machine in seconds.
@@ -50,7 +55,7 @@ class ServerMetrics:
             registry=r,
         )
 
-    def on_trace(self, ev: dict[str, Any]) -> None:
+    def on_trace(self, ev: TraceEvent) -> None:
         """A session's trace event (a `Tracer` listener)."""
         name = ev.get("event")
         if name == "turn_done":
@@ -60,7 +65,7 @@ class ServerMetrics:
         elif name == "barge_in":
             self.barge_ins.inc()
 
-    def on_event(self, event: dict[str, Any]) -> None:
+    def on_event(self, event: Event) -> None:
         """An event sent to a client: its `error` events are counted by type."""
         if event.get("type") == "error":
             error = event.get("error")

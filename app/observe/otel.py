@@ -29,15 +29,22 @@ import os
 import time
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dllm_voice.app.config import ConfigError
 from dllm_voice.app.conversation.config import TraceConfig
-from dllm_voice.app.observe.trace import Tracer
-from dllm_voice.app.observe.trace_tools import _first, _turn_end, answer_spans, turn_rows
+from dllm_voice.app.observe.trace import TraceEvent, Tracer
+from dllm_voice.app.observe.trace_tools import _first, _time, _turn_end, answer_spans, turn_rows
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import Span
+    from opentelemetry.trace import Tracer as SpanTracer
 
 log = logging.getLogger(__name__)
-Event = dict[str, Any]
+# What OpenTelemetry takes as an attribute value (its lists are not used here).
+AttributeValue = str | bool | int | float
 
 SERVICE_NAME = "dllm-voice"
 INSTALL = "pip install 'dllm-voice[otel]' (scripts/install.sh --dev installs it)"
@@ -102,7 +109,7 @@ def _exporter_names() -> list[str]:
     return names
 
 
-def _exporter(name: str) -> Any:
+def _exporter(name: str) -> SpanExporter:
     found = entry_points(group="opentelemetry_traces_exporter", name=name)
     if not found:
         package = {ep: pkg for ep, pkg in OTLP.values()}.get(name)
@@ -111,13 +118,14 @@ def _exporter(name: str) -> Any:
             f"trace.otel: no installed package exports spans as {name!r} "
             f"(OTEL_TRACES_EXPORTER); {hint}"
         )
-    return next(iter(found)).load()()
+    exporter: SpanExporter = next(iter(found)).load()()
+    return exporter
 
 
 class SpanExport:
     """A tracer provider's tracer; `observe` gives each session's trace its `AnswerSpans`."""
 
-    def __init__(self, provider: Any) -> None:
+    def __init__(self, provider: TracerProvider) -> None:
         self.provider = provider
         self.tracer = provider.get_tracer("dllm_voice")
 
@@ -130,21 +138,21 @@ class Stage:
     name: str
     start_ms: float
     end_ms: float
-    attrs: dict[str, Any] = field(default_factory=dict)
+    attrs: dict[str, object] = field(default_factory=dict)
     under_lm: bool = False
 
 
 class AnswerSpans:
     """One session's trace events in, one OpenTelemetry trace per ended answer out."""
 
-    def __init__(self, tracer: Any) -> None:
+    def __init__(self, tracer: SpanTracer) -> None:
         self.tracer = tracer
         # Monotonic ms -> wall-clock ns, fixed for the session: a span lasts what its trace
         # events say even if the wall clock is stepped meanwhile.
         self.epoch_ns = time.time_ns() - time.monotonic_ns()
-        self.turns: dict[int, list[Event]] = {}
+        self.turns: dict[int, list[TraceEvent]] = {}
 
-    def on_trace(self, ev: Event) -> None:
+    def on_trace(self, ev: TraceEvent) -> None:
         turn = int(ev["turn"])
         self.turns.setdefault(turn, []).append(ev)
         if ev["event"] != "turn_done":
@@ -159,11 +167,11 @@ class AnswerSpans:
     def _ns(self, t_ms: float) -> int:
         return self.epoch_ns + round(t_ms * 1e6)
 
-    def emit(self, evs: list[Event], done: Event) -> None:
+    def emit(self, evs: list[TraceEvent], done: TraceEvent) -> None:
         from opentelemetry import trace
         from opentelemetry.trace import Status, StatusCode
 
-        gen = done.get("gen")
+        gen = int(done["gen"])
         row = [r for r in turn_rows(evs) if r["gen"] == gen][-1]
         stages = answer_stages(evs, gen)
         end = _turn_end(evs, gen)
@@ -171,10 +179,10 @@ class AnswerSpans:
         t0 = min([*starts, done["t_ms"]])
         t1 = max([s.end_ms for s in stages] + [done["t_ms"]])
         lm_done = _first(evs, "lm_done", gen) or {}
-        attrs = {
+        attrs: dict[str, object] = {
             "session.id": str(done["session"]),
             "voice.turn": int(done["turn"]),
-            "voice.gen": int(gen),
+            "voice.gen": gen,
             "voice.status": row["status"],
             "voice.stop_reason": lm_done.get("stop_reason"),
             "voice.speculation": row["speculation"],
@@ -190,8 +198,8 @@ class AnswerSpans:
                 if ev["event"] == "error":
                     root.set_status(Status(StatusCode.ERROR, str(ev.get("message", ""))))
         context = trace.set_span_in_context(root)
-        lm = None
-        children = []
+        lm: Span | None = None
+        children: list[tuple[Span, Stage]] = []
         for stage in sorted(stages, key=lambda s: (s.under_lm, s.start_ms)):
             parent = trace.set_span_in_context(lm) if stage.under_lm and lm else context
             span = self.tracer.start_span(
@@ -207,7 +215,7 @@ class AnswerSpans:
         root.end(end_time=self._ns(t1))
 
 
-def answer_stages(evs: list[Event], gen: int | None) -> list[Stage]:
+def answer_stages(evs: list[TraceEvent], gen: int | None) -> list[Stage]:
     """The stages of answer ``gen`` in one turn's trace events: the waterfall's
     (`answer_spans`) plus the end-of-turn scores, the LM's whole run and first token, the
     voice-to-voice interval and the barge-ins."""
@@ -222,7 +230,9 @@ def answer_stages(evs: list[Event], gen: int | None) -> list[Stage]:
     end = _turn_end(evs, gen)
     for ev in evs:
         if ev["event"] == "end_of_turn" and (end is None or ev["t_ms"] <= end["t_ms"]):
-            attrs = {f"voice.{k}": ev.get(k) for k in ("p_end", "decision", "wait_ms")}
+            attrs: dict[str, object] = {
+                f"voice.{k}": ev.get(k) for k in ("p_end", "decision", "wait_ms")
+            }
             start = ev["t_ms"] - float(ev.get("compute_ms") or 0.0)
             stages.append(Stage("end of turn", start, ev["t_ms"], attrs))
     done = _first(evs, "turn_done", gen)
@@ -252,11 +262,11 @@ def answer_stages(evs: list[Event], gen: int | None) -> list[Stage]:
         stopped = next((e for e in later if e["event"] == "playback_stopped"), None)
         if stopped is not None and stopped["t_ms"] <= stop["t_ms"]:
             attrs["voice.stop_ms"] = stopped.get("stop_ms")
-        stages.append(Stage("barge-in", hold.get("onset_ms", hold["t_ms"]), stop["t_ms"], attrs))
+        stages.append(Stage("barge-in", _time(hold, "onset_ms"), stop["t_ms"], attrs))
     return stages
 
 
-def _clean(attrs: dict[str, Any]) -> dict[str, Any]:
+def _clean(attrs: dict[str, object]) -> dict[str, AttributeValue]:
     """OpenTelemetry attribute values: no None, strings, numbers and booleans as they are."""
     return {
         k: v if isinstance(v, str | bool | int | float) else str(v)

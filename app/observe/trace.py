@@ -50,6 +50,10 @@ EVENTS = (
     "error",
 )
 
+# One JSON line of the trace: the head above and each event's own attributes, read back from a
+# file as they were written, so a value's type is its event's to know.
+TraceEvent = dict[str, Any]
+
 
 def now_ms() -> float:
     """The pipeline clock: monotonic milliseconds."""
@@ -80,12 +84,12 @@ class Tracer:
         long-running front ends with the trace disabled pass False)."""
         self.path = path
         self.session = session
-        self.events: list[dict[str, Any]] = []
+        self.events: list[TraceEvent] = []
         self._keep = path is None if keep is None else keep
         self._lock = threading.Lock()
         self._file: TextIO | None = None
         self._closed = False
-        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.listeners: list[Callable[[TraceEvent], None]] = []
 
     def _open(self) -> TextIO | None:
         """The file, created on the first event (under the lock); None once closed."""
@@ -95,9 +99,11 @@ class Tracer:
             atexit.register(self.close)
         return self._file
 
-    def event(self, name: str, *, turn: int, gen: int, t_ms: float | None = None, **attrs: Any):
+    def event(
+        self, name: str, *, turn: int, gen: int, t_ms: float | None = None, **attrs: object
+    ) -> TraceEvent:
         """Record one event now (or at ``t_ms``); returns the event dict."""
-        ev: dict[str, Any] = {
+        ev: TraceEvent = {
             "session": self.session,
             "turn": turn,
             "gen": gen,
@@ -139,9 +145,9 @@ class Tracer:
         self.close()
 
 
-def read_trace(path: str) -> list[dict[str, Any]]:
+def read_trace(path: str) -> list[TraceEvent]:
     """All events of a JSONL trace; a torn last line (crash mid-write) is skipped."""
-    events = []
+    events: list[TraceEvent] = []
     with open(path, encoding="utf-8") as f:
         for line in f:
             line = line.strip()

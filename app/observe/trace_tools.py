@@ -25,15 +25,17 @@ import json
 import math
 import sys
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from dllm_voice.app.observe.trace import read_trace
+from dllm_voice.app.observe.trace import TraceEvent, read_trace
 
-Event = dict[str, Any]
+if TYPE_CHECKING:
+    from dllm_voice.app.conversation.events import Event
+
 STAGES = (
     "endpoint",
     "asr_final",
@@ -47,6 +49,51 @@ STAGES = (
 )
 
 
+class TurnRow(TypedDict):
+    """One finished answer: who said what, how it ended, and its stage durations (ms)."""
+
+    session: str
+    turn: int
+    gen: int | None
+    status: str
+    typed: bool
+    user: str
+    answer: str
+    heard: str
+    speculation: str
+    saved_ms: float
+    realtime: bool | None
+    stages: dict[str, float]
+
+
+class StageStats(TypedDict):
+    n: int
+    p50: float
+    p95: float
+    max: float
+
+
+class Summary(TypedDict):
+    """What ``trace summary`` shows; JSON-able."""
+
+    turns: int
+    completed: int
+    cancelled: int
+    barge_ins: int
+    barge_ins_rejected: int
+    speculations: dict[str, int]
+    speculation_turns: int
+    not_realtime: int
+    speculation_hit_rate: float | None
+    stages: dict[str, StageStats]
+
+
+# Chrome's trace-event format names its keys in camel case.
+class ChromeTrace(TypedDict):
+    traceEvents: list[dict[str, object]]
+    displayTimeUnit: str
+
+
 def percentile(values: list[float], q: float) -> float:
     """Linear-interpolated percentile, q in [0, 100]; nan for no values."""
     if not values:
@@ -57,21 +104,21 @@ def percentile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def _by_turn(events: list[Event]) -> dict[tuple[str, int], list[Event]]:
-    turns: dict[tuple[str, int], list[Event]] = defaultdict(list)
+def _by_turn(events: list[TraceEvent]) -> dict[tuple[str, int], list[TraceEvent]]:
+    turns: dict[tuple[str, int], list[TraceEvent]] = defaultdict(list)
     for ev in events:
         turns[(str(ev.get("session", "")), int(ev.get("turn", 0)))].append(ev)
     return turns
 
 
-def _first(evs: list[Event], name: str, gen: int | None = None) -> Event | None:
+def _first(evs: list[TraceEvent], name: str, gen: int | None = None) -> TraceEvent | None:
     for ev in evs:
         if ev["event"] == name and (gen is None or ev.get("gen") == gen):
             return ev
     return None
 
 
-def _turn_end(evs: list[Event], gen: int | None = None) -> Event | None:
+def _turn_end(evs: list[TraceEvent], gen: int | None = None) -> TraceEvent | None:
     """The event that ended the user's turn (end of speech, or typed text) for answer
     ``gen``: a reopened turn ends twice, and each answer counts from the last end before its
     audio (or its end)."""
@@ -84,9 +131,9 @@ def _turn_end(evs: list[Event], gen: int | None = None) -> Event | None:
     return ends[0] if ends else None
 
 
-def turn_rows(events: list[Event]) -> list[dict[str, Any]]:
+def turn_rows(events: list[TraceEvent]) -> list[TurnRow]:
     """One row per finished answer (``turn_done``): its stage durations and outcome."""
-    rows = []
+    rows: list[TurnRow] = []
     for (session, turn), evs in sorted(_by_turn(events).items()):
         for done in (e for e in evs if e["event"] == "turn_done"):
             gen = done.get("gen")
@@ -97,9 +144,16 @@ def turn_rows(events: list[Event]) -> list[dict[str, Any]]:
             typed = end is not None and end["event"] == "text_input"
             final = _first(evs, "asr_final")
             spec = [e for e in evs if e["event"] == "speculation"]
+            said = end if typed else final
+            answer: str = done.get("text", "")
             stages: dict[str, float] = {}
 
-            def span(name: str, a: Event | None, b: Event | None, stages=stages) -> None:
+            def span(
+                name: str,
+                a: TraceEvent | None,
+                b: TraceEvent | None,
+                stages: dict[str, float] = stages,
+            ) -> None:
                 if a is not None and b is not None:
                     stages[name] = b["t_ms"] - a["t_ms"]
 
@@ -123,9 +177,9 @@ def turn_rows(events: list[Event]) -> list[dict[str, Any]]:
                     "gen": gen,
                     "status": done.get("status", ""),
                     "typed": typed,
-                    "user": end.get("text", "") if typed else (final or {}).get("text", ""),
-                    "answer": done.get("text", ""),
-                    "heard": done.get("heard", done.get("text", "")),
+                    "user": (said or {}).get("text", ""),
+                    "answer": answer,
+                    "heard": done.get("heard", answer),
                     "speculation": spec[-1].get("result", "none") if spec else "none",
                     "saved_ms": spec[-1].get("saved_ms", 0.0) if spec else 0.0,
                     "realtime": realtime(evs),
@@ -135,7 +189,7 @@ def turn_rows(events: list[Event]) -> list[dict[str, Any]]:
     return rows
 
 
-def latency_event(turn_events: list[Event], gen: int) -> dict[str, Any] | None:
+def latency_event(turn_events: list[TraceEvent], gen: int) -> Event | None:
     """The session's ``latency`` event for answer ``gen``, from its turn's trace events:
     its stage durations and its waterfall, times relative to the end of the user's turn."""
     rows = [r for r in turn_rows(turn_events) if r["gen"] == gen]
@@ -161,7 +215,7 @@ def latency_event(turn_events: list[Event], gen: int) -> dict[str, Any] | None:
     }
 
 
-def summarize(events: list[Event]) -> dict[str, Any]:
+def summarize(events: list[TraceEvent]) -> Summary:
     """Everything ``trace summary`` shows, as a JSON-able dict (bench/voice.py prints it)."""
     rows = turn_rows(events)
     per_stage: dict[str, list[float]] = defaultdict(list)
@@ -239,7 +293,10 @@ def summary(path: str) -> Group:
     for name, st in s["stages"].items():
         style = "bold" if name in ("voice_to_voice", "barge_in_stop") else None
         table.add_row(
-            name, str(st["n"]), *(f"{st[k]:.0f}" for k in ("p50", "p95", "max")), style=style
+            name,
+            str(st["n"]),
+            *(f"{ms:.0f}" for ms in (st["p50"], st["p95"], st["max"])),
+            style=style,
         )
     spec = _speculation_line(s["speculations"], s["speculation_turns"], rate)
     return Group(*(Text(line) for line in lines), table, Text(spec))
@@ -265,21 +322,35 @@ _ANSWER_EVENTS = frozenset(
 _REALTIME_MIN = 0.5
 
 
-def realtime(evs: list[Event]) -> bool | None:
-    """Whether a turn's speech arrived in real time; None when the trace cannot tell (no
+def _time(ev: TraceEvent, key: str) -> float:
+    """The event's ``key`` time (``onset_ms``, ``end_ms``), or its own when it has none."""
+    own: float = ev["t_ms"]
+    return float(ev.get(key, own))
+
+
+def _speech(evs: list[TraceEvent]) -> tuple[float, float] | None:
+    """(audio ms, wall-clock ms) of a turn's speech; None when the trace cannot tell (no
     speech, or a trace without the audio clock on speech_start)."""
     start, end = _first(evs, "speech_start"), _first(evs, "speech_end")
     if start is None or end is None or "audio_ms" not in start or "audio_ms" not in end:
         return None
-    audio = end["audio_ms"] - start["audio_ms"]
-    wall = end.get("end_ms", end["t_ms"]) - start.get("onset_ms", start["t_ms"])
+    audio = float(end["audio_ms"] - start["audio_ms"])
+    return audio, _time(end, "end_ms") - _time(start, "onset_ms")
+
+
+def realtime(evs: list[TraceEvent]) -> bool | None:
+    """Whether a turn's speech arrived in real time; None when the trace cannot tell."""
+    speech = _speech(evs)
+    if speech is None:
+        return None
+    audio, wall = speech
     return audio <= 0 or wall >= _REALTIME_MIN * audio
 
 
-def answer_spans(evs: list[Event], gen: int | None) -> list[tuple[str, float, float, str]]:
+def answer_spans(evs: list[TraceEvent], gen: int | None) -> list[tuple[str, float, float, str]]:
     """(label, start_ms, end_ms, colour) of the stages of answer ``gen`` in one turn's events
     (``gen`` None: the first of each event, for a turn that was never answered)."""
-    out = []
+    out: list[tuple[str, float, float, str]] = []
     for label, a, b, colour in _SPANS:
         if a is None:  # endpoint: from the actual end of speech to its detection
             ev = _turn_end(evs, gen)
@@ -290,14 +361,14 @@ def answer_spans(evs: list[Event], gen: int | None) -> list[tuple[str, float, fl
         ea = _first(evs, a, gen if a in _ANSWER_EVENTS else None)
         if ea is None or eb is None:
             continue
-        start = ea.get("onset_ms", ea["t_ms"])
-        end = eb.get("end_ms", eb["t_ms"]) if label == "user speech" else eb["t_ms"]
+        start = _time(ea, "onset_ms")
+        end = _time(eb, "end_ms") if label == "user speech" else float(eb["t_ms"])
         if end >= start:
-            out.append((label, float(start), float(end), colour))
+            out.append((label, start, end, colour))
     return out
 
 
-def _answers(evs: list[Event]) -> list[int | None]:
+def _answers(evs: list[TraceEvent]) -> list[int | None]:
     """The generations answered in one turn's events ([None] when none was)."""
     return [e.get("gen") for e in evs if e["event"] == "turn_done"] or [None]
 
@@ -307,14 +378,14 @@ def _ticks(span_ms: float) -> float:
     for step in (10, 20, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000, 20000, 50000):
         if span_ms / step <= 8:
             return float(step)
-    return 10 ** math.ceil(math.log10(span_ms / 8))
+    return 10.0 ** math.ceil(math.log10(span_ms / 8))
 
 
-def to_chrome(events: list[Event]) -> dict[str, Any]:
+def to_chrome(events: list[TraceEvent]) -> ChromeTrace:
     """Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev): one track per turn."""
     t0 = min((e["t_ms"] for e in events), default=0.0)
     sessions = {s: i + 1 for i, s in enumerate(dict.fromkeys(str(e["session"]) for e in events))}
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for (session, turn), evs in sorted(_by_turn(events).items()):
         pid, tid = sessions[session], turn
         out.append(
@@ -359,7 +430,7 @@ def to_chrome(events: list[Event]) -> dict[str, Any]:
     return {"traceEvents": out, "displayTimeUnit": "ms"}
 
 
-def _waterfall_svg(evs: list[Event], spans: list[tuple[str, float, float, str]]) -> str:
+def _waterfall_svg(evs: list[TraceEvent], spans: list[tuple[str, float, float, str]]) -> str:
     """One answer's stages as bars on a time axis (ms from the end of the user's turn)."""
     end = _turn_end(evs)
     origin = end["end_ms"] if end is not None else min(s for _, s, _, _ in spans)
@@ -401,7 +472,7 @@ def _waterfall_svg(evs: list[Event], spans: list[tuple[str, float, float, str]])
     )
 
 
-def to_html(events: list[Event], title: str = "voice turns") -> str:
+def to_html(events: list[TraceEvent], title: str = "voice turns") -> str:
     """A self-contained page (inline SVG, no scripts) drawing each answer as a waterfall."""
     rows = {(r["session"], r["turn"], r["gen"]): r for r in turn_rows(events)}
     blocks = []
@@ -410,25 +481,25 @@ def to_html(events: list[Event], title: str = "voice turns") -> str:
             spans = answer_spans(evs, gen)
             if not spans:
                 continue
-            row = rows.get((session, turn, gen), {})
-            stages = row.get("stages", {})
+            row = rows.get((session, turn, gen))
+            stages = row["stages"] if row is not None else {}
             head = f"session {session} turn {turn}"
             if (v2v := stages.get("voice_to_voice")) is not None:
                 head += f" — voice-to-voice {v2v:.0f} ms"
             if (t2v := stages.get("text_to_voice")) is not None:
                 head += f" — typed, text-to-voice {t2v:.0f} ms"
-            if row:
+            if row is not None:
                 head += f" — speculation {row['speculation']}, {row['status']}"
             note = ""
-            if realtime(evs) is False:
-                start, end = _first(evs, "speech_start"), _first(evs, "speech_end")
-                audio = end["audio_ms"] - start["audio_ms"]  # type: ignore[index]
+            speech = _speech(evs)
+            if realtime(evs) is False and speech is not None:
                 note = (
-                    f'<p class="warn">not real time: {audio:.0f} ms of speech were fed faster '
+                    f'<p class="warn">not real time: {speech[0]:.0f} ms of speech were fed faster '
                     "than they play (run without --realtime); the user speech, endpoint and "
                     "voice-to-voice times are compute times</p>"
                 )
-            said = html_lib.escape(f"{row.get('user', '')} → {row.get('answer', '')}")
+            user, answer = (row["user"], row["answer"]) if row is not None else ("", "")
+            said = html_lib.escape(f"{user} → {answer}")
             blocks.append(
                 f"<h3>{html_lib.escape(head)}</h3>{note}<p>{said}</p>" + _waterfall_svg(evs, spans)
             )
@@ -447,7 +518,7 @@ def to_html(events: list[Event], title: str = "voice turns") -> str:
 # ---- CLI entry points (main.py) ---------------------------------------------------------------
 
 
-def _load(path: str) -> list[Event] | None:
+def _load(path: str) -> list[TraceEvent] | None:
     try:
         return read_trace(path)
     except OSError as exc:
