@@ -14,6 +14,7 @@ import math
 import re
 import struct
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,10 +116,13 @@ def _may_overflow(message: str) -> bool:
 def _json(message: str) -> Any:
     # The number hooks cost 6x the parser's own path on 1 MiB of numbers: only for a message
     # that may need them. NaN and Infinity are refused in every message.
-    hooks = {"parse_float": _finite_float, "parse_int": _finite_int}
+    hooks = _may_overflow(message)
     try:
         return json.loads(
-            message, parse_constant=_refuse_constant, **(hooks if _may_overflow(message) else {})
+            message,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float if hooks else None,
+            parse_int=_finite_int if hooks else None,
         )
     except _NotFinite as exc:
         raise ClientError(
@@ -176,7 +180,7 @@ def _update_session(event: dict[str, Any]) -> UpdateSession:
         raise ClientError(str(exc)) from None
 
 
-_PARSERS = {
+_PARSERS: dict[str, Callable[[dict[str, Any]], Command]] = {
     "input_audio_buffer.append": _append,
     "output_audio_buffer.played": _played,
     "conversation.item.truncate": _truncate,
