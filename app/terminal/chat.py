@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -24,6 +24,13 @@ from rich.text import Text
 from dllm_voice.app.observe.otel import SpanExport, span_export
 from dllm_voice.app.observe.trace import Tracer, default_trace_dir, default_trace_path
 from dllm_voice.app.terminal.console import terminal_log
+
+if TYPE_CHECKING:
+    from dllm_voice.app.config import Config
+    from dllm_voice.app.conversation.components import Components
+    from dllm_voice.app.conversation.events import Event
+    from dllm_voice.audio.echo import FrameSource
+    from dllm_voice.audio.sinks import SpeakerSink
 
 # Extra speech needed to pause the agent while it plays through speakers (chat mode): the echo
 # reaches the mic ~20-60 ms after playback at a level webrtcvad calls speech.
@@ -46,7 +53,7 @@ class ChatDisplay:
         self.finished: list[Text] = []  # lines of finished turns not yet taken (take_finished)
         self._user = ""
 
-    def on_event(self, ev: dict[str, Any]) -> None:
+    def on_event(self, ev: Event) -> None:
         kind = ev["type"]
         if kind == "agent.state":
             self.state = ev["state"]
@@ -118,7 +125,7 @@ class ChatDisplay:
         return Group(*lines)
 
 
-def open_audio(cfg: Any) -> tuple[Any, Any, Any]:
+def open_audio(cfg: Config) -> tuple[FrameSource, SpeakerSink, Config]:
     """Microphone and speaker for a local conversation, with the agent's echo handled.
 
     WebRTC AEC3 subtracts what the speaker plays from the mic (its reference is every block the
@@ -140,14 +147,14 @@ def open_audio(cfg: Any) -> tuple[Any, Any, Any]:
         on_underrun=echo.slipped if echo else None,
     )
     mic = MicSource(cfg.audio)
-    source = echo.wrap(mic) if echo is not None else mic
+    source: FrameSource = echo.wrap(mic) if echo is not None else mic
     if echo is not None and not cfg.barge_in.echo_guard_ms:
         barge_in = dataclasses.replace(cfg.barge_in, echo_guard_ms=ECHO_GUARD_MS)
         cfg = dataclasses.replace(cfg, barge_in=barge_in)
     return source, sink, cfg
 
 
-def chat(cfg: Any, components: Any = None) -> int:
+def chat(cfg: Config, components: Components | None = None) -> int:
     """Live conversation through the default (or configured) microphone and speaker."""
     path = (cfg.trace.path or default_trace_path()) if cfg.trace.enabled else None
     log_path = Path(path).with_suffix(".log") if path else default_trace_dir().parent / "chat.log"
@@ -165,7 +172,11 @@ def chat(cfg: Any, components: Any = None) -> int:
 
 
 def _chat(
-    cfg: Any, components: Any, console: Console, path: str | None, spans: SpanExport | None
+    cfg: Config,
+    components: Components | None,
+    console: Console,
+    path: str | None,
+    spans: SpanExport | None,
 ) -> int:
     from dllm_voice.app.conversation.components import Components
     from dllm_voice.app.conversation.session import VoiceSession
@@ -182,7 +193,7 @@ def _chat(
         spans.observe(tracer)
     display = ChatDisplay()
 
-    def print_finished(ev: dict[str, Any]) -> None:
+    def print_finished(ev: Event) -> None:
         display.on_event(ev)
         for line in display.take_finished():
             console.print(line, soft_wrap=True)

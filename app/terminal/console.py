@@ -17,6 +17,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 log = logging.getLogger("native")
 
@@ -65,9 +66,9 @@ class _NativeStderr:
         os.close(self._terminal)
 
 
-def _writes_fd2(stream: object) -> bool:
+def _writes_fd2(stream: TextIO) -> bool:
     try:
-        return stream.fileno() == 2  # type: ignore[attr-defined]
+        return stream.fileno() == 2
     except (AttributeError, OSError, ValueError):
         return False
 

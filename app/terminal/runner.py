@@ -12,15 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.console import Console
 
 from dllm_voice.app.observe.otel import span_export
 from dllm_voice.app.observe.trace import Tracer, default_trace_path, now_ms
+
+if TYPE_CHECKING:
+    from dllm_voice.app.config import Config
+    from dllm_voice.app.conversation.components import Components
+    from dllm_voice.app.conversation.events import Event
+    from dllm_voice.app.conversation.session import EventFn, VoiceSession
+    from dllm_voice.audio.config import AudioConfig
+    from dllm_voice.audio.resample import PCM16
+    from dllm_voice.audio.sinks import Sink
 
 _BARGE = re.compile(r"^(?P<path>.+)@(?P<ms>\d+)$")
 
@@ -29,7 +38,7 @@ _BARGE = re.compile(r"^(?P<path>.+)@(?P<ms>\d+)$")
 class Segment:
     """One user utterance on the timeline (int16 mono at the pipeline rate)."""
 
-    pcm: np.ndarray
+    pcm: PCM16
     label: str = ""
     barge_in_at_ms: int | None = None  # None: after the agent's answer; else: into it
 
@@ -57,16 +66,16 @@ class TimelineSource:
         self.rate, self.frame_ms, self.realtime = sample_rate_hz, frame_ms, realtime
         self.frame_len = sample_rate_hz * frame_ms // 1000
         self.tail_ms, self.lead_ms = tail_ms, lead_ms
-        self.session: Any = None
+        self.session: VoiceSession | None = None
         self.starts: list[float] = []  # monotonic ms at which each segment's audio began
         self._next_t = 0.0
         self._closed = False
 
-    def bind(self, session: Any) -> None:
+    def bind(self, session: VoiceSession) -> None:
         """The session whose state decides when the next segment starts."""
         self.session = session
 
-    def _silence(self) -> np.ndarray:
+    def _silence(self) -> PCM16:
         return np.zeros(self.frame_len, dtype=np.int16)
 
     async def _pace(self) -> None:
@@ -80,12 +89,12 @@ class TimelineSource:
         if delay > 0:
             await asyncio.sleep(delay)
 
-    async def _silence_for(self, ms: float) -> AsyncIterator[np.ndarray]:
+    async def _silence_for(self, ms: float) -> AsyncIterator[PCM16]:
         for _ in range(int(ms // self.frame_ms)):
             yield self._silence()
             await self._pace()
 
-    async def _wait(self, ready: Any) -> AsyncIterator[np.ndarray]:
+    async def _wait(self, ready: Callable[[], bool]) -> AsyncIterator[PCM16]:
         """Silence (realtime) or a plain wait (fast) until ``ready()``."""
         while not ready():
             if self.realtime:
@@ -94,21 +103,21 @@ class TimelineSource:
             else:
                 await asyncio.sleep(0.005)
 
-    def _ready_for(self, seg: Segment) -> Any:
+    def _ready_for(self, seg: Segment) -> Callable[[], bool]:
         s = self.session
         if seg.barge_in_at_ms is None:
             return lambda: s is None or s.idle()
         start = len(self.starts)
 
+        at = seg.barge_in_at_ms
+
         def audio_started() -> bool:
-            t = getattr(s, "last_audio_out_t", None)
-            return (
-                t is not None and t > self.starts[start - 1] and now_ms() >= t + seg.barge_in_at_ms
-            )
+            t = s.last_audio_out_t if s is not None else None
+            return t is not None and t > self.starts[start - 1] and now_ms() >= t + at
 
         return audio_started
 
-    async def frames(self) -> AsyncIterator[np.ndarray]:
+    async def frames(self) -> AsyncIterator[PCM16]:
         async for f in self._silence_for(self.lead_ms):
             yield f
         for i, seg in enumerate(self.segments):
@@ -125,7 +134,7 @@ class TimelineSource:
             if self._closed:
                 return
 
-    def __aiter__(self) -> AsyncIterator[np.ndarray]:
+    def __aiter__(self) -> AsyncIterator[PCM16]:
         return self.frames()
 
     async def aclose(self) -> None:
@@ -137,10 +146,10 @@ class TurnPrinter:
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(highlight=False, soft_wrap=True)
-        self.turns: list[dict[str, Any]] = []
+        self.turns: list[dict[str, object]] = []  # each response.done's, with its latency
         self._user = ""
 
-    def __call__(self, ev: dict[str, Any]) -> None:
+    def __call__(self, ev: Event) -> None:
         kind = ev["type"]
         if kind == "conversation.item.input_audio_transcription.completed":
             self._user = ev["transcript"]
@@ -175,13 +184,13 @@ class TurnPrinter:
 
 
 async def run_session(
-    components: Any,
-    cfg: Any,
+    components: Components,
+    cfg: Config,
     source: TimelineSource,
-    sink: Any,
+    sink: Sink,
     tracer: Tracer,
-    on_event: Any = None,
-) -> Any:
+    on_event: EventFn | None = None,
+) -> VoiceSession:
     """Run one session over a timeline source; returns the finished VoiceSession."""
     from dllm_voice.app.conversation.session import VoiceSession
 
@@ -192,14 +201,14 @@ async def run_session(
     return session
 
 
-async def load_segments(inputs: list[str], cfg: Any) -> list[Segment]:
+async def load_segments(inputs: list[str], audio: AudioConfig) -> list[Segment]:
     """Read each input WAV (any rate/channels; WavSource converts) into 16 kHz mono PCM."""
     from dllm_voice.audio.sources import WavSource
 
     segments = []
     for spec in inputs:
         path, at_ms = parse_input(spec)
-        source = WavSource(path, frame_ms=cfg.audio.frame_ms, realtime=False)
+        source = WavSource(path, frame_ms=audio.frame_ms, realtime=False)
         frames = [np.asarray(f, dtype=np.int16) async for f in source]
         await source.aclose()
         pcm = np.concatenate(frames) if frames else np.zeros(0, dtype=np.int16)
@@ -208,12 +217,12 @@ async def load_segments(inputs: list[str], cfg: Any) -> list[Segment]:
 
 
 def run_wavs(
-    cfg: Any,
+    cfg: Config,
     inputs: list[str],
     output: str | None = None,
     trace: str | None = None,
     realtime: bool = False,
-    components: Any = None,
+    components: Components | None = None,
 ) -> int:
     """``python main.py run --input q.wav [--input q2.wav@1500 ...]``; returns the exit code."""
     from dllm_voice.app.conversation.components import Components
@@ -221,7 +230,7 @@ def run_wavs(
 
     # Lines are never cut to the console's width: a pipe's 80 columns broke the latency line.
     console = Console(highlight=False, soft_wrap=True)
-    segments = asyncio.run(load_segments(inputs, cfg))
+    segments = asyncio.run(load_segments(inputs, cfg.audio))
     if any(s.barge_in_at_ms is not None for s in segments) and not realtime:
         console.print("[dim]barge-in input given: pacing in real time[/dim]")
         realtime = True
