@@ -177,6 +177,14 @@ def _library() -> ctypes.CDLL | None:
     return None
 
 
+def _loaded() -> ctypes.CDLL:
+    """The library, for the functions that need available()."""
+    lib = _library()
+    if lib is None:
+        raise RuntimeError("the cpu_rows kernel is not available here: check available() first")
+    return lib
+
+
 def _call(lib: ctypes.CDLL, x: torch.Tensor, w: Panels) -> torch.Tensor:
     m, k = x.shape
     y = torch.empty(m, w.data.shape[0] * PANEL)
@@ -232,9 +240,9 @@ def _self_test(lib: ctypes.CDLL) -> bool:
     ok = torch.allclose(_call(lib, x, pack(w)), F.linear(x, w), atol=1e-5, rtol=1e-5)
     x = torch.randn(8, 64, generator=gen)
     for fmt in QUANT_FORMATS:
-        q = random_quantized(fmt, 40, 64, gen)
-        blocks = pack_quant(q, vnni=False)
-        ok = ok and torch.equal(_call(lib, x, blocks), _call(lib, x, pack(dequantize(q))))
+        quant = random_quantized(fmt, 40, 64, gen)
+        blocks = pack_quant(quant, vnni=False)
+        ok = ok and torch.equal(_call(lib, x, blocks), _call(lib, x, pack(dequantize(quant))))
     x = torch.randn(3, 20, generator=gen)
     g = torch.randn(20, generator=gen)
     ok = ok and torch.allclose(_norm(lib, x, g, 1e-5), F.rms_norm(x, (20,), g, 1e-5))
@@ -244,7 +252,7 @@ def _self_test(lib: ctypes.CDLL) -> bool:
         q.transpose(0, 1)[None], kv[0][None], kv[1][None], scale=0.3, enable_gqa=True,
         attn_mask=torch.ones(3, 9, dtype=torch.bool).tril(6),
     )[0].transpose(0, 1)  # fmt: skip
-    return bool(ok and torch.allclose(out, ref, atol=1e-5, rtol=1e-5))
+    return bool(ok and out is not None and torch.allclose(out, ref, atol=1e-5, rtol=1e-5))
 
 
 def _norm(lib: ctypes.CDLL, x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
@@ -282,7 +290,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm of fp32 CPU x (..., k) with gain weight (k,), as F.rms_norm computes it up to
     rounding, in one call (torch's composite takes ~30-60 us for a decode row). Needs
     available()."""
-    return _norm(_library(), x, weight, eps)
+    return _norm(_loaded(), x, weight, eps)
 
 
 def argmax(x: torch.Tensor) -> list[int]:
@@ -323,7 +331,7 @@ def attention(
         return None
     mask = None if mask is None else mask.contiguous()
     out = torch.empty(t, h, d)
-    (lib or _library()).attend_rows(
+    (lib or _loaded()).attend_rows(
         q.data_ptr(), keys.data_ptr(), values.data_ptr(), out.data_ptr(),
         None if mask is None else mask.data_ptr(), t, n, h, hkv, d, q.stride(0), keys.stride(0),
         scale, int(causal), torch.get_num_threads(),
@@ -431,7 +439,7 @@ def layers(
         )
     passive = os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
     solo = stack.integer and t <= SOLO_ROWS and passive
-    _library().layers_rows(
+    _loaded().layers_rows(
         n_layers, x.data_ptr(), t, dim, stack.ptrs, stack.fmts, stack.widths, stack.norm_ptrs,
         eps, rope[0].data_ptr(), rope[1].data_ptr(), n, row0, past, kc, vc, masks, int(causal),
         strides[0], strides[1], heads, hkv, d, ffn, d**-0.5, scratch.data_ptr(),
@@ -528,7 +536,7 @@ def matmul(
     rows = x.numel() // x.shape[-1]
     if rows > panels.max_rows:
         return F.linear(x, weight, bias)
-    y = _call(_library(), x.reshape(rows, x.shape[-1]).contiguous(), panels)
+    y = _call(_loaded(), x.reshape(rows, x.shape[-1]).contiguous(), panels)
     if bias is not None:
         y = y + bias
     return y.reshape(*x.shape[:-1], panels.n)

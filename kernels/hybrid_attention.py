@@ -24,12 +24,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from dllm_voice.kernels import backend
 from dllm_voice.kernels.errors import KernelInputError
+
+if TYPE_CHECKING:  # bound at the first launch (_build_kernel), where the kernel's body finds them
+    import triton.language as tl
 
 _kernel = None  # the @triton.jit kernel, built on first use
 

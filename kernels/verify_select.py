@@ -26,11 +26,15 @@ What the caller does next, in torch (one row of V, cheap):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from dllm_voice.kernels import backend
 from dllm_voice.kernels.errors import KernelInputError
+
+if TYPE_CHECKING:  # bound at the first launch (_build_kernel), where the kernel's body finds them
+    import triton.language as tl
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # 4096-wide tiles: 12 iterations for SmolLM2's 49152-token vocabulary, 16 KiB of fp32 per tile.
@@ -156,7 +160,11 @@ def verify_select_torch(
     max_prob = p.gather(-1, argmax[:, None])[:, 0]  # = 1 / sum exp(x - m)
     lse = m - torch.log(max_prob)
     draft_prob = p[:K].gather(-1, drafts[:, None])[:, 0]  # (K,)
-    ok = (uniforms < draft_prob) if temperature > 0.0 else (argmax[:K] == drafts)
+    if temperature > 0.0:
+        assert uniforms is not None, "sampling needs uniforms (verify_select checks)"
+        ok = uniforms < draft_prob
+    else:
+        ok = argmax[:K] == drafts
     accepted = torch.cumprod(ok.long(), dim=0).sum()
     return VerifyResult(argmax, max_prob, lse, draft_prob, accepted)
 

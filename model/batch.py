@@ -20,7 +20,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -80,10 +79,22 @@ class StepBatcher:
         recent = now - RECENT_MS / 1e3
         return sum(1 for t, at in self._last.items() if at >= recent and t not in waiting)
 
-    def __call__(self, ids: torch.Tensor | None = None, *, cache: KVCache, **kw: Any) -> ForwardOut:
-        """`model(ids, cache=cache, **kw)`, run together with the calls other threads hand in
-        now: a decoder's `DecodeRequest.forward`."""
-        me = _Pending(Call(cache, ids, **kw), threading.get_ident())
+    def __call__(
+        self,
+        ids: torch.Tensor | None = None,
+        *,
+        cache: KVCache,
+        embeds: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        write: int | None = None,
+        logits: str | int = "all",
+        hidden: bool = False,
+    ) -> ForwardOut:
+        """The model's forward on these arguments, run together with the calls other threads
+        hand in now: a decoder's `DecodeRequest.forward` (a transformer.Forward)."""
+        call = Call(cache, ids, embeds, positions, mask, write, logits, hidden)
+        me = _Pending(call, threading.get_ident())
         with self._cond:
             self._pending.append(me)
             self._cond.notify_all()

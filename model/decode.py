@@ -11,14 +11,14 @@ the list of token ids that pass committed (possibly empty, e.g. a prefill chunk)
 - it may be abandoned at any yield (EOS, stop string, max tokens, cancel): the engine owns
   those decisions and never resumes it after.
 Decoders run inside torch.inference_mode (entered by the engine around every step) and run the
-model through `req.forward`, which may batch their forward with other sessions' (model/batch.py).
+model through `req.run`, which may batch their forward with other sessions' (model/batch.py).
 `ar` lives here; model/hybrid.py registers `hybrid` and `parallel` with @register when it is
 imported (model/engine.py imports it), so this module imports no decoder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +27,7 @@ from dllm_voice.kernels import cpu_rows
 from dllm_voice.model.config import LMConfig
 from dllm_voice.model.errors import UnknownDecoderError
 from dllm_voice.model.kv_cache import KVCache
-from dllm_voice.model.transformer import ForwardOut, Transformer
+from dllm_voice.model.transformer import Forward, Transformer
 
 # Prompt rows per prefill forward: bounds the time between cancel checks on long prompts
 # (a 2000-token history is 8 forwards, each checked), while the chunks stay large enough for
@@ -91,9 +91,9 @@ class DecodeRequest:
     stop_ids: frozenset[int]
     cfg: LMConfig
     drafts: list[int] | None = None  # an earlier answer's ids as first drafts (refinement)
-    # The model's forward as this request runs it: model/batch.py's StepBatcher where sessions
-    # share one model (their steps run as one forward); the model itself by default.
-    forward: Callable[..., ForwardOut] | None = None
+    # The model's forward as this request runs it (`run`): model/batch.py's StepBatcher where
+    # sessions share one model (their steps run as one forward); the model itself by default.
+    forward: Forward | None = None
     # How many sessions' steps share a forward now (StepBatcher.sessions): a hybrid decoder's
     # verify rows then cost every one of them time.
     sharing: Callable[[], int] = lambda: 1
@@ -103,11 +103,11 @@ class DecodeRequest:
     on_tap: Callable[[torch.Tensor], None] | None = None
 
     def __post_init__(self) -> None:
-        if self.forward is None:
-            self.forward = self.model
+        self.run: Forward = self.model if self.forward is None else self.forward
 
 
-Decoder = Callable[[DecodeRequest], Iterator[list[int]]]
+Steps = Generator[list[int], None, None]  # a decoder's committed ids, one list per forward
+Decoder = Callable[[DecodeRequest], Steps]
 Prepare = Callable[[Transformer, LMConfig], None]
 DECODERS: dict[str, Decoder] = {}
 PREPARE: dict[str, Prepare] = {}
@@ -154,10 +154,10 @@ def feed_rows(req: DecodeRequest, ids: list[int], last: bool) -> torch.Tensor | 
     tap = tap_row(req, len(ids))
     rows = tap if tap is not None else "last" if last else "none"
     chunk = torch.tensor([ids], device=req.model.embed.weight.device)  # (1, T)
-    out = req.forward(chunk, cache=req.cache, logits=rows)
-    if tap is not None:
-        req.on_tap(out.logits[0, 0])  # type: ignore[misc]
-    return out.logits[0, -1] if last else None
+    out = req.run(chunk, cache=req.cache, logits=rows)
+    if tap is not None and req.on_tap is not None and out.logits is not None:
+        req.on_tap(out.logits[0, 0])
+    return out.logits[0, -1] if last and out.logits is not None else None
 
 
 def tap_row(req: DecodeRequest, rows: int) -> int | None:
@@ -167,7 +167,7 @@ def tap_row(req: DecodeRequest, rows: int) -> int | None:
 
 
 @register("ar")
-def decode_ar(req: DecodeRequest) -> Iterator[list[int]]:
+def decode_ar(req: DecodeRequest) -> Steps:
     """Plain autoregressive decoding: one token per forward pass."""
     logits = None
     for logits in prefill(req):
@@ -179,4 +179,6 @@ def decode_ar(req: DecodeRequest) -> Iterator[list[int]]:
         t = req.sampler(logits)
         yield [t]
         token.fill_(t)
-        logits = req.forward(token, cache=req.cache).logits[0, -1]
+        out = req.run(token, cache=req.cache)
+        assert out.logits is not None
+        logits = out.logits[0, -1]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -51,6 +52,9 @@ from dllm_voice.model.transformer import (
     run_layers,
 )
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / "drafter.safetensors"
 
 
@@ -71,7 +75,9 @@ def q4_decode(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     return (q.view(*scales.shape, Q_GROUP) * scales.float()[..., None]).flatten(-2)
 
 
-def write_adapter(path: str | Path, tensors: dict, args: object, info: dict | None) -> None:
+def write_adapter(
+    path: str | Path, tensors: dict[str, torch.Tensor], args: DataclassInstance, info: dict | None
+) -> None:
     """safetensors file with the architecture (a dataclass) and training info as metadata."""
     meta = {"args": json.dumps(asdict(args)), "info": json.dumps(info or {})}
     save_file(tensors, str(path), metadata=meta)
@@ -100,6 +106,8 @@ class DrafterArgs:
 
 
 class BlockDrafter(nn.Module):
+    vocab_ids: torch.Tensor  # (vocab,) base token id of each draft-vocabulary entry (a buffer)
+
     def __init__(self, base_args: ModelArgs, args: DrafterArgs, vocab_ids: torch.Tensor) -> None:
         super().__init__()
         assert vocab_ids.shape == (args.vocab,), "vocab_ids must list args.vocab token ids"

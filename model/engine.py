@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -163,7 +163,7 @@ class ChatSession:
                     cache=self.cache,
                     logits="last" if want else "none",
                 )
-                last = out.logits[0, -1] if want else None
+                last = out.logits[0, -1] if want and out.logits is not None else None
         return last
 
     def end_of_turn(
@@ -312,7 +312,7 @@ class Generation:
 
     def _run(
         self, decoder: decode.Decoder, max_new: int, drafts: list[int] | None
-    ) -> Iterator[str]:
+    ) -> Generator[str, None, None]:
         s, lm, st = self.session, self.session.lm, self.stats
         t0 = time.perf_counter()
         if self._cancelled():
@@ -375,6 +375,7 @@ class Generation:
                     st.ttft_ms = (t_first - t0) * 1e3
                 st.new_tokens = len(self.token_ids)
                 if st.stop_reason == "loop":
+                    assert self._guard is not None  # only the guard ends an answer as a loop
                     kept = self._guard.kept(self.text + held)
                     emitted, self.text = self.text, kept
                     if len(kept) > len(emitted) and kept.startswith(emitted):

@@ -9,9 +9,10 @@ the `gguf` package.
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeGuard
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -21,6 +22,43 @@ MAGIC = b"GGUF"
 # value type id -> struct format of a scalar (8 = string and 9 = array are handled apart)
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
             12: "d"}  # fmt: skip
+
+# A metadata value: a number, bool or string, or an array of them (arrays may nest).
+MetaValue = int | float | bool | str | list["MetaValue"]
+
+
+def scalar(
+    meta: Mapping[str, MetaValue], key: str, default: float | str | None = None
+) -> float | str:
+    """meta[key], or `default` where it is missing and given; TypeError where it is an array."""
+    value = meta[key] if default is None else meta.get(key, default)
+    if isinstance(value, list):
+        raise TypeError(f"GGUF {key}: an array where one value belongs")
+    return value
+
+
+def _all_str(values: list[MetaValue]) -> TypeGuard[list[str]]:
+    return all(isinstance(v, str) for v in values)
+
+
+def _all_int(values: list[MetaValue]) -> TypeGuard[list[int]]:
+    return all(isinstance(v, int) for v in values)
+
+
+def strings(meta: Mapping[str, MetaValue], key: str) -> list[str]:
+    """meta[key], an array of strings; TypeError where it is something else."""
+    value = meta[key]
+    if not isinstance(value, list) or not _all_str(value):
+        raise TypeError(f"GGUF {key}: not an array of strings")
+    return value
+
+
+def ints(meta: Mapping[str, MetaValue], key: str) -> list[int]:
+    """meta[key], an array of integers; TypeError where it is something else."""
+    value = meta[key]
+    if not isinstance(value, list) or not _all_int(value):
+        raise TypeError(f"GGUF {key}: not an array of integers")
+    return value
 
 
 @dataclass(frozen=True)
@@ -39,14 +77,14 @@ class GGUFFile:
         # A plain ndarray view of the map: slicing np.memmap itself costs a Python
         # __array_finalize__ per view, 228K of them inside gguf's dequantize (1.5 s).
         self._map = np.asarray(np.memmap(self.path, dtype=np.uint8, mode="r"))
-        buf = self._buf = memoryview(self._map)
+        buf = self._buf = self._map.data
         if bytes(buf[:4]) != MAGIC:
             raise ValueError("bad magic (not a GGUF file)")
         version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
         if version not in (2, 3):
             raise ValueError(f"GGUF version {version} (supported: 2, 3)")
         self._pos = 24
-        self.meta: dict[str, Any] = {}
+        self.meta: dict[str, MetaValue] = {}
         for _ in range(n_kv):
             key = self._str()
             self.meta[key] = self._value(self._u32())
@@ -59,7 +97,7 @@ class GGUFFile:
             qtype, offset = struct.unpack_from("<IQ", buf, self._pos)
             self._pos += 12
             infos.append((name, tuple(reversed(dims)), GGMLQuantizationType(qtype), offset))
-        align = int(self.meta.get("general.alignment", 32))
+        align = int(scalar(self.meta, "general.alignment", 32))
         start = -(-self._pos // align) * align
         self.tensors = {n: TensorInfo(n, s, q, start + o) for n, s, q, o in infos}
 
@@ -74,7 +112,7 @@ class GGUFFile:
         self._pos += 8 + n
         return s
 
-    def _value(self, vtype: int) -> Any:
+    def _value(self, vtype: int) -> MetaValue:
         if vtype == 8:
             return self._str()
         if vtype == 9:

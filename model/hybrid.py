@@ -31,15 +31,23 @@ never does that, so `parallel` at 1.0 is exactly `hybrid`.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
 from dllm_voice.kernels import cpu_rows
 from dllm_voice.kernels.verify_select import verify_select
 from dllm_voice.model.config import LMConfig
-from dllm_voice.model.decode import PREFILL_CHUNK, DecodeRequest, feed_rows, register, tap_row
+from dllm_voice.model.decode import (
+    PREFILL_CHUNK,
+    DecodeRequest,
+    Steps,
+    feed_rows,
+    register,
+    tap_row,
+)
 from dllm_voice.model.drafter import BlockDrafter, load_default
 from dllm_voice.model.lookup import PromptLookup
 from dllm_voice.model.ngram import NgramStore
@@ -71,27 +79,36 @@ def batch_row_cost(row_cost: float, sessions: int) -> float:
     return row_cost * sessions / (1 + row_cost * (sessions - 1))
 
 
-# Loaded drafters and n-gram stores per base model, by (setting, value): shared by every session.
-_LOADED: weakref.WeakKeyDictionary[Transformer, dict[tuple[str, str], object]] = (
+T = TypeVar("T")
+# Loaded drafters and n-gram stores per base model, by setting value: shared by every session.
+_DRAFTERS: weakref.WeakKeyDictionary[Transformer, dict[str, BlockDrafter | None]] = (
+    weakref.WeakKeyDictionary()
+)
+_NGRAMS: weakref.WeakKeyDictionary[Transformer, dict[str, NgramStore | None]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _loaded(model: Transformer, key: tuple[str, str], load: Callable[[], object]) -> object:
-    per_model = _LOADED.setdefault(model, {})
-    if key not in per_model:
-        per_model[key] = load()
-    return per_model[key]
+def _loaded(
+    cache: weakref.WeakKeyDictionary[Transformer, dict[str, T]],
+    model: Transformer,
+    spec: str,
+    load: Callable[[], T],
+) -> T:
+    per_model = cache.setdefault(model, {})
+    if spec not in per_model:
+        per_model[spec] = load()
+    return per_model[spec]
 
 
 def drafter_for(model: Transformer, spec: str) -> BlockDrafter | None:
     """The drafter named by lm.drafter for this base model, loaded once."""
-    return _loaded(model, ("drafter", spec), lambda: load_default(spec, model))
+    return _loaded(_DRAFTERS, model, spec, lambda: load_default(spec, model))
 
 
 def ngram_for(model: Transformer, spec: str) -> NgramStore | None:
     """The n-gram store named by lm.ngram for this base model, loaded once."""
-    return _loaded(model, ("ngram", spec), lambda: load_ngram(spec, model.args.vocab_size))
+    return _loaded(_NGRAMS, model, spec, lambda: load_ngram(spec, model.args.vocab_size))
 
 
 def bundled_only(spec: str, lm_path: str) -> str:
@@ -102,12 +119,12 @@ def bundled_only(spec: str, lm_path: str) -> str:
 
 def set_drafter(model: Transformer, spec: str, drafter: BlockDrafter | None) -> None:
     """Register an in-memory drafter under an lm.drafter name (tests, benchmarks)."""
-    _LOADED.setdefault(model, {})["drafter", spec] = drafter
+    _DRAFTERS.setdefault(model, {})[spec] = drafter
 
 
 def set_ngram(model: Transformer, spec: str, store: NgramStore | None) -> None:
     """Register an in-memory n-gram store under an lm.ngram name (tests, benchmarks)."""
-    _LOADED.setdefault(model, {})["ngram", spec] = store
+    _NGRAMS.setdefault(model, {})[spec] = store
 
 
 @dataclass
@@ -163,10 +180,11 @@ class HybridStepper:
         """Append `rows` to the cache; logits (R, V) and normed hidden (R, dim) of rows
         first_logit_row.. (the output head runs only where a row checks a draft)."""
         ids = torch.tensor([rows], device=self.dev)  # (1, T)
-        out = self.req.forward(
+        out = self.req.run(
             ids, cache=self.cache, positions=positions, mask=mask, logits=first_logit_row,
             hidden=True,
         )  # fmt: skip
+        assert out.logits is not None and out.hidden_normed is not None
         return out.logits[0], out.hidden_normed[0, first_logit_row:]  # (R, V), (R, dim)
 
     def accept(self, logits: torch.Tensor, tree: DraftTree) -> tuple[list[int], int]:
@@ -223,7 +241,8 @@ class HybridStepper:
         first = len(pre) if tap is None else tap
         logits, normed = self.forward_rows(rows, first, positions, mask)
         if tap is not None:
-            self.req.on_tap(logits[0])  # type: ignore[misc]
+            if self.req.on_tap is not None:
+                self.req.on_tap(logits[0])
             logits, normed = logits[len(pre) - tap :], normed[len(pre) - tap :]
         path, bonus = self.accept(logits, tree)
         self.cache.move(at + 1, [at + 1 + j for j in path])
@@ -278,7 +297,7 @@ class HybridStepper:
         )  # fmt: skip
 
 
-def _decode(req: DecodeRequest, threshold: float) -> Iterator[list[int]]:
+def _decode(req: DecodeRequest, threshold: float) -> Steps:
     cfg = req.cfg
     drafter = drafter_for(req.model, bundled_only(cfg.drafter, cfg.path))
     st = HybridStepper(
@@ -329,12 +348,12 @@ def prepare(model: Transformer, cfg: LMConfig) -> None:
 
 
 @register("hybrid", prepare)
-def decode_hybrid(req: DecodeRequest) -> Iterator[list[int]]:
+def decode_hybrid(req: DecodeRequest) -> Steps:
     """Verified decoding: exactly the base model's tokens, several per forward."""
     return _decode(req, 1.0)
 
 
 @register("parallel", prepare)
-def decode_parallel(req: DecodeRequest) -> Iterator[list[int]]:
+def decode_parallel(req: DecodeRequest) -> Steps:
     """Confident drafts committed without verification (lm.threshold); lossy."""
     return _decode(req, req.cfg.threshold)

@@ -24,7 +24,7 @@ from gguf import GGMLQuantizationType
 
 from dllm_voice.kernels.cpu_rows import Quantized
 from dllm_voice.model.errors import ModelLoadError
-from dllm_voice.model.gguf_file import GGUFFile
+from dllm_voice.model.gguf_file import GGUFFile, scalar
 from dllm_voice.model.tokenizer import Tokenizer
 from dllm_voice.model.transformer import ModelArgs, Transformer
 
@@ -145,7 +145,7 @@ def _read_gguf(
         ) from e
     meta, tensors = f.meta, f.tensors
     arch = meta.get("general.architecture")
-    if arch not in GGUF_ARCHS:
+    if not isinstance(arch, str) or arch not in GGUF_ARCHS:
         raise ModelLoadError(
             f"{p}: GGUF architecture {arch!r} is not supported (supported: {', '.join(GGUF_ARCHS)})"
         )
@@ -154,17 +154,17 @@ def _read_gguf(
             f"{p}: GGUF with llama3 rope_freqs is not supported; load the Hugging Face directory"
         )
     try:
-        n_heads = int(meta[f"{arch}.attention.head_count"])
+        n_heads = int(scalar(meta, f"{arch}.attention.head_count"))
         args = ModelArgs(
             vocab_size=int(tensors["token_embd.weight"].shape[0]),
-            dim=int(meta[f"{arch}.embedding_length"]),
-            n_layers=int(meta[f"{arch}.block_count"]),
+            dim=int(scalar(meta, f"{arch}.embedding_length")),
+            n_layers=int(scalar(meta, f"{arch}.block_count")),
             n_heads=n_heads,
-            n_kv_heads=int(meta.get(f"{arch}.attention.head_count_kv", n_heads)),
-            ffn_dim=int(meta[f"{arch}.feed_forward_length"]),
-            norm_eps=float(meta[f"{arch}.attention.layer_norm_rms_epsilon"]),
-            rope_theta=float(meta.get(f"{arch}.rope.freq_base", 10000.0)),
-            max_seq_len=int(meta.get(f"{arch}.context_length", 4096)),
+            n_kv_heads=int(scalar(meta, f"{arch}.attention.head_count_kv", n_heads)),
+            ffn_dim=int(scalar(meta, f"{arch}.feed_forward_length")),
+            norm_eps=float(scalar(meta, f"{arch}.attention.layer_norm_rms_epsilon")),
+            rope_theta=float(scalar(meta, f"{arch}.rope.freq_base", 10000.0)),
+            max_seq_len=int(scalar(meta, f"{arch}.context_length", 4096)),
             tie_embeddings="output.weight" not in tensors,
             qkv_bias="blk.0.attn_q.bias" in tensors,
             arch=arch,
@@ -195,8 +195,9 @@ def _read_gguf(
 
             state.update(_fuse_layer(get, i, args.qkv_bias))
             for name, parts in FUSED.items():
-                qs = [blocks(f"blk.{i}.{GGUF_NAMES[part]}") for part in parts]
-                if all(q is not None and q.fmt == qs[0].fmt for q in qs):
+                found = [blocks(f"blk.{i}.{GGUF_NAMES[part]}") for part in parts]
+                qs = [q for q in found if q is not None]
+                if len(qs) == len(parts) and all(q.fmt == qs[0].fmt for q in qs):
                     rows = [permuted(part, q.rows) for part, q in zip(parts, qs, strict=True)]
                     quant[f"layers.{i}.{name}"] = Quantized(qs[0].fmt, torch.cat(rows))
         tok = Tokenizer.from_gguf_meta(meta)

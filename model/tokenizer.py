@@ -13,15 +13,15 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as RustTokenizer
 
 from dllm_voice.model.errors import ModelLoadError
+from dllm_voice.model.gguf_file import MetaValue, ints, scalar, strings
 
 # Pre-tokenizer split patterns of llama.cpp's `tokenizer.ggml.pre` names.
 _LLAMA3_PAT = (
@@ -98,23 +98,21 @@ class Tokenizer:
     # --- construction ---------------------------------------------------------------------
 
     @classmethod
-    def from_gguf_meta(cls, metadata: dict[str, Any]) -> Tokenizer:
+    def from_gguf_meta(cls, metadata: Mapping[str, MetaValue]) -> Tokenizer:
         """From GGUF metadata: tokenizer.ggml.{model,tokens,merges,token_type,pre,...}."""
-
-        def meta(key: str, default: object = None) -> Any:
-            return metadata.get(key, default)
-
-        kind = meta("tokenizer.ggml.model")
+        kind = metadata.get("tokenizer.ggml.model")
         if kind != "gpt2":
             raise ModelLoadError(
                 f"GGUF tokenizer model {kind!r} is not supported (supported: gpt2 byte-level BPE)"
             )
-        tokens: list[str] = meta("tokenizer.ggml.tokens")
-        merges = [tuple(m.split(" ", 1)) for m in meta("tokenizer.ggml.merges")]
-        types: list[int] = meta("tokenizer.ggml.token_type", [1] * len(tokens))
+        tokens = strings(metadata, "tokenizer.ggml.tokens")
+        pairs = (m.partition(" ") for m in strings(metadata, "tokenizer.ggml.merges"))
+        merges = [(a, b) for a, _, b in pairs]
+        typed = "tokenizer.ggml.token_type" in metadata
+        types = ints(metadata, "tokenizer.ggml.token_type") if typed else [1] * len(tokens)
         bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges)
         tok = RustTokenizer(bpe)
-        tok.pre_tokenizer = _gguf_pre_tokenizer(meta("tokenizer.ggml.pre", "gpt2"))
+        tok.pre_tokenizer = _gguf_pre_tokenizer(str(scalar(metadata, "tokenizer.ggml.pre", "gpt2")))
         tok.decoder = decoders.ByteLevel()
         # 3 = control, 4 = user-defined: matched whole in text, never split by BPE.
         tok.add_special_tokens(
@@ -124,11 +122,11 @@ class Tokenizer:
                 if ty in (3, 4)
             ]
         )
-        eos = meta("tokenizer.ggml.eos_token_id")
+        eos = "tokenizer.ggml.eos_token_id"
         return cls(
             tok,
-            chat_template=meta("tokenizer.chat_template", ""),
-            eos_ids=() if eos is None else (int(eos),),
+            chat_template=str(scalar(metadata, "tokenizer.chat_template", "")),
+            eos_ids=(int(scalar(metadata, eos)),) if eos in metadata else (),
         )
 
     @classmethod

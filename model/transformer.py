@@ -32,7 +32,7 @@ import math
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, TypedDict, Unpack, cast
 
 import torch
 import torch.nn.functional as F
@@ -67,8 +67,27 @@ class ModelArgs:
         assert self.head_dim % 2 == 0, "rotary embeddings need an even head_dim"
 
     @classmethod
-    def preset(cls, name: str, **overrides: object) -> ModelArgs:
+    def preset(cls, name: str, **overrides: Unpack[ArgsOverrides]) -> ModelArgs:
         return replace(PRESETS[name], **overrides)
+
+
+class ArgsOverrides(TypedDict, total=False):
+    """ModelArgs fields to change in a preset."""
+
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_dim: int
+    norm_eps: float
+    rope_theta: float
+    max_seq_len: int
+    tie_embeddings: bool
+    qkv_bias: bool
+    head_dim: int
+    rope_llama3: tuple[float, ...]
+    arch: str
 
 
 PRESETS: dict[str, ModelArgs] = {
@@ -97,10 +116,23 @@ class Call:
     def kwargs(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def run(self, forward: Forward) -> ForwardOut:
+        """`forward` (the model's) on these arguments."""
+        return forward(
+            self.ids, cache=self.cache, embeds=self.embeds, positions=self.positions,
+            mask=self.mask, write=self.write, logits=self.logits, hidden=self.hidden,
+        )  # fmt: skip
+
+    @property
+    def rows(self) -> int:
+        """T, the new rows: of `embeds`, else of `ids`."""
+        x = self.ids if self.embeds is None else self.embeds
+        assert x is not None, "a call needs ids or embeds"
+        return x.shape[1]
+
     def check_room(self) -> None:
         """ContextOverflowError, as `forward` raises it, where the cache cannot take the rows."""
-        t = (self.ids if self.embeds is None else self.embeds).shape[1]
-        self.cache.check_room(t if self.write is None else self.write)
+        self.cache.check_room(self.rows if self.write is None else self.write)
 
 
 def _logit_rows(logits: str | int, t: int) -> slice:
@@ -114,6 +146,23 @@ class ForwardOut(NamedTuple):
     logits: torch.Tensor | None  # (B, T or 1, vocab) float32, or None when not requested
     hidden: torch.Tensor | None  # (B, T, dim) last block output before the final norm
     hidden_normed: torch.Tensor | None  # (B, T, dim) after the final norm (lm-head input)
+
+
+class Forward(Protocol):
+    """`Transformer.forward`, or what runs it for a decoder (model/batch.py's StepBatcher)."""
+
+    def __call__(
+        self,
+        ids: torch.Tensor | None = None,
+        *,
+        cache: KVCache,
+        embeds: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        write: int | None = None,
+        logits: str | int = "all",
+        hidden: bool = False,
+    ) -> ForwardOut: ...
 
 
 def rope_inv_freq(args: ModelArgs) -> torch.Tensor:
@@ -358,12 +407,13 @@ def _c_stack(layers: nn.ModuleList) -> cpu_rows.LayerStack | None:
     packings, stack = _C_STACKS.get(layers, (-1, None))
     if packings == _PACKINGS:
         return stack
-    mats = [(b.attn.wqkv, b.attn.wo, b.mlp.w_gate_up, b.mlp.w_down) for b in layers]
+    blocks = cast("list[Block]", list(layers))
+    mats = [(b.attn.wqkv, b.attn.wo, b.mlp.w_gate_up, b.mlp.w_down) for b in blocks]
     panels = tuple(m.packed for four in mats for m in four)
     stack = None
     if all(isinstance(p, cpu_rows.Panels) for p in panels) and mats[0][0].bias is None:
-        norms = tuple(g for layer in layers for g in (layer.attn_norm, layer.mlp_norm))
-        stack = cpu_rows.layer_stack(panels, norms)
+        norms = tuple(g for b in blocks for g in (b.attn_norm, b.mlp_norm))
+        stack = cpu_rows.layer_stack(cast("tuple[cpu_rows.Panels, ...]", panels), norms)
     _C_STACKS[layers] = (_PACKINGS, stack)
     return stack
 
@@ -433,10 +483,11 @@ def _c_layers(
     causal: bool,
 ) -> None:
     """y (T, dim) through the C layer stack, in place (cpu_rows.layers)."""
-    heads, ffn, d = layers[0].attn.n_heads, layers[0].mlp.ffn_dim, rope[0].shape[-1]
+    first = cast(Block, layers[0])
+    heads, ffn, d = first.attn.n_heads, first.mlp.ffn_dim, rope[0].shape[-1]
     scratch = torch.empty(cpu_rows.layers_scratch(stack, y.shape[0], y.shape[1], heads, d, ffn))
     cos, sin = (r.contiguous() for r in rope)
-    cpu_rows.layers(y, stack, layers[0].eps, (cos, sin), seqs, causal, heads, ffn, scratch)
+    cpu_rows.layers(y, stack, first.eps, (cos, sin), seqs, causal, heads, ffn, scratch)
 
 
 class Transformer(nn.Module):
@@ -494,7 +545,8 @@ class Transformer(nn.Module):
         """The kernel of this model's matrix products on CPU, by its layers' (else its head's)
         packing: "vnni", "quant" or "rows" (kernels/cpu_rows.py from GGUF blocks with integer or
         fp32 products, or from fp32 weights), "onednn", or "plain" (unpacked: F.linear)."""
-        packed = self.layers[0].attn.wqkv.packed if len(self.layers) else self._head_packed
+        first = cast(Block, self.layers[0]) if len(self.layers) else None
+        packed = self._head_packed if first is None else first.attn.wqkv.packed
         if packed is None:
             return "plain"
         if isinstance(packed, cpu_rows.Panels):
@@ -602,7 +654,9 @@ class Transformer(nn.Module):
         if logits != "none":
             rows = _logit_rows(logits, x.shape[1])
             head_in = (
-                normed[:, rows] if hidden else rms_norm(x[:, rows], self.norm, self.args.norm_eps)
+                rms_norm(x[:, rows], self.norm, self.args.norm_eps)
+                if normed is None
+                else normed[:, rows]
             )
             out = self.head(head_in)  # (B, rows, vocab)
         return ForwardOut(out, x if hidden else None, normed)
@@ -616,7 +670,7 @@ class Transformer(nn.Module):
         its forward alone. Elsewhere, or past the kernel's row limit, the calls run in turn."""
         stack = _c_stack(self.layers) if self._rows_path(calls) else None
         if stack is None or len(calls) == 1:
-            return [self.forward(**c.kwargs()) for c in calls]
+            return [c.run(self.forward) for c in calls]
         xs, cos, sin, seqs, writes = [], [], [], [], []
         for c in calls:
             x = self.embed(c.ids) if c.embeds is None else c.embeds  # (1, T, dim)
@@ -665,7 +719,7 @@ class Transformer(nn.Module):
         rows = 0
         caps = {(c.cache.capacity, c.cache.batch, c.cache.k.dtype) for c in calls}
         for c in calls:
-            t = (c.ids if c.embeds is None else c.embeds).shape[1]
+            t = c.rows
             rows += t
             if c.cache.length + t > c.cache.capacity:
                 return False

@@ -66,11 +66,12 @@ def test_trained_adapter_is_the_default(lms) -> None:
 
 def test_load_prepares_what_the_decoder_needs(lm, monkeypatch) -> None:
     monkeypatch.setattr(loader, "load", lambda *_: (lm.model, lm.tokenizer))
-    monkeypatch.setattr(hybrid, "_LOADED", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(hybrid, "_DRAFTERS", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(hybrid, "_NGRAMS", weakref.WeakKeyDictionary())
     LM.load(replace(lm.cfg, decoder="ar"))
-    assert lm.model not in hybrid._LOADED
+    assert lm.model not in hybrid._DRAFTERS and lm.model not in hybrid._NGRAMS
     LM.load(replace(lm.cfg, decoder="hybrid"))  # loaded before the first answer
-    assert set(hybrid._LOADED[lm.model]) == {("drafter", ""), ("ngram", "")}
+    assert set(hybrid._DRAFTERS[lm.model]) == set(hybrid._NGRAMS[lm.model]) == {""}
     with pytest.raises(ModelLoadError, match="lm.drafter file not found"):  # at startup
         LM.load(replace(lm.cfg, decoder="parallel", drafter="missing.safetensors"))
 
