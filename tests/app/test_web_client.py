@@ -165,7 +165,7 @@ def evaluate_on_page(script: str, *args: Any) -> list[Any]:
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed (make test installs it)")
     playwright = pytest.importorskip("playwright.sync_api")
-    page_file = Path(__file__).resolve().parents[2] / "app" / "static" / "index.html"
+    page_file = Path(__file__).resolve().parents[2] / "app" / "server" / "static" / "index.html"
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
