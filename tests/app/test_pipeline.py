@@ -23,18 +23,25 @@ from tests.app.fakes import ClockSink, FakeComponents, FakeTranscriber, buzz, si
 CFG = replace(Config(), vad=replace(Config().vad, silero=False))
 
 
-SHORT = {"lm": {"tail": "Fine, thanks."}, "ms_per_word": 100}
+# Answers play in real time: 30 ms a word keeps an answer nobody barges into under 0.4 s.
+SHORT = {"lm": {"tail": "Fine, thanks."}, "ms_per_word": 30}
 # Long enough (~2.5 s of audio) to still be playing when the user barges in.
 LONG = {"lm": {"tail": "That is a fine question, and here is the answer."}, "ms_per_word": 180}
 
 
+# The timeline's silence before the first words: the source's default 300 ms, waited in real
+# time in each of ~40 runs, is not what these tests time.
+LEAD_MS = 90
+
+
 def run(script, segments, realtime=True, cfg=CFG, turn_audio=None, **kw):
-    comps = FakeComponents(script, **(kw or SHORT))
+    comps = FakeComponents(script, **{"ms_per_word": SHORT["ms_per_word"], **(kw or SHORT)})
     comps.turn_audio = turn_audio
     events: list[dict] = []
     tracer = Tracer(None, session="t")
     sink = ClockSink(comps.tts.sample_rate_hz)
-    source = TimelineSource(segments, realtime=realtime, tail_ms=cfg.vad.speech_end_ms + 300)
+    tail_ms = cfg.vad.speech_end_ms + 300
+    source = TimelineSource(segments, realtime=realtime, tail_ms=tail_ms, lead_ms=LEAD_MS)
     try:
         session = asyncio.run(
             asyncio.wait_for(run_session(comps, cfg, source, sink, tracer, events.append), 30)
@@ -104,7 +111,7 @@ def np_concat(*parts):
 
 
 def test_barge_in_stops_audio_truncates_history_and_answers_next():
-    script = ["Hi", "Wait, what about Spain?"]
+    script = ["Hi.", "Wait, what about Spain?"]
     segments = [Segment(buzz(700)), Segment(buzz(900), barge_in_at_ms=800)]
     session, comps, trace, events = run(script, segments, **LONG)
     first, second = done(events)
@@ -135,7 +142,7 @@ class DoubleTalkSource(TimelineSource):
 def test_double_talk_pauses_the_agent_before_the_vad_onset():
     cfg = replace(CFG, barge_in=replace(CFG.barge_in, echo_guard_ms=250))
     segments = [Segment(buzz(700)), Segment(buzz(900), barge_in_at_ms=800)]
-    comps = FakeComponents(["Hi", "Wait, what about Spain?"], **LONG)
+    comps = FakeComponents(["Hi.", "Wait, what about Spain?"], **LONG)
     tracer = Tracer(None, session="t")
     source = DoubleTalkSource(segments, realtime=True, tail_ms=800)
     sink = ClockSink(comps.tts.sample_rate_hz)
@@ -154,7 +161,7 @@ def test_double_talk_pauses_the_agent_before_the_vad_onset():
 )
 def test_cough_and_backchannel_do_not_cancel(script2, pcm_ms, reason):
     segments = [Segment(buzz(700)), Segment(buzz(pcm_ms), barge_in_at_ms=600)]
-    _, comps, trace, events = run(["Hi", script2], segments, **LONG)
+    _, comps, trace, events = run(["Hi.", script2], segments, **LONG)
     (resp,) = done(events)
     assert resp["status"] == "completed"
     assert [e["reason"] for e in trace if e["event"] == "barge_in_resume"] == [reason]
@@ -170,7 +177,7 @@ def test_an_interruption_and_the_rest_after_its_pause_are_one_turn(wait_ms, how)
     dropped, nor answered on its own)."""
     said = np.concatenate([buzz(wait_ms), silence(600), buzz(900)])
     segments = [Segment(buzz(700)), Segment(said, barge_in_at_ms=600)]
-    script = ["Hi", ("", "Wait.", "Wait, which ocean", "Wait, which ocean is the smallest?")]
+    script = ["Hi.", ("", "Wait.", "Wait, which ocean", "Wait, which ocean is the smallest?")]
     _, comps, trace, events = run(script, segments, **LONG)
     assert names(trace).count(how) == 1 and names(trace).count("barge_in") == 1
     statuses = [r["status"] for r in done(events)]
@@ -220,7 +227,7 @@ def test_cancel_mid_answer_leaves_no_tasks_or_threads():
 def test_barge_in_disabled_ignores_user_speech():
     cfg = replace(CFG, barge_in=replace(CFG.barge_in, enabled=False))
     segments = [Segment(buzz(700)), Segment(buzz(900), barge_in_at_ms=300)]
-    _, comps, trace, events = run(["Hi", "Stop please"], segments, cfg=cfg, **LONG)
+    _, comps, trace, events = run(["Hi.", "Stop please"], segments, cfg=cfg, **LONG)
     (resp,) = done(events)
     assert resp["status"] == "completed" and len(comps.lm.calls) == 1
 
@@ -460,7 +467,7 @@ def test_speech_right_after_an_early_end_reopens_the_same_turn():
     script = [("What is the capital.", "What is the capital.",
                "What is the capital of France?", "What is the capital of France?")]  # fmt: skip
     pcm = np.concatenate([buzz(900), silence(600), buzz(600)])
-    session, comps, trace, events = run(script, [Segment(pcm)])
+    session, comps, trace, events = run(script, [Segment(pcm)], **{**SHORT, "ms_per_word": 100})
     seq = names(trace)
     assert seq.count("reopen") == 1 and seq.index("reopen") > seq.index("speech_end")
     assert len({e["turn"] for e in trace if e["event"] == "speech_start"}) == 1  # one turn
