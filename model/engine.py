@@ -10,6 +10,7 @@ prefills only the rest, whatever changed (new turn, edited history, dropped old 
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import threading
@@ -83,6 +84,9 @@ class LM:
         log.info("lm: %s, %s decoding, %s", cfg.path or "bundled SmolLM2-135M", cfg.decoder, kernel)
         return cls(model, tok, cfg)
 
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
     def session(self) -> ChatSession:
         return ChatSession(self)
 
@@ -96,6 +100,17 @@ class ChatSession:
         self.cache = lm.model.new_cache(lm.cfg.context_tokens + CACHE_SLACK)
         self._seq: list[int] = []  # the cache holds self._seq[: cache.length]
         self._active: Generation | None = None
+
+    @property
+    def cfg(self) -> LMConfig:
+        return self.lm.cfg
+
+    def configure(self, cfg: LMConfig) -> None:
+        """This conversation's LM settings (decoder, sampling) from its next generation on; the
+        weights and the KV cache stay (a new cache is ~100 MB to zero)."""
+        lm = copy.copy(self.lm)  # the weights and the batcher stay shared with other sessions
+        lm.cfg = cfg
+        self.lm = lm
 
     @property
     def cached_ids(self) -> list[int]:

@@ -36,20 +36,28 @@ if TYPE_CHECKING:
 
     from dllm_voice.app.config import Config
     from dllm_voice.app.conversation.components import Components
-    from dllm_voice.model.engine import ChatSession, GenerationStats
+    from dllm_voice.app.conversation.ports import ChatSession
+    from dllm_voice.audio.sinks import Sink
+    from dllm_voice.model.engine import GenerationStats
 
 log = logging.getLogger(__name__)
 
 
 class Session(Protocol):
-    """What an answer needs of its conversation (session.py's VoiceSession)."""
+    """What an answer needs of its conversation (responses.py's Responses)."""
 
-    c: Components  # the shared models and their executors
-    cfg: Config
-    lm_session: ChatSession
-    lm_executor: Executor  # the conversation's LM thread
-    sink: Any
     sink_cursor: int  # sink position where the next written sample will play
+
+    @property
+    def c(self) -> Components: ...  # the shared models and their workers
+    @property
+    def cfg(self) -> Config: ...
+    @property
+    def lm_session(self) -> ChatSession: ...
+    @property
+    def lm_executor(self) -> Executor: ...  # the conversation's LM thread
+    @property
+    def sink(self) -> Sink: ...
 
     def trace(self, name: str, turn: int, gen: int, **attrs: Any) -> None: ...
     def emit(self, event: dict[str, Any]) -> None: ...

@@ -18,8 +18,7 @@ from dllm_voice.app.conversation.text import normalize
 
 if TYPE_CHECKING:
     from dllm_voice.app.conversation.answer import Answer
-    from dllm_voice.audio.tts import ClauseChunker
-    from dllm_voice.model.engine import Generation
+    from dllm_voice.app.conversation.ports import Chunker, Generation
 
 # An answer whose first 4-8 words were said in an earlier answer is a copy, not an answer ("The
 # capital of France is Paris." to a request for a joke); 3 words ("The capital of") legitimately
@@ -73,7 +72,7 @@ class ClauseStream:
         self.generation: Generation | None = None
         self._iter: Iterator[str] | None = None
         self._prompt = ans.messages  # what the generation was asked (without history on a retry)
-        self._chunker: ClauseChunker | None = None
+        self._chunker: Chunker | None = None
         self._uncut: str | None = ""  # text before the first chunk; None once it is cut
         self._sentences = 0  # sentence ends among the chunks spoken so far
         self._spoken_text = ""  # the chunks handed to TTS, joined

@@ -10,11 +10,23 @@ LM's StepBatcher runs concurrent sessions' decoding steps as one forward (model/
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dllm_voice.app.conversation.ports import (
+    Chunker,
+    LanguageModel,
+    Recognizer,
+    Synthesizer,
+    Transcriber,
+)
 from dllm_voice.app.conversation.scheduler import Worker
+
+if TYPE_CHECKING:
+    from dllm_voice.app.config import Config
+    from dllm_voice.audio.config import ASRConfig, TTSConfig
+    from dllm_voice.audio.prosody import TurnEndAudio
 
 SMALL_LM_PARAMS = 1_000_000_000
 
@@ -23,15 +35,15 @@ SMALL_LM_PARAMS = 1_000_000_000
 class Components:
     """The loaded models and their worker threads, shared by all sessions."""
 
-    lm: Any
-    asr: Any
-    tts: Any
-    turn_audio: Any = None  # audio.prosody.TurnEndAudio: the end of turn heard in the speech
+    lm: LanguageModel
+    asr: Recognizer
+    tts: Synthesizer
+    turn_audio: TurnEndAudio | None = None  # the end of turn heard in the speech
     asr_worker: Worker = field(default_factory=lambda: Worker("asr"))
     tts_worker: Worker = field(default_factory=lambda: Worker("tts"))
 
     @classmethod
-    def load(cls, cfg: Any, warmup: bool = True, tts_rate_hz: int = 0) -> Components:
+    def load(cls, cfg: Config, warmup: bool = True, tts_rate_hz: int = 0) -> Components:
         """Load LM, ASR and TTS from the root config; ``warmup`` runs each once (first calls of
         onnxruntime / CTranslate2 / torch are 2-5x slower and would land in the first turn).
         ``tts_rate_hz``: synthesize at this rate (the speaker's), 0 = the voice's own."""
@@ -56,21 +68,22 @@ class Components:
         for _ in gen:
             pass
 
-    def new_transcriber(self, cfg: Any) -> Any:
+    def new_transcriber(self, cfg: ASRConfig) -> Transcriber:
         """Per-utterance streaming ASR state over the shared Whisper model."""
-        from dllm_voice.audio.asr import StreamingTranscriber
+        from dllm_voice.audio.asr import StreamingTranscriber, WhisperASR
 
+        assert isinstance(self.asr, WhisperASR), "a transcriber runs on the Whisper model"
         refiner = self.asr.refiner if cfg.refine_long_turns else None
         return StreamingTranscriber(self.asr, cfg, refiner)
 
-    def new_chunker(self, cfg: Any) -> Any:
+    def new_chunker(self, cfg: TTSConfig) -> Chunker:
         """Cuts the LM's text stream into speakable clauses."""
         from dllm_voice.audio.tts import ClauseChunker
 
         return ClauseChunker.from_config(cfg)
 
     def lm_params(self) -> int:
-        return sum(p.numel() for p in self.lm.model.parameters())
+        return self.lm.parameter_count()
 
     def history_mode(self, mode: str) -> str:
         """conversation.history for this LM: "auto" gives a model under 1B parameters only the

@@ -26,9 +26,9 @@ if TYPE_CHECKING:
     from dllm_voice.app.config import Config
     from dllm_voice.app.conversation.components import Components
     from dllm_voice.app.conversation.listening import Listener
+    from dllm_voice.app.conversation.ports import ChatSession
     from dllm_voice.app.conversation.turns import TurnManager
     from dllm_voice.audio.vad import Endpointer
-    from dllm_voice.model.engine import ChatSession
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

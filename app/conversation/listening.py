@@ -16,12 +16,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-
 from dllm_voice.app.conversation import events
 from dllm_voice.app.conversation.end_of_turn import RECENT_MS
+from dllm_voice.app.conversation.ports import PCM16, Transcriber
 from dllm_voice.app.conversation.scheduler import LATER, URGENT
-from dllm_voice.audio.asr import StreamingTranscriber, Transcript, WordEnd
+from dllm_voice.audio.asr import Transcript, WordEnd
 
 if TYPE_CHECKING:
     from dllm_voice.app.config import Config
@@ -72,7 +71,7 @@ class Listener:
         self._finals = 0  # finals asked for
         self._refinements: set[Future[str]] = set()  # whole passes over long turns, asked for
         # The latest final and its transcriber
-        self._last_final: tuple[StreamingTranscriber | None, str] = (None, "")
+        self._last_final: tuple[Transcriber | None, str] = (None, "")
         self.closed = False
 
     # ---- audio in ------------------------------------------------------------------------------
@@ -84,7 +83,7 @@ class Listener:
         """A fresh transcriber: the previous one's final may still be queued in the worker."""
         self.transcriber = self.s.c.new_transcriber(self.s.cfg.asr)
 
-    def feed(self, pcm: np.ndarray) -> None:
+    def feed(self, pcm: PCM16) -> None:
         # The transcriber has one owner, the ASR worker: feeding it from the loop while a pass
         # reads its buffer would race, so feeds queue in the same worker. Urgent, in order with
         # finals and segment cuts: a pass hears every feed queued before it (and those that
@@ -95,7 +94,7 @@ class Listener:
         self._jobs.add(fut)
         fut.add_done_callback(self._jobs.discard)
 
-    def _fed(self, transcriber: StreamingTranscriber, pcm: np.ndarray, end_ms: float) -> None:
+    def _fed(self, transcriber: Transcriber, pcm: PCM16, end_ms: float) -> None:
         """In the ASR worker: feed the audio that ends at ``end_ms``."""
         transcriber.feed(pcm)
         self._heard_ms = end_ms
@@ -120,7 +119,7 @@ class Listener:
 
     # ---- passes --------------------------------------------------------------------------------
 
-    def _pass(self, transcriber: StreamingTranscriber, at_pause: bool) -> tuple[float, Transcript]:
+    def _pass(self, transcriber: Transcriber, at_pause: bool) -> tuple[float, Transcript]:
         """In the ASR worker: a partial pass, and the audio ms it heard up to."""
         return self._heard_ms, transcriber.partial(at_pause)
 
@@ -254,16 +253,15 @@ class Listener:
         if tr.text:
             self._follow_refinement(self.transcriber, turn, tr.text)
 
-    def _follow_refinement(self, transcriber: StreamingTranscriber, turn: int, text: str) -> None:
+    def _follow_refinement(self, transcriber: Transcriber, turn: int, text: str) -> None:
         """A long turn, heard in segments: one whole pass over all of it on the Refiner after
         its final (the answer does not wait for it); its text replaces the final's in the
         history, so the later turns' prompts carry it, and the client is told
         (``...input_audio_transcription.revised``), so its transcript stays the history's."""
-        refinement = getattr(transcriber, "refinement", None)
-        if refinement is None or self.closed:
+        if self.closed:
             return
         s, loop = self.s, asyncio.get_running_loop()
-        job = s.c.asr_worker.submit(refinement, priority=LATER, key=self)
+        job = s.c.asr_worker.submit(transcriber.refinement, priority=LATER, key=self)
         self._jobs.add(job)
 
         def revise(refined: str) -> None:

@@ -27,8 +27,9 @@ from dllm_voice.app.observe.trace import now_ms
 if TYPE_CHECKING:
     from dllm_voice.app.config import Config
     from dllm_voice.app.conversation.components import Components
+    from dllm_voice.app.conversation.ports import ChatSession
     from dllm_voice.app.conversation.session import VoiceSession
-    from dllm_voice.model.engine import ChatSession
+    from dllm_voice.audio.sinks import Sink
 
 
 class Responses:
@@ -61,7 +62,7 @@ class Responses:
         return self.s.lm_executor
 
     @property
-    def sink(self) -> Any:
+    def sink(self) -> Sink:
         return self.s.sink
 
     def trace(self, name: str, turn: int, gen: int, **attrs: Any) -> None:

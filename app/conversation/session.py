@@ -22,9 +22,9 @@ import contextlib
 import copy
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -50,9 +50,13 @@ from dllm_voice.app.conversation.turns import TurnManager
 from dllm_voice.app.observe.trace import Tracer, now_ms
 from dllm_voice.app.observe.trace_tools import latency_event
 
+if TYPE_CHECKING:
+    from dllm_voice.app.config import Config
+    from dllm_voice.audio.sinks import Sink
+
 __all__ = ["Components", "VoiceSession"]
 log = logging.getLogger(__name__)
-EventFn = Callable[[dict[str, Any]], None]
+EventFn = Callable[[events.Event], None]
 T = TypeVar("T")
 
 
@@ -62,9 +66,9 @@ class VoiceSession:
     def __init__(
         self,
         components: Components,
-        cfg: Any,
-        source: AsyncIterator[np.ndarray],
-        sink: Any,
+        cfg: Config,
+        source: AsyncIterable[np.ndarray],
+        sink: Sink,
         tracer: Tracer | None = None,
         on_event: EventFn | None = None,
     ) -> None:
@@ -267,19 +271,29 @@ class VoiceSession:
 
     def _do_one(self, a: Action) -> None:
         r = self.responses
-        handler = {
-            RequestPartial: lambda a: self.ears.request_partial(),
-            StartSpeculation: r.speculate,
-            DropSpeculation: r.drop,
-            ReleaseSpeculation: r.release,
-            StartAnswer: r.answer,
-            HoldPlayback: r.hold,
-            ResumePlayback: r.resume,
-            CancelAnswer: lambda a: r.cut(a.gen, "barge_in"),
-            ScoreEnd: self.eot.score_words,
-            ReopenTurn: lambda a: r.cut(a.gen, "reopen_cancel"),
-        }[type(a)]
-        handler(a)
+        match a:
+            case RequestPartial():
+                self.ears.request_partial()
+            case StartSpeculation():
+                r.speculate(a)
+            case DropSpeculation():
+                r.drop(a)
+            case ReleaseSpeculation():
+                r.release(a)
+            case StartAnswer():
+                r.answer(a)
+            case HoldPlayback():
+                r.hold(a)
+            case ResumePlayback():
+                r.resume(a)
+            case CancelAnswer():
+                r.cut(a.gen, "barge_in")
+            case ScoreEnd():
+                self.eot.score_words(a)
+            case ReopenTurn():
+                r.cut(a.gen, "reopen_cancel")
+            case _:
+                raise TypeError(f"unknown action {a!r}")
 
     def _heard_of(self, gen: int) -> str:
         return self.responses.heard(gen)
@@ -303,17 +317,17 @@ class VoiceSession:
         self.do(self.tm.on_final(text))
         return None
 
-    def configure(self, cfg: Any) -> None:
+    def configure(self, cfg: Config) -> None:
         """This session's settings (``session.update``): VAD waits from the next frame, the
         decoder and the voice from the next answer."""
         if cfg.vad != self.cfg.vad:
             self.vad.set_waits(cfg.vad.pause_ms, cfg.vad.speech_end_ms)
-        if cfg.lm != self.cfg.lm or cfg.tts != self.cfg.tts:
+        if cfg.lm != self.cfg.lm:
+            self.lm_session.configure(cfg.lm)
+        if cfg.tts != self.cfg.tts:
             self.c = copy.copy(self.c)  # the models stay shared; only this session's view
-            self.c.lm, self.c.tts = copy.copy(self.c.lm), copy.copy(self.c.tts)
-            self.c.lm.cfg, self.c.tts.cfg = cfg.lm, cfg.tts
-            # The conversation keeps its KV cache (a new one is ~100 MB to zero on the loop).
-            self.lm_session.lm = self.c.lm
+            self.c.tts = copy.copy(self.c.tts)
+            self.c.tts.cfg = cfg.tts
         self.cfg = cfg
 
     # ---- what answers tell the conversation ----------------------------------------------------

@@ -244,8 +244,9 @@ class TurnManager:
     def _barge_needs_transcript(self) -> bool:
         b = self.barge
         guard = self.barge_in.echo_guard_ms if self.agent == "speaking" else 0
-        long = b is not None and b.last_ms - b.onset_ms >= self.barge_in.confirm_ms + guard
-        return long and not b.echo
+        if b is None:
+            return False
+        return b.last_ms - b.onset_ms >= self.barge_in.confirm_ms + guard and not b.echo
 
     def _reject_barge(self, reason: str) -> list[Action]:
         b, self.barge = self.barge, None
@@ -322,10 +323,10 @@ class TurnManager:
         if not score:
             return actions
         # A speculation that starts on this text scores it on the way (one forward fewer).
-        at = next((i for i, a in enumerate(actions) if isinstance(a, StartSpeculation)), None)
-        if at is not None:
-            actions[at] = replace(actions[at], score=True)
-            return actions
+        for i, a in enumerate(actions):
+            if isinstance(a, StartSpeculation):
+                actions[i] = replace(a, score=True)
+                return actions
         prompt = self.history.prompt(self.cfg.system_prompt, text)
         return [ScoreEnd(self.gen, text, prompt), *actions]
 

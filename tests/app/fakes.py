@@ -17,6 +17,7 @@ import numpy as np
 from dllm_voice.app.conversation.components import Components
 from dllm_voice.app.observe.trace import now_ms
 from dllm_voice.audio.asr import Transcript
+from dllm_voice.model.config import LMConfig
 
 SR = 16000
 
@@ -185,6 +186,7 @@ class FakeLM:
     prefills: list[list[dict]] = field(default_factory=list)
     superseded_after: int | None = None  # the first generation's, see FakeGeneration
     scored_alone: int = 0  # end_of_turn() calls: end-of-turn scores not read by a generation
+    cfg: LMConfig = field(default_factory=LMConfig)
 
     class tokenizer:  # noqa: N801 - mirrors LM.tokenizer
         @staticmethod
@@ -193,6 +195,12 @@ class FakeLM:
 
     def session(self) -> FakeLM:
         return self
+
+    def configure(self, cfg: LMConfig) -> None:
+        self.cfg = cfg
+
+    def parameter_count(self) -> int:
+        return 135_000_000
 
     def end_of_turn(self, messages, *, cancel=None) -> float:
         """Likely complete when the user's text ends in . ? ! (the real LM's score, roughly)."""
