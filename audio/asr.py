@@ -300,18 +300,20 @@ class WhisperASR:
         if compute == "auto":
             compute = "float16" if device == "cuda" else "int8"
         try:
-            self.model: WhisperModel = faster_whisper.WhisperModel(
+            model: WhisperModel = faster_whisper.WhisperModel(
                 str(model_dir), device=device, compute_type=compute, cpu_threads=cfg.cpu_threads
             )
         except (RuntimeError, ValueError, OSError) as e:
             raise ModelLoadError(f"cannot load Whisper from {model_dir}: {e}") from e
+        self.model = model
         self.device, self.compute_type, self.model_dir = device, compute, str(model_dir)
-        multilingual = self.model.model.is_multilingual
+        multilingual = model.model.is_multilingual
         language = cfg.language if multilingual else "en"
-        self._tok: _Tokenizer = Tokenizer(
-            self.model.hf_tokenizer, multilingual, task="transcribe", language=language
+        tok: _Tokenizer = Tokenizer(
+            model.hf_tokenizer, multilingual, task="transcribe", language=language
         )
-        self._prompt = [*self._tok.sot_sequence, self._tok.no_timestamps]
+        self._tok = tok
+        self._prompt = [*tok.sot_sequence, tok.no_timestamps]
         self.refiner = Refiner(self) if cfg.refine_long_turns else None
         self._lock = threading.Lock()
         self._gate_lock = threading.Lock()
