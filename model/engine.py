@@ -118,22 +118,39 @@ class ChatSession:
 
     def fit_budget(self, messages: Sequence[dict[str, str]], max_new: int) -> list[int]:
         """Prompt ids for `messages`, dropping the oldest non-system turns (a user message and
-        the assistant reply after it) until prompt + max_new fits lm.context_tokens."""
+        the assistant reply after it) until prompt + max_new fits lm.context_tokens; a last
+        message that alone does not fit keeps its last words (where a long turn's request is)."""
         budget = self.lm.cfg.context_tokens - max_new
         msgs = list(messages)
         ids = self.lm.tokenizer.apply_chat(msgs)
         while len(ids) > budget:
             first = next((i for i, m in enumerate(msgs) if m["role"] != "system"), len(msgs))
             if first >= len(msgs) - 1:
-                raise ContextOverflowError(
-                    f"prompt of {len(ids)} tokens + {max_new} new tokens exceeds "
-                    f"lm.context_tokens={self.lm.cfg.context_tokens}; raise it or shorten the input"
-                )
+                return self._last_words_that_fit(msgs, budget, max_new)
             del msgs[first]
             if first < len(msgs) - 1 and msgs[first]["role"] == "assistant":
                 del msgs[first]
             ids = self.lm.tokenizer.apply_chat(msgs)
         return ids
+
+    def _last_words_that_fit(
+        self, msgs: list[dict[str, str]], budget: int, max_new: int
+    ) -> list[int]:
+        """Prompt ids with the last message cut to its last words that fit ``budget``."""
+        apply = self.lm.tokenizer.apply_chat
+        *head, last = msgs
+        words = last["content"].split()
+        n = min(len(words), budget)  # a word is at least one token: no longer tail can fit
+        while n > 0:
+            ids = apply([*head, {**last, "content": " ".join(words[-n:])}])
+            if len(ids) <= budget:
+                log.warning("a %d-word message kept its last %d words to fit", len(words), n)
+                return ids
+            n = min(n - 1, n * budget // len(ids))
+        raise ContextOverflowError(
+            f"the prompt without its last message's words + {max_new} new tokens exceeds "
+            f"lm.context_tokens={self.lm.cfg.context_tokens}; raise it or shorten the system prompt"
+        )
 
     def reuse_prefix(self, prompt: list[int]) -> int:
         """Keep the longest common prefix of the cache and `prompt` (at least one prompt token

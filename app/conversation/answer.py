@@ -30,6 +30,7 @@ from dllm_voice.app.conversation.frames import ClauseFrame, EndOfAnswerFrame, TT
 from dllm_voice.app.conversation.playback import Playback
 from dllm_voice.app.conversation.scheduler import LATER, URGENT
 from dllm_voice.app.observe.trace import now_ms
+from dllm_voice.model.errors import ModelError
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -142,7 +143,10 @@ class Answer:
             return
         exc = fut.exception()
         if exc is not None and not self.cancelled:
-            log.error("LM failed in answer %d: %s", self.gen, exc, exc_info=exc)
+            # A model error (a system prompt too long for the context) is the client's to read;
+            # anything else is a bug and keeps its traceback.
+            bug = None if isinstance(exc, ModelError) else exc
+            log.error("LM failed in answer %d: %s", self.gen, exc, exc_info=bug)
             self.s.trace("error", self.turn, self.gen, stage="lm", message=str(exc))
             self.s.emit(events.error("lm_error", str(exc)))
             self._clauses.put_nowait(EndOfAnswerFrame(self.gen, "error"))

@@ -136,8 +136,14 @@ def test_context_budget_drops_oldest_turns(lm: LM) -> None:
     list(used.generate(msgs[:-3] + [msgs[-1]], max_new_tokens=4))
     again = used.generate(msgs)
     assert "".join(again) == g.text and again.stats.cached_tokens < len(ids)
+    # A turn longer than the context is answered from its last words, the request's place.
+    long = " ".join(f"word{i}" for i in range(400)) + " What is the capital of France?"
+    ids = s.fit_budget([{"role": "user", "content": long}], 10)
+    assert len(ids) + 10 <= 160
+    kept = small.tokenizer.decode(ids)
+    assert "capital of France?" in kept and "word0 " not in kept and "word399" in kept
     with pytest.raises(ContextOverflowError):
-        s.generate([{"role": "user", "content": "word " * 400}])
+        s.generate([{"role": "system", "content": "Be brief. " * 200}, FRANCE[0]])
 
 
 def test_seeded_sampling_is_reproducible(lm: LM) -> None:
