@@ -9,6 +9,7 @@ run: install
 test: install-dev
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
+	$(PY) -m mypy --strict -p dllm_voice.app -p dllm_voice.audio
 	$(PY) -m pytest -q -m "not slow and not gpu"
 
 install:

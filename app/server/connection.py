@@ -144,7 +144,7 @@ class Connection:
 
     async def _watch_idle(self, idle_s: float) -> None:
         """Close a session with no audio either way for `idle_s` (it holds one of few slots)."""
-        while (left := self.last_audio + idle_s - time.monotonic()) > 0:
+        while (left := self.last_audio + idle_s - time.monotonic()) > 0:  # noqa: ASYNC110 - a deadline
             await asyncio.sleep(left)
         log.info("session %s: no audio for %.0f s; closing", self.id, idle_s)
         self.emit(
