@@ -86,6 +86,10 @@ class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
 
 
+# A section's dataclass (AudioConfig, LMConfig, ...), its class picked by name at run time.
+_Section = Any
+
+
 def _section_types() -> dict[str, type]:
     hints = typing.get_type_hints(Config)
     return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
@@ -96,7 +100,7 @@ def _did_you_mean(word: str, options: list[str]) -> str:
     return f"did you mean '{close[0]}'? " if close else ""
 
 
-def _describe(tp: Any) -> str:
+def _describe(tp: object) -> str:
     origin = typing.get_origin(tp)
     if origin in (list, tuple):
         args = [a for a in typing.get_args(tp) if a is not Ellipsis]
@@ -106,7 +110,7 @@ def _describe(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _coerce(key: str, value: Any, tp: Any) -> Any:
+def _coerce(key: str, value: object, tp: object) -> object:
     """Return `value` as type `tp`, or raise ConfigError naming the key."""
     wrong = ConfigError(f"config: {key} = {value!r} has the wrong type (expected {_describe(tp)})")
     origin = typing.get_origin(tp)
@@ -122,10 +126,10 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     if origin in (list, tuple):
         if not isinstance(value, list | tuple):
             raise wrong
-        (item_tp, *_) = [a for a in typing.get_args(tp) if a is not Ellipsis] or [Any]
+        (item_tp, *_) = [a for a in typing.get_args(tp) if a is not Ellipsis] or [object]
         items = [_coerce(key, v, item_tp) for v in value]
         return tuple(items) if origin is tuple else items
-    if tp is Any:
+    if tp is object or tp is Any:
         return value
     if tp is bool:
         if isinstance(value, bool):
@@ -151,24 +155,25 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     raise wrong
 
 
-def _check_range(key: str, value: Any, meta: typing.Mapping[str, Any]) -> None:
+def _check_range(key: str, value: object, meta: typing.Mapping[str, object]) -> None:
+    # dllm_voice/settings.py stores choices as a tuple and min/max as numbers.
     choices = meta.get("choices")
-    if choices is not None and value not in choices:
+    if isinstance(choices, tuple) and value not in choices:
         allowed = ", ".join(repr(c) for c in choices)
         raise ConfigError(f"config: {key} = {value!r} is not allowed (choose one of: {allowed})")
     lo, hi = meta.get("min"), meta.get("max")
     for v in value if isinstance(value, list | tuple) else [value]:
         if not isinstance(v, int | float):
             continue
-        if (lo is not None and v < lo) or (hi is not None and v > hi):
+        if (isinstance(lo, int | float) and v < lo) or (isinstance(hi, int | float) and v > hi):
             span = f"{lo if lo is not None else '-inf'} .. {hi if hi is not None else 'inf'}"
             raise ConfigError(f"config: {key} = {value!r} is out of range (allowed: {span})")
 
 
-def _build_section(name: str, cls: type, values: dict[str, Any]) -> Any:
+def _build_section(name: str, cls: type, values: typing.Mapping[str, object]) -> _Section:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for key, raw in values.items():
         full = f"{name}.{key}"
         if key not in fields:
@@ -186,7 +191,7 @@ def _build_section(name: str, cls: type, values: dict[str, Any]) -> Any:
         raise ConfigError(f"config: {name}: {exc}") from None
 
 
-def parse_override(text: str) -> tuple[str, str, Any]:
+def parse_override(text: str) -> tuple[str, str, object]:
     """Split `section.key=value` into its parts; the value is parsed as YAML (1, 0.5, true, cpu)."""
     if "=" not in text or "." not in text.split("=", 1)[0]:
         raise ConfigError(f"config: --set {text!r} is malformed (expected section.key=value)")
@@ -201,7 +206,7 @@ def parse_override(text: str) -> tuple[str, str, Any]:
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Defaults ← YAML file (default: the project's config.yaml, if present) ← `--set` overrides."""
-    data: dict[str, dict[str, Any]] = {}
+    data: dict[str, dict[str, object]] = {}
     if path is not None or DEFAULT_CONFIG_PATH.exists():
         file = Path(path) if path is not None else DEFAULT_CONFIG_PATH
         try:
@@ -229,7 +234,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         data.setdefault(section, {})[key] = value
 
     sections = _section_types()
-    built: dict[str, Any] = {}
+    built: dict[str, _Section] = {}
     for section, values in data.items():
         if section not in sections:
             raise ConfigError(
@@ -240,11 +245,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return Config(**built)
 
 
-def with_changes(cfg: Config, changes: dict[str, dict[str, Any]]) -> Config:
+def with_changes(cfg: Config, changes: typing.Mapping[str, typing.Mapping[str, object]]) -> Config:
     """``cfg`` with ``{section: {key: value}}`` applied, each value checked as load_config
     checks a file's (a session's settings: the server's ``session.update``)."""
     sections = _section_types()
-    built: dict[str, Any] = {}
+    built: dict[str, _Section] = {}
     for section, values in changes.items():
         if section not in sections:
             raise ConfigError(
@@ -256,8 +261,8 @@ def with_changes(cfg: Config, changes: dict[str, dict[str, Any]]) -> Config:
     return dataclasses.replace(cfg, **built)
 
 
-def _yaml_scalar(value: Any) -> str:
-    text = yaml.safe_dump(value, default_flow_style=True, width=1000).strip()
+def _yaml_scalar(value: object) -> str:
+    text: str = yaml.safe_dump(value, default_flow_style=True, width=1000).strip()
     return text.removesuffix("\n...").removesuffix("...").strip()
 
 
