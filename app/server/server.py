@@ -228,6 +228,7 @@ class VoiceServer:
                 if result is not None:
                     await result
             await stop.wait()
+        gc.unfreeze()  # frozen objects outlive the exit's collection: triton's nanobind report
 
 
 def _check_port(host: str, port: int) -> None:
