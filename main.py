@@ -47,7 +47,8 @@ def _cmd_run(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _cmd_trace(cfg: Config, args: argparse.Namespace) -> int:
-    from dllm_voice.app.observe.trace_tools import trace_export, trace_summary
+    from dllm_voice.app.observe.trace_export import trace_export
+    from dllm_voice.app.observe.trace_tools import trace_summary
 
     if args.action == "summary":
         return trace_summary(args.file)

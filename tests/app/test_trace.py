@@ -11,13 +11,11 @@ from pathlib import Path
 from rich.console import Console
 
 from dllm_voice.app.observe.trace import Tracer, read_trace
+from dllm_voice.app.observe.trace_export import to_chrome, to_html, trace_export
 from dllm_voice.app.observe.trace_tools import (
     latency_event,
     summarize,
     summary,
-    to_chrome,
-    to_html,
-    trace_export,
     trace_summary,
     turn_rows,
 )
