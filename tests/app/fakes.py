@@ -185,6 +185,9 @@ class FakeLM:
     calls: list[dict] = field(default_factory=list)
     prefills: list[list[dict]] = field(default_factory=list)
     superseded_after: int | None = None  # the first generation's, see FakeGeneration
+    # The tail of answers to any other question than the first one (None: ``tail``): a long
+    # first answer to barge into, then a short one that need not play for seconds.
+    later_tail: str | None = None
     scored_alone: int = 0  # end_of_turn() calls: end-of-turn scores not read by a generation
     cfg: LMConfig = field(default_factory=LMConfig)
 
@@ -223,7 +226,10 @@ class FakeLM:
         if end_score is not None:  # the real one: on the first forward, before any text
             end_score(self._p_end(messages))
         user = messages[-1]["content"].rstrip(".?!")
-        words = self.template.format(user=user, tail=self.tail).split()
+        first = self.calls[0]["messages"][-1]["content"]
+        later = self.later_tail is not None and messages[-1]["content"] != first
+        tail = self.later_tail if later else self.tail
+        words = self.template.format(user=user, tail=tail).split()
         words = words[: max_new_tokens or len(words)]
         k = self.words_per_step
         steps = [" ".join(words[i : i + k]) for i in range(0, len(words), k)]

@@ -26,7 +26,10 @@ CFG = replace(Config(), vad=replace(Config().vad, silero=False))
 # Answers play in real time: 30 ms a word keeps an answer nobody barges into under 0.4 s.
 SHORT = {"lm": {"tail": "Fine, thanks."}, "ms_per_word": 30}
 # Long enough (~2.5 s of audio) to still be playing when the user barges in.
-LONG = {"lm": {"tail": "That is a fine question, and here is the answer."}, "ms_per_word": 180}
+LONG = {
+    "lm": {"tail": "That is a fine question, and here is the answer.", "later_tail": "Fine."},
+    "ms_per_word": 180,
+}
 
 
 # The timeline's silence before the first words: the source's default 300 ms, waited in real
