@@ -20,7 +20,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -60,8 +60,8 @@ class Session(Protocol):
     @property
     def sink(self) -> Sink: ...
 
-    def trace(self, name: str, turn: int, gen: int, **attrs: Any) -> None: ...
-    def emit(self, event: dict[str, Any]) -> None: ...
+    def trace(self, name: str, turn: int, gen: int, **attrs: object) -> None: ...
+    def emit(self, event: events.Event) -> None: ...
     def emit_text(self, ans: Answer, piece: str) -> None: ...
     def on_first_token(self, ans: Answer) -> None: ...
     def on_audio_started(self, ans: Answer) -> None: ...
@@ -292,7 +292,7 @@ class Answer:
                 await self._lm_future
 
 
-def _stats_dict(stats: GenerationStats | None) -> dict[str, Any]:
+def _stats_dict(stats: GenerationStats | None) -> dict[str, object]:
     if stats is None:
         return {}
     keys = ("prompt_tokens", "cached_tokens", "new_tokens", "forwards", "ttft_ms", "total_ms")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dllm_voice.app.conversation.text import normalize
 
@@ -33,7 +33,7 @@ FIRST_AUDIO_WAIT_S = 0.5
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
 _WORD = re.compile(r"\S+")
 
-Post = Callable[..., Any]  # loop.call_soon_threadsafe
+Post = Callable[..., object]  # loop.call_soon_threadsafe
 
 
 def word_boundary(text: str, n: int) -> int | None:

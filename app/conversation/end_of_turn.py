@@ -13,7 +13,7 @@ import logging
 import re
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 
@@ -168,8 +168,8 @@ class Scoring(Protocol):
     pause_end: float | None
     lm_session: ChatSession
 
-    def trace(self, name: str, turn: int, gen: int, **attrs: Any) -> None: ...
-    def run_lm(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]: ...
+    def trace(self, name: str, turn: int, gen: int, **attrs: object) -> None: ...
+    def run_lm(self, fn: Callable[..., T], *args: object) -> asyncio.Future[T]: ...
     def on_vad(self, kind: str, audio_ms: float, detected_ms: float) -> None: ...
 
 

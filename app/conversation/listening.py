@@ -14,12 +14,12 @@ import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from dllm_voice.app.conversation import events
 from dllm_voice.app.conversation.end_of_turn import RECENT_MS
 from dllm_voice.app.conversation.ports import PCM16, Transcriber
-from dllm_voice.app.conversation.scheduler import LATER, URGENT
+from dllm_voice.app.conversation.scheduler import LATER, URGENT, JobFuture
 from dllm_voice.audio.asr import Transcript, WordEnd
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 ONSET_PASS_MIN_MS = 100  # new audio a pass in a silence needs (a pass costs ~100 ms of a core)
+R = TypeVar("R")
 
 
 class Hearing(Protocol):
@@ -43,8 +44,8 @@ class Hearing(Protocol):
     audio_ms: float  # input heard so far
     pause_end: float | None  # audio ms where the current pause began
 
-    def trace(self, name: str, turn: int, gen: int, **attrs: Any) -> None: ...
-    def emit(self, event: dict[str, Any]) -> None: ...
+    def trace(self, name: str, turn: int, gen: int, **attrs: object) -> None: ...
+    def emit(self, event: events.Event) -> None: ...
     def do(self, actions: list[Action]) -> None: ...
     def warm_lm(self, words: str = "") -> None: ...
 
@@ -56,8 +57,9 @@ class Listener:
         self.s = session
         self.transcriber = session.c.new_transcriber(session.cfg.asr)
         self.utt = 0  # utterance counter: ASR results of an older utterance are dropped
-        self._jobs: set[asyncio.Future[Any]] = set()
-        self._partial_job: asyncio.Future[Any] | None = None  # the partial pass in flight
+        self._jobs: set[JobFuture] = set()
+        # The partial pass in flight: (audio ms it heard up to, its transcript).
+        self._partial_job: asyncio.Future[tuple[float, Transcript]] | None = None
         self._partial_again = False
         self._pass_at_ms = 0.0  # audio ms the latest partial pass heard (asked for, until done)
         # (utterance, heard ms, transcript) of the latest pass
@@ -124,13 +126,13 @@ class Listener:
         return self._heard_ms, transcriber.partial(at_pause)
 
     def _submit(
-        self, fn: Callable[[], Any], done: Callable[[Any], None], priority: int
-    ) -> asyncio.Future[Any]:
+        self, fn: Callable[[], R], done: Callable[[R | None], None], priority: int
+    ) -> asyncio.Future[R]:
         fut = self.s.c.asr_worker.submit(fn, priority=priority, key=self)
         self._jobs.add(fut)
         utt = self.utt
 
-        def finished(f: asyncio.Future[Any]) -> None:
+        def finished(f: asyncio.Future[R]) -> None:
             self._jobs.discard(f)
             if f.cancelled():
                 return

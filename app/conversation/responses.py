@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dllm_voice.app.conversation import events
 from dllm_voice.app.conversation.actions import (
@@ -65,10 +65,10 @@ class Responses:
     def sink(self) -> Sink:
         return self.s.sink
 
-    def trace(self, name: str, turn: int, gen: int, **attrs: Any) -> None:
+    def trace(self, name: str, turn: int, gen: int, **attrs: object) -> None:
         self.s.trace(name, turn, gen, **attrs)
 
-    def emit(self, event: dict[str, Any]) -> None:
+    def emit(self, event: events.Event) -> None:
         self.s.emit(event)
 
     # ---- the turn manager's actions ------------------------------------------------------------

@@ -19,7 +19,7 @@ import itertools
 import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 # An ASR final, the pass the end of a turn waits on, the audio feeds every pass must hear (a
 # few µs each), closing a long turn's segment; an answer's first clause.
@@ -29,14 +29,18 @@ URGENT = 0
 # ready in.
 LATER = 1
 
+T = TypeVar("T")
+# A queued job's future: the jobs of one worker return different types.
+JobFuture = asyncio.Future[Any]
+
 
 @dataclass(eq=False)  # identity: two jobs are never the same job
 class Job:
     priority: int
     key: Hashable  # whose job: a session drops its queued jobs when it closes
-    run: Callable[[], Any]
+    run: Callable[[], object]
     seq: int = 0  # submission order; a promoted job takes a new one
-    future: asyncio.Future[Any] | None = field(default=None, repr=False)
+    future: JobFuture | None = field(default=None, repr=False)
 
 
 class JobQueue:
@@ -98,17 +102,17 @@ class Worker:
     def __init__(self, name: str) -> None:
         self.name = name
         self._queue = JobQueue()
-        self._jobs: dict[asyncio.Future[Any], Job] = {}  # by future, until it is done
+        self._jobs: dict[JobFuture, Job] = {}  # by future, until it is done
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
 
     def submit(
-        self, fn: Callable[..., Any], *args: Any, priority: int, key: Hashable
-    ) -> asyncio.Future[Any]:
+        self, fn: Callable[..., T], *args: object, priority: int, key: Hashable
+    ) -> asyncio.Future[T]:
         """Queue ``fn(*args)``; call from the event loop whose future it returns."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
+        fut: asyncio.Future[T] = loop.create_future()
         job = Job(priority, key, lambda: fn(*args), future=fut)
         with self._cond:
             if self._closed:
@@ -123,7 +127,7 @@ class Worker:
         fut.add_done_callback(self._forget)
         return fut
 
-    def promote(self, fut: asyncio.Future[Any], priority: int) -> bool:
+    def promote(self, fut: JobFuture, priority: int) -> bool:
         """Raise the priority of the job behind ``fut``; False when it is no longer queued."""
         with self._cond:
             job = self._jobs.get(fut)
@@ -137,7 +141,7 @@ class Worker:
             if job.future is not None:
                 job.future.cancel()
 
-    def _forget(self, fut: asyncio.Future[Any]) -> None:
+    def _forget(self, fut: JobFuture) -> None:
         with self._cond:
             job = self._jobs.pop(fut, None)
             if job is not None and fut.cancelled():
@@ -186,7 +190,7 @@ class Worker:
             thread.join()
 
 
-def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+def _settle(fut: JobFuture, result: object, exc: BaseException | None) -> None:
     if fut.done():  # cancelled while it ran
         return
     if exc is not None:

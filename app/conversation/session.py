@@ -24,7 +24,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -46,8 +46,9 @@ from dllm_voice.app.conversation.components import Components
 from dllm_voice.app.conversation.end_of_turn import EndOfTurn
 from dllm_voice.app.conversation.listening import Listener
 from dllm_voice.app.conversation.responses import Responses
+from dllm_voice.app.conversation.scheduler import JobFuture
 from dllm_voice.app.conversation.turns import TurnManager
-from dllm_voice.app.observe.trace import Tracer, now_ms
+from dllm_voice.app.observe.trace import TraceEvent, Tracer, now_ms
 from dllm_voice.app.observe.trace_tools import latency_event
 
 if TYPE_CHECKING:
@@ -98,15 +99,15 @@ class VoiceSession:
         self.audio_ms = 0.0
         self.pause_end: float | None = None  # audio ms where the current pause began
         self._arrivals: deque[tuple[float, float]] = deque(maxlen=2000)  # (audio ms, t_ms)
-        self._lm_jobs: set[asyncio.Future[Any]] = set()  # end-of-turn scores, prefills
-        self._warming: asyncio.Future[Any] | None = None  # the prefill in the LM thread
+        self._lm_jobs: set[JobFuture] = set()  # end-of-turn scores, prefills
+        self._warming: asyncio.Future[int] | None = None  # the prefill in the LM thread
         self._closed = False
         self.onset_t: float | None = None  # when the current speech began (monotonic ms)
         self._end_t: float | None = None  # when the user's turn ended: voice to voice from here
         self.ears = Listener(self)
         self.eot = EndOfTurn(self)
         self.responses = Responses(self)
-        self._turn_events: dict[int, list[dict[str, Any]]] = {}
+        self._turn_events: dict[int, list[TraceEvent]] = {}
         self.state = "listening"
         self.last_audio_out_t: float | None = None
         self.tracer.listeners.append(self._collect)
@@ -130,7 +131,7 @@ class VoiceSession:
 
     # ---- events --------------------------------------------------------------------------------
 
-    def emit(self, event: dict[str, Any]) -> None:
+    def emit(self, event: events.Event) -> None:
         if self.on_event is None:
             return
         try:
@@ -138,10 +139,11 @@ class VoiceSession:
         except Exception:  # noqa: BLE001 - a broken UI callback must not end the conversation
             log.exception("on_event callback failed for %s", event.get("type"))
 
-    def trace(self, name: str, turn: int, gen: int, **attrs: Any) -> None:
-        self.tracer.event(name, turn=turn, gen=gen, **attrs)
+    def trace(self, name: str, turn: int, gen: int, **attrs: object) -> None:
+        # Timed now: no attribute may carry t_ms (Tracer.event's own keyword).
+        self.tracer.event(name, turn=turn, gen=gen, t_ms=None, **attrs)
 
-    def _collect(self, ev: dict[str, Any]) -> None:
+    def _collect(self, ev: TraceEvent) -> None:
         self._turn_events.setdefault(int(ev["turn"]), []).append(ev)
         self.emit(events.trace(ev))
 
@@ -258,7 +260,7 @@ class VoiceSession:
 
     # ---- carrying out the turn manager's actions -----------------------------------------------
 
-    def run_lm(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    def run_lm(self, fn: Callable[..., T], *args: object) -> asyncio.Future[T]:
         """``fn(*args)`` in the conversation's LM thread, awaited at close."""
         fut = asyncio.get_running_loop().run_in_executor(self.lm_executor, fn, *args)
         self._lm_jobs.add(fut)
