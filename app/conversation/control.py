@@ -12,8 +12,8 @@ range or choices the file would be held to.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from dllm_voice.app.config import Config, ConfigError, with_changes
 from dllm_voice.app.conversation import events
@@ -33,10 +33,10 @@ class Refused(ValueError):
     """A typed item, response or setting the session does not take; the client is told why."""
 
 
-def describe(cfg: Config) -> list[dict[str, Any]]:
+def describe(cfg: Config) -> list[dict[str, object]]:
     """Each setting: its key, current value and its type (str, int, float: JSON writes 1.0 as 1),
     help and what is allowed (for the client's form)."""
-    out = []
+    out: list[dict[str, object]] = []
     for key in SETTINGS:
         section, name = key.split(".")
         obj = getattr(cfg, section)
@@ -53,7 +53,7 @@ def describe(cfg: Config) -> list[dict[str, Any]]:
     return out
 
 
-def settings_object(settings: Any) -> dict[str, Any]:
+def settings_object(settings: object) -> dict[str, object]:
     """A ``session.update``'s ``session``, which must be a non-empty object; else Refused."""
     if not isinstance(settings, dict) or not settings:
         raise Refused(
@@ -63,10 +63,10 @@ def settings_object(settings: Any) -> dict[str, Any]:
     return settings
 
 
-def apply_settings(cfg: Config, settings: Any) -> Config:
+def apply_settings(cfg: Config, settings: object) -> Config:
     """``cfg`` with a ``session.update``'s ``{"section.key": value}`` applied; Refused names
     the first key that is unknown, not settable, of the wrong type or out of range."""
-    changes: dict[str, dict[str, Any]] = {}
+    changes: dict[str, dict[str, object]] = {}
     for key, value in settings_object(settings).items():
         if key not in SETTINGS:
             raise Refused(
@@ -82,7 +82,7 @@ def apply_settings(cfg: Config, settings: Any) -> Config:
         raise Refused(f"session.update: {str(exc).removeprefix('config: ')}") from None
 
 
-def user_text(event: dict[str, Any]) -> str:
+def user_text(event: Mapping[str, object]) -> str:
     """The text of a ``conversation.item.create`` user message with ``input_text`` parts."""
     item = event.get("item")
     if not isinstance(item, dict) or item.get("type", "message") != "message":
@@ -116,11 +116,18 @@ def user_text(event: dict[str, Any]) -> str:
     return text
 
 
+class Session(Protocol):
+    """What a SessionControl needs of its session (session.py's VoiceSession)."""
+
+    def text_turn(self, text: str) -> str | None: ...
+    def configure(self, cfg: Config) -> None: ...
+
+
 class SessionControl:
     """One connection's typed items waiting for ``response.create``, and its settings. Each
     method raises Refused for a message the session does not take."""
 
-    def __init__(self, cfg: Config, session: Any, emit: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, cfg: Config, session: Session, emit: Callable[[events.Event], None]) -> None:
         self.cfg, self.session, self.emit = cfg, session, emit
         self.items: list[str] = []
         self.waiting_chars = 0  # of the items joined as response.create joins them
@@ -154,7 +161,7 @@ class SessionControl:
         if refused is not None:
             raise Refused(f"response.create: {refused}")
 
-    def update(self, settings: dict[str, Any]) -> None:
+    def update(self, settings: Mapping[str, object]) -> None:
         """``session.update``: the settings apply from the next frame or answer."""
         self.cfg = apply_settings(self.cfg, settings)
         self.session.configure(self.cfg)

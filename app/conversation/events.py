@@ -10,6 +10,10 @@ from __future__ import annotations
 import reprlib
 from typing import Any
 
+from dllm_voice.app.observe.trace import TraceEvent
+
+# A JSON object for the client. Its values stay Any: each builder below fixes their types, and
+# readers (UIs, tests) index into them, as in event["response"]["gen"].
 Event = dict[str, Any]
 
 # Client values quoted in error messages: 3 levels and 40 characters of each, so a deep or
@@ -33,7 +37,7 @@ def session_created(
     input_sample_rate_hz: int,
     output_sample_rate_hz: int,
     decoder: str,
-    settings: list[dict[str, Any]],
+    settings: list[dict[str, object]],
 ) -> Event:
     """The first message: the audio formats both ways, and what ``session.update`` may change."""
     session = {
@@ -49,7 +53,7 @@ def session_created(
     return {"type": "session.created", "session": session}
 
 
-def session_updated(settings: list[dict[str, Any]]) -> Event:
+def session_updated(settings: list[dict[str, object]]) -> Event:
     return {"type": "session.updated", "session": {"settings": settings}}
 
 
@@ -62,7 +66,7 @@ def agent_state(state: str) -> Event:
     return {"type": "agent.state", "state": state}
 
 
-def trace(event: dict[str, Any]) -> Event:
+def trace(event: TraceEvent) -> Event:
     return {"type": "trace", "event": event}
 
 
@@ -152,11 +156,11 @@ def latency(
     turn: int,
     gen: int,
     voice_to_voice_ms: float | None,
-    speculation: Any,
+    speculation: str,
     typed: bool,
     realtime: bool | None,
     stages: dict[str, float],
-    spans: list[dict[str, Any]],
+    spans: list[dict[str, object]],
 ) -> Event:
     """After each answer: its stage breakdown (ms) and its waterfall (app/observe/trace_tools.py
     ``latency_event`` computes them)."""
