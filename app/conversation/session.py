@@ -1,14 +1,10 @@
-"""The streaming voice pipeline: source -> VAD -> ASR -> turn manager -> LM -> TTS -> sink.
+"""One conversation: source -> VAD -> listening -> turn manager -> responses -> sink.
 
-``Components`` loads the three models once; speech recognition and synthesis each have one
-worker thread shared by every session, which runs first what someone waits on
-(app/conversation/scheduler.py); each conversation has its own LM thread, whose decoding steps share
-forwards with the other sessions' (model/batch.py). ``VoiceSession`` is one conversation: it
-reads frames from a source, runs
-the VAD (cheap, on the loop), sends utterance audio to the ASR worker, asks
-the pure ``TurnManager`` what to do and carries out its actions on ``Answer`` objects (one per
-generation id, see answer.py). Events go to the tracer and to ``on_event`` as JSON-able dicts
-named after the OpenAI Realtime API.
+``VoiceSession`` reads frames from a source, runs the VAD on the loop (it is cheap) and wires
+the rooms together: ``Listener`` (listening.py) runs the ASR passes in the shared ASR worker,
+``EndOfTurn`` (end_of_turn.py) scores each pause in the conversation's LM thread, the pure
+``TurnManager`` (turns.py) decides what follows, and ``Responses`` (responses.py) carries out
+its actions on answers. Events go to the tracer and to ``on_event`` (events.py).
 
 Cancellation: cancelling ``run()`` (or the source ending) cancels every answer, drops this
 session's queued jobs in the shared workers and waits for their tasks and the jobs already
