@@ -22,16 +22,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from dllm_voice.audio.asr import (
-    Refiner,
-    StreamingTranscriber,
-    WhisperASR,
-    WordEnd,
-    sound_goes_on,
-    whole_pass,
-)
+from dllm_voice.audio.asr import WhisperASR, WordEnd, sound_goes_on, whole_pass
 from dllm_voice.audio.config import ASRConfig, EchoConfig, TTSConfig, VADConfig
 from dllm_voice.audio.echo import EchoCanceller
+from dllm_voice.audio.refiner import Refiner
+from dllm_voice.audio.transcriber import StreamingTranscriber
 from dllm_voice.audio.tts import ClauseChunker, PiperTTS
 from dllm_voice.audio.vad import Endpointer
 from testkit.speech import echo_path, loopback_run, speech_pcm

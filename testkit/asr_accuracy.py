@@ -6,8 +6,9 @@ pass) and bench/speech.py (the final's reuse rules, long turns).
 
 import numpy as np
 
-from dllm_voice.audio.asr import StreamingTranscriber, WhisperASR
+from dllm_voice.audio.asr import WhisperASR
 from dllm_voice.audio.config import ASRConfig, VADConfig
+from dllm_voice.audio.transcriber import StreamingTranscriber
 from dllm_voice.audio.vad import Endpointer
 from testkit.speech import frames, speech_pcm
 

@@ -70,7 +70,8 @@ class Components:
 
     def new_transcriber(self, cfg: ASRConfig) -> Transcriber:
         """Per-utterance streaming ASR state over the shared Whisper model."""
-        from dllm_voice.audio.asr import StreamingTranscriber, WhisperASR
+        from dllm_voice.audio.asr import WhisperASR
+        from dllm_voice.audio.transcriber import StreamingTranscriber
 
         assert isinstance(self.asr, WhisperASR), "a transcriber runs on the Whisper model"
         refiner = self.asr.refiner if cfg.refine_long_turns else None

@@ -16,8 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from dllm_voice.audio.asr import Refiner, Transcript
+    from dllm_voice.audio.asr import Transcript
     from dllm_voice.audio.config import TTSConfig
+    from dllm_voice.audio.refiner import Refiner
     from dllm_voice.model.config import LMConfig
     from dllm_voice.model.engine import GenerationStats
 

@@ -221,7 +221,7 @@ class Connection:
     async def run(self) -> None:
         from dllm_voice.app.conversation.session import VoiceSession
         from dllm_voice.app.observe.trace import Tracer
-        from dllm_voice.audio.sinks import ClientSink
+        from dllm_voice.audio.client_sink import ClientSink
         from dllm_voice.audio.sources import PushSource
 
         cfg = self.server.cfg

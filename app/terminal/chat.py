@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from dllm_voice.app.conversation.components import Components
     from dllm_voice.app.conversation.events import Event
     from dllm_voice.audio.echo import FrameSource
-    from dllm_voice.audio.sinks import SpeakerSink
+    from dllm_voice.audio.speaker import SpeakerSink
 
 # Extra speech needed to pause the agent while it plays through speakers (chat mode): the echo
 # reaches the mic ~20-60 ms after playback at a level webrtcvad calls speech.
@@ -136,8 +136,8 @@ def open_audio(cfg: Config) -> tuple[FrameSource, SpeakerSink, Config]:
     set).
     """
     from dllm_voice.audio.echo import EchoCanceller
-    from dllm_voice.audio.sinks import SpeakerSink
     from dllm_voice.audio.sources import MicSource
+    from dllm_voice.audio.speaker import SpeakerSink
 
     echo = EchoCanceller(cfg.echo, cfg.audio.sample_rate_hz) if cfg.echo.mode != "off" else None
     sink = SpeakerSink(

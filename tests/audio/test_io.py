@@ -18,10 +18,12 @@ import numpy as np
 import pytest
 
 from dllm_voice.audio import devices
+from dllm_voice.audio.client_sink import ClientSink
 from dllm_voice.audio.config import AudioConfig
 from dllm_voice.audio.errors import AudioDeviceError, AudioFormatError
-from dllm_voice.audio.sinks import CallbackSink, ClientSink, PlayClock, SpeakerSink, WavSink
+from dllm_voice.audio.sinks import CallbackSink, PlayClock, WavSink
 from dllm_voice.audio.sources import MicSource, PushSource, WavSource
+from dllm_voice.audio.speaker import SpeakerSink
 from testkit.speech import read_wav_bytes, write_wav
 
 
@@ -501,11 +503,11 @@ class FakeSoundDevice:
 def fake_sd(monkeypatch: pytest.MonkeyPatch) -> FakeSoundDevice:
     sd = FakeSoundDevice()
     monkeypatch.setattr(devices, "sounddevice", lambda: sd)
-    import dllm_voice.audio.sinks
     import dllm_voice.audio.sources
+    import dllm_voice.audio.speaker
 
     monkeypatch.setattr(dllm_voice.audio.sources, "sounddevice", lambda: sd)
-    monkeypatch.setattr(dllm_voice.audio.sinks, "sounddevice", lambda: sd)
+    monkeypatch.setattr(dllm_voice.audio.speaker, "sounddevice", lambda: sd)
     return sd
 
 
