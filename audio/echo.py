@@ -17,6 +17,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import numpy as np
@@ -213,144 +214,89 @@ class EchoCancelledSource:
         await self.source.aclose()
 
 
-class DoubleTalkDetector:
-    """Is the user talking over the agent? Decided per 10 ms block on the raw mic against the echo
-    the reference predicts, not on AEC3's output, whose suppressor lets the user's voice out in
-    pieces during double talk (the VAD behind it took 545 ms to pause the agent).
+@dataclass(frozen=True, eq=False)
+class _Bins:
+    """The 200-7000 Hz bins of a 20 ms Hann spectrum per 10 ms block, and the 16 bands the echo
+    gain is learned in (geometric: as many bands per octave low and high)."""
 
-    - Delay: GCC-PHAT of the reference and the mic over the last second while the agent talks
-      (a sharp peak at 0 dB, through reverb too), every 250 ms; two estimates within 3 ms of each
-      other set it. Unknown (at start, after `reset`), the echo is predicted from the loudest
-      reference of the last 500 ms: the detector is then deaf rather than wrong.
-    - Gain per band: the 80th percentile of mic minus delayed reference over blocks the echo
-      explains (high: an echo taken for the user pauses the agent).
-    - Decision: a bin counts when the mic beats the predicted echo (the delayed reference's
-      loudest from 2 blocks before to 3 after, then a reverb decaying 1.5 dB per block) and its
-      noise floor by `threshold_db`, or by 6 dB less in 3 consecutive blocks (a harmonic of
-      the user's under the agent's louder voice); the user talks when 10 % of the 200-4000 Hz
-      bins, or of the 4000-7000 Hz ones (a "s" under the agent's vowels), count in 2
-      consecutive blocks.
-      Two voices at one level still own different bins (their harmonics), which the level of
-      the whole frame does not show.
-    """
+    n: int  # samples per 10 ms block
+    window: _Float64
+    mask: npt.NDArray[np.bool_]  # the speech band among all rfft bins
+    band: npt.NDArray[np.intp]  # each bin's band
+    high: npt.NDArray[np.bool_]  # the bins from 4000 Hz up
+    band_size: npt.NDArray[np.intp]  # bins per band
 
-    def __init__(self, threshold_db: float = 10.0, rate_hz: int = 16000) -> None:
-        self.threshold_db = threshold_db
-        self.rate = rate_hz
-        self.n = rate_hz // 100
-        self.window = np.hanning(2 * self.n)
-        freqs = np.fft.rfftfreq(2 * self.n, 1 / rate_hz)
-        self.bins = (freqs >= _DT_LO_HZ) & (freqs < _DT_HI_HZ)
+    @classmethod
+    def at(cls, rate_hz: int) -> "_Bins":
+        n = rate_hz // 100
+        freqs = np.fft.rfftfreq(2 * n, 1 / rate_hz)
+        mask = (freqs >= _DT_LO_HZ) & (freqs < _DT_HI_HZ)
         edges = np.geomspace(_DT_LO_HZ, _DT_HI_HZ, _DT_BANDS + 1)
-        self.band = np.searchsorted(edges, freqs[self.bins], side="right") - 1
-        self.high = freqs[self.bins] >= _DT_SPLIT_HZ
-        self.band_size = np.bincount(self.band, minlength=_DT_BANDS)
+        band = np.searchsorted(edges, freqs[mask], side="right") - 1
+        high = freqs[mask] >= _DT_SPLIT_HZ
+        return cls(n, np.hanning(2 * n), mask, band, high, np.bincount(band, minlength=_DT_BANDS))
+
+    @property
+    def count(self) -> int:
+        return int(self.mask.sum())
+
+    def spectra(self, prev: _Float64, pcm: _Float64) -> _Float64:
+        """dB per bin of each 10 ms block, over 20 ms Hann windows (it and the block before)."""
+        x = np.concatenate([prev, pcm]).reshape(-1, self.n)
+        frames = np.concatenate([x[:-1], x[1:]], axis=1) * self.window
+        power = np.abs(np.fft.rfft(frames, axis=1)[:, self.mask]) ** 2
+        return 10 * np.log10(power / (32768.0**2 * len(self.window)) + 1e-12)
+
+    def bands(self, db: _Float64) -> _Float64:
+        power: _Float64 = np.bincount(self.band, 10 ** (db / 10), _DT_BANDS) / self.band_size
+        return 10 * np.log10(power + 1e-12)
+
+
+class _EchoDelay:
+    """The reference-to-mic delay: GCC-PHAT of the last second of reference and mic (a sharp
+    peak at 0 dB, through reverb too); two estimates within 3 ms of each other set it."""
+
+    def __init__(self, n: int, rate_hz: int) -> None:
+        self.n, self.rate = n, rate_hz
         self.max_lag = _DT_MAX_LAG_MS // 10  # in blocks
         self.gcc_near = rate_hz * _DT_GCC_WINDOW_MS // 1000
-        self.gcc_far = self.gcc_near + self.max_lag * self.n
+        self.gcc_far = self.gcc_near + self.max_lag * n
         total = self.gcc_far + self.gcc_near
         self.gcc_size = min(m << int(np.ceil(np.log2(total / m))) for m in (1, 3, 5))
-        self.gain_db = np.full(_DT_BANDS, _DT_GAIN_START_DB)
         self.learned = False  # the echo path was measured once: unknown delays are covered
-        self.noise_db = np.zeros(int(self.bins.sum()))  # falls to the mic's floor in ~0.5 s
-        self.tail_db = np.full(len(self.noise_db), -120.0)
-        self.far_db = np.full((self.max_lag + _DT_SMEAR[1] + 1, len(self.noise_db)), -120.0)
-        self.prev_far = np.zeros(self.n)
-        self.prev_near = np.zeros(self.n)
         self.reset()
 
     def reset(self) -> None:
-        """Forget the delay: the reference no longer lines up with the mic (a flush restarted the
-        speaker, or an underrun played a gap the reference does not have). The gain stays, and
-        the reference heard so far: its echo is still on its way to the mic."""
+        """Forget the delay and the audio it was measured on."""
         self.far_pcm = np.zeros(self.gcc_far)  # rings, oldest at the write position
         self.near_pcm = np.zeros(self.gcc_near)
         self.far_on = np.zeros(self.gcc_near // self.n, bool)
         self.pos = 0  # blocks written
         self.lag: int | None = None  # samples
         self.estimates: list[int] = []
-        self.run = 0  # consecutive blocks that counted
-        self.held = np.zeros(len(self.noise_db), int)  # consecutive blocks each bin was above
-        self.calm = 0  # blocks since one counted
-        self.share = 0.0  # share of bins above the echo in the latest block
 
-    def update(self, far: PCM16, near: PCM16) -> bool:
-        """A mic frame and its reference (whole 10 ms blocks); True when the user talks."""
-        whole = len(near) // self.n * self.n
-        if whole == 0:
-            return False
-        far_f = far[:whole].astype(np.float64)
-        near_f = near[:whole].astype(np.float64)
-        far_db = self._spectra(self.prev_far, far_f)
-        near_db = self._spectra(self.prev_near, near_f)
-        self.prev_far, self.prev_near = far_f[-self.n :], near_f[-self.n :]
-        talking = False
-        for i in range(len(far_db)):
-            cut = slice(i * self.n, (i + 1) * self.n)
-            talking |= self._block(far_f[cut], near_f[cut], far_db[i], near_db[i])
-        return talking
+    @property
+    def blocks(self) -> int | None:
+        """The delay in whole blocks (None: unknown)."""
+        return None if self.lag is None else round(self.lag / self.n)
 
-    def _spectra(self, prev: _Float64, pcm: _Float64) -> _Float64:
-        """dB per bin of each 10 ms block, over 20 ms Hann windows (it and the block before)."""
-        x = np.concatenate([prev, pcm]).reshape(-1, self.n)
-        frames = np.concatenate([x[:-1], x[1:]], axis=1) * self.window
-        power = np.abs(np.fft.rfft(frames, axis=1)[:, self.bins]) ** 2
-        return 10 * np.log10(power / (32768.0**2 * len(self.window)) + 1e-12)
-
-    def _bands(self, db: _Float64) -> _Float64:
-        power: _Float64 = np.bincount(self.band, 10 ** (db / 10), _DT_BANDS) / self.band_size
-        return 10 * np.log10(power + 1e-12)
-
-    def _echo_db(self) -> _Float64:
-        loudest: _Float64
-        if self.lag is None:
-            loudest = self.far_db[: self.max_lag + 1].max(axis=0)
-            return loudest
-        d = round(self.lag / self.n)
-        self.tail_db = np.maximum(self.far_db[d + _DT_SMEAR[1]], self.tail_db - _DT_TAIL_DB)
-        near = self.far_db[max(0, d - _DT_SMEAR[0]) : d + _DT_SMEAR[1] + 1].max(axis=0)
-        loudest = np.maximum(near, self.tail_db)
-        return loudest
-
-    def _block(self, far: _Float64, near: _Float64, far_db: _Float64, near_db: _Float64) -> bool:
-        self.far_db = np.roll(self.far_db, 1, axis=0)
-        self.far_db[0] = far_db
+    def add(self, far: _Float64, near: _Float64) -> None:
+        """One 10 ms block of reference and mic."""
         ring = self.pos % (self.gcc_far // self.n)
         self.far_pcm[ring * self.n : (ring + 1) * self.n] = far
         ring = self.pos % (self.gcc_near // self.n)
         self.near_pcm[ring * self.n : (ring + 1) * self.n] = near
         self.far_on[ring] = rms_dbfs(far) > _DT_FAR_ACTIVE_DBFS
         self.pos += 1
-        fall = near_db < self.noise_db  # the floor follows dips at once, rises 2 dB/s
-        self.noise_db = np.where(fall, 0.9 * self.noise_db + 0.1 * near_db, self.noise_db + 0.02)
-        echo = self._echo_db() + self.gain_db[self.band]
-        excess = near_db - np.maximum(echo, self.noise_db + _DT_NOISE_DB)
-        audible = near_db > -80.0
-        self.held = np.where((excess > self.threshold_db - _DT_HELD_DB) & audible, self.held + 1, 0)
-        over = ((excess > self.threshold_db) & audible) | (self.held >= _DT_HELD_BLOCKS)
-        self.share = max(float(np.mean(over[~self.high])), float(np.mean(over[self.high])))
-        counts = self.share >= _DT_SHARE
-        self.run = self.run + 1 if counts else 0
-        self.calm = 0 if counts else self.calm + 1
-        if self.calm >= _DT_CALM:  # the user has been quiet for 300 ms: learn the echo path
-            self._learn(near_db)
-        return self.run >= _DT_BLOCKS
 
-    def _learn(self, near_db: _Float64) -> None:
+    def follow(self) -> None:
+        """Estimate the delay again when it is time (every 250 ms, twice as often while it is
+        unknown) and the agent talked through most of the last second."""
         every = _DT_GCC_EVERY if self.lag is not None else _DT_GCC_EVERY // 2
         if self.pos % every == 0 and self.far_on.mean() > 0.4:
-            self._estimate_delay()
-        if self.lag is None:
-            return
-        ref = self._bands(self.far_db[round(self.lag / self.n)])
-        mic = self._bands(near_db)
-        seen = mic - ref
-        echo_only = (ref > -65.0) & (mic > self._bands(self.noise_db) + 10.0)
-        echo_only &= seen < self.gain_db + 6.0  # far above: the user, too soft to count
-        step = np.where(seen > self.gain_db, _DT_GAIN_Q, _DT_GAIN_Q - 1.0) * _DT_GAIN_STEP_DB
-        self.gain_db = np.where(echo_only, self.gain_db + step, self.gain_db)
+            self._estimate()
 
-    def _estimate_delay(self) -> None:
+    def _estimate(self) -> None:
         shift = self.pos % (self.gcc_far // self.n) * self.n
         far = np.roll(self.far_pcm, -shift)
         near = np.roll(self.near_pcm, -(self.pos % (self.gcc_near // self.n)) * self.n)
@@ -368,3 +314,127 @@ class DoubleTalkDetector:
             if self.lag is None:
                 log.info("echo: delay %.0f ms behind the speaker's signal", best * 1000 / self.rate)
             self.lag, self.learned = best, True
+
+
+class _Levels:
+    """Per-bin levels in dB: the reference's spectra of the last 540 ms (newest first), the
+    reverb tail the echo keeps, and the mic's noise floor (it falls to the floor in ~0.5 s)."""
+
+    def __init__(self, bins: int, max_lag: int) -> None:
+        self.max_lag = max_lag  # in blocks
+        self.far_db = np.full((max_lag + _DT_SMEAR[1] + 1, bins), -120.0)
+        self.tail_db = np.full(bins, -120.0)
+        self.noise_db = np.zeros(bins)
+
+    def add(self, far_db: _Float64, near_db: _Float64) -> None:
+        """One block's reference and mic spectra."""
+        self.far_db = np.roll(self.far_db, 1, axis=0)
+        self.far_db[0] = far_db
+        fall = near_db < self.noise_db  # the floor follows dips at once, rises 2 dB/s
+        self.noise_db = np.where(fall, 0.9 * self.noise_db + 0.1 * near_db, self.noise_db + 0.02)
+
+    def echo_db(self, delay: int | None) -> _Float64:
+        """The reference the echo may hold, before the gain, ``delay`` blocks late: the
+        loudest from 2 blocks before to 3 after, then a reverb decaying 1.5 dB per block; the
+        loudest of the last 500 ms where the delay is unknown."""
+        loudest: _Float64
+        if delay is None:
+            loudest = self.far_db[: self.max_lag + 1].max(axis=0)
+            return loudest
+        self.tail_db = np.maximum(self.far_db[delay + _DT_SMEAR[1]], self.tail_db - _DT_TAIL_DB)
+        near = self.far_db[max(0, delay - _DT_SMEAR[0]) : delay + _DT_SMEAR[1] + 1].max(axis=0)
+        loudest = np.maximum(near, self.tail_db)
+        return loudest
+
+
+class DoubleTalkDetector:
+    """Is the user talking over the agent? Decided per 10 ms block on the raw mic against the echo
+    the reference predicts, not on AEC3's output, whose suppressor lets the user's voice out in
+    pieces during double talk (the VAD behind it took 545 ms to pause the agent).
+
+    - Delay (`_EchoDelay`): GCC-PHAT of the reference and the mic over the last second while the
+      agent talks, every 250 ms; two estimates within 3 ms of each other set it. Unknown (at
+      start, after `reset`), the echo is predicted from the loudest reference of the last 500 ms:
+      the detector is then deaf rather than wrong.
+    - Gain per band: the 80th percentile of mic minus delayed reference over blocks the echo
+      explains (high: an echo taken for the user pauses the agent).
+    - Decision: a bin counts when the mic beats the predicted echo (`_Levels.echo_db`, plus the
+      gain) and its noise floor by `threshold_db`, or by 6 dB less in 3 consecutive blocks (a
+      harmonic of the user's under the agent's louder voice); the user talks when 10 % of the
+      200-4000 Hz bins, or of the 4000-7000 Hz ones (a "s" under the agent's vowels), count in
+      2 consecutive blocks.
+      Two voices at one level still own different bins (their harmonics), which the level of
+      the whole frame does not show.
+    """
+
+    def __init__(self, threshold_db: float = 10.0, rate_hz: int = 16000) -> None:
+        self.threshold_db = threshold_db
+        self.bins = _Bins.at(rate_hz)
+        self.delay = _EchoDelay(self.bins.n, rate_hz)
+        self.levels = _Levels(self.bins.count, self.delay.max_lag)
+        self.gain_db = np.full(_DT_BANDS, _DT_GAIN_START_DB)
+        self.prev_far = np.zeros(self.bins.n)
+        self.prev_near = np.zeros(self.bins.n)
+        self.reset()
+
+    @property
+    def learned(self) -> bool:
+        """The echo path was measured once: unknown delays are covered."""
+        return self.delay.learned
+
+    def reset(self) -> None:
+        """Forget the delay: the reference no longer lines up with the mic (a flush restarted the
+        speaker, or an underrun played a gap the reference does not have). The gain stays, and
+        the reference heard so far: its echo is still on its way to the mic."""
+        self.delay.reset()
+        self.run = 0  # consecutive blocks that counted
+        self.held = np.zeros(self.bins.count, int)  # consecutive blocks each bin was above
+        self.calm = 0  # blocks since one counted
+        self.share = 0.0  # share of bins above the echo in the latest block
+
+    def update(self, far: PCM16, near: PCM16) -> bool:
+        """A mic frame and its reference (whole 10 ms blocks); True when the user talks."""
+        n = self.bins.n
+        whole = len(near) // n * n
+        if whole == 0:
+            return False
+        far_f = far[:whole].astype(np.float64)
+        near_f = near[:whole].astype(np.float64)
+        far_db = self.bins.spectra(self.prev_far, far_f)
+        near_db = self.bins.spectra(self.prev_near, near_f)
+        self.prev_far, self.prev_near = far_f[-n:], near_f[-n:]
+        talking = False
+        for i in range(len(far_db)):
+            cut = slice(i * n, (i + 1) * n)
+            talking |= self._block(far_f[cut], near_f[cut], far_db[i], near_db[i])
+        return talking
+
+    def _block(self, far: _Float64, near: _Float64, far_db: _Float64, near_db: _Float64) -> bool:
+        self.levels.add(far_db, near_db)
+        self.delay.add(far, near)
+        echo = self.levels.echo_db(self.delay.blocks) + self.gain_db[self.bins.band]
+        excess = near_db - np.maximum(echo, self.levels.noise_db + _DT_NOISE_DB)
+        audible = near_db > -80.0
+        self.held = np.where((excess > self.threshold_db - _DT_HELD_DB) & audible, self.held + 1, 0)
+        over = ((excess > self.threshold_db) & audible) | (self.held >= _DT_HELD_BLOCKS)
+        high = self.bins.high
+        self.share = max(float(np.mean(over[~high])), float(np.mean(over[high])))
+        counts = self.share >= _DT_SHARE
+        self.run = self.run + 1 if counts else 0
+        self.calm = 0 if counts else self.calm + 1
+        if self.calm >= _DT_CALM:  # the user has been quiet for 300 ms: learn the echo path
+            self._learn(near_db)
+        return self.run >= _DT_BLOCKS
+
+    def _learn(self, near_db: _Float64) -> None:
+        self.delay.follow()
+        delay = self.delay.blocks
+        if delay is None:
+            return
+        ref = self.bins.bands(self.levels.far_db[delay])
+        mic = self.bins.bands(near_db)
+        seen = mic - ref
+        echo_only = (ref > -65.0) & (mic > self.bins.bands(self.levels.noise_db) + 10.0)
+        echo_only &= seen < self.gain_db + 6.0  # far above: the user, too soft to count
+        step = np.where(seen > self.gain_db, _DT_GAIN_Q, _DT_GAIN_Q - 1.0) * _DT_GAIN_STEP_DB
+        self.gain_db = np.where(echo_only, self.gain_db + step, self.gain_db)
