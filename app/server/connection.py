@@ -15,7 +15,7 @@ import json
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
@@ -37,7 +37,10 @@ from dllm_voice.app.server.protocol import (
 )
 
 if TYPE_CHECKING:
+    from dllm_voice.app.conversation.session import VoiceSession
     from dllm_voice.app.server.server import VoiceServer
+    from dllm_voice.audio.client_sink import ClientSink
+    from dllm_voice.audio.sources import PushSource
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +76,11 @@ class Connection:
         )
         self.closing: asyncio.Task[None] | None = None
         self.last_audio = time.monotonic()  # in or out: what the idle timeout counts from
-        self.session: Any = None
-        self.control: Any = None
-        self.source: Any = None
-        self.sink: Any = None
+        # Set by run(), before the first message is read.
+        self.session: VoiceSession | None = None
+        self.control: SessionControl | None = None
+        self.source: PushSource | None = None
+        self.sink: ClientSink | None = None
         # Two messages of the largest size fit (1 MiB of PCM16 is 32.8 s at 16 kHz), so one
         # always fits past the high-water mark at half.
         cfg = server.cfg
@@ -84,7 +88,7 @@ class Connection:
 
     # ---- out ------------------------------------------------------------------------------------
 
-    def emit(self, event: dict[str, Any]) -> None:
+    def emit(self, event: events.Event) -> None:
         """Queue a JSON event for the client (callable from the event loop only)."""
         if self.closing is not None:
             return  # the connection is ending: nothing more will reach the client
@@ -160,13 +164,15 @@ class Connection:
     async def _watch_playback(self) -> None:
         """Cancel an answer whose audio the client has stopped playing (it must end)."""
         stall_s = self.server.cfg.server.playback_stall_ms / 1000
+        sink, session = self.sink, self.session
+        assert sink is not None and session is not None  # run() starts this after setting them
         while True:
             await asyncio.sleep(self.WATCH_S)
-            stalled = self.sink.stalled_s()
+            stalled = sink.stalled_s()
             if stalled < stall_s:
                 continue
-            gen = self.session.gen
-            how = "reported no progress" if self.sink.reported else "took no audio off the socket"
+            gen = session.gen
+            how = "reported no progress" if sink.reported else "took no audio off the socket"
             log.warning("session %s: client %s for %.1f s; cancelling", self.id, how, stalled)
             self.emit(
                 events.error(
@@ -176,13 +182,14 @@ class Connection:
                     "what it played",
                 )
             )
-            self.session.cancel_response()
+            session.cancel_response()
             await asyncio.sleep(stall_s)  # once per stall, even if nothing was left to cancel
 
     # ---- in -------------------------------------------------------------------------------------
 
     def _push(self, pcm: bytes) -> None:
         self.last_audio = time.monotonic()
+        assert self.source is not None
         dropped = self.source.push(pcm)
         if dropped:
             ms = dropped * self.source.frame_ms
@@ -201,14 +208,19 @@ class Connection:
             case Audio(pcm):
                 self._push(pcm)
             case PlaybackReport(gen, audio_end_ms, stopped):
+                assert self.sink is not None
                 self.sink.report(gen, audio_end_ms, stopped=stopped)
             case CancelResponse():
+                assert self.session is not None
                 self.session.cancel_response()
             case CreateItem(text):
+                assert self.control is not None
                 self.control.create_item(text)
             case CreateResponse():
+                assert self.control is not None
                 self.control.create_response()
             case UpdateSession(settings):
+                assert self.control is not None
                 self.control.update(settings)
             case Ping():
                 self.emit(events.pong())
@@ -226,20 +238,21 @@ class Connection:
 
         cfg = self.server.cfg
         components = self.server.components
+        assert components is not None  # serve() loads the models before it listens
         tracer = Tracer(self.server.trace_path(self.id), session=self.id)
         tracer.listeners.append(self.server.metrics.on_trace)
         if self.server.spans is not None:
             self.server.spans.observe(tracer)
-        self.source = PushSource(
+        self.source = source = PushSource(
             frame_ms=cfg.audio.frame_ms,
             max_buffer_ms=self.buffer_ms,
             gap_fill_ms=cfg.server.input_gap_fill_ms,
         )
-        self.sink = ClientSink(
-            self.send_audio, lambda: int(self.session.gen), components.tts.sample_rate_hz
+        self.sink = sink = ClientSink(
+            self.send_audio, lambda: int(session.gen), components.tts.sample_rate_hz
         )
-        self.session = VoiceSession(components, cfg, self.source, self.sink, tracer, self.emit)
-        self.control = SessionControl(cfg, self.session, self.emit)
+        self.session = session = VoiceSession(components, cfg, source, sink, tracer, self.emit)
+        self.control = SessionControl(cfg, session, self.emit)
         self.emit(
             events.session_created(
                 self.id,
@@ -250,7 +263,7 @@ class Connection:
             )
         )
         writer = asyncio.create_task(self._writer(), name=f"writer-{self.id}")
-        pipeline = asyncio.create_task(self.session.run(), name=f"session-{self.id}")
+        pipeline = asyncio.create_task(session.run(), name=f"session-{self.id}")
         watchers = [asyncio.create_task(self._watch_playback(), name=f"watch-{self.id}")]
         if idle_s := cfg.server.idle_timeout_s:
             watchers.append(asyncio.create_task(self._watch_idle(idle_s), name=f"idle-{self.id}"))
@@ -263,8 +276,8 @@ class Connection:
                 except Exception:  # a server bug: logged whole, the session goes on
                     self.server.log_bug("session %s: a client message raised", self.id)
                     self.emit(events.error("server_error", "the server failed on this message"))
-                if self.source.buffered_ms > self.buffer_ms // 2:
-                    await self.source.drained(self.CATCH_UP_S)
+                if source.buffered_ms > self.buffer_ms // 2:
+                    await source.drained(self.CATCH_UP_S)
                 if self.out.qsize() > self.OUT_QUEUE_MESSAGES // 2:
                     await self._out_drained()
                 if pipeline.done():
@@ -272,7 +285,7 @@ class Connection:
         except ConnectionClosed:
             pass
         finally:
-            self.source.close()
+            source.close()
             for task in watchers:
                 task.cancel()
             pipeline.cancel()
@@ -281,7 +294,7 @@ class Connection:
             if pipeline.done() and not pipeline.cancelled() and pipeline.exception():
                 log.error("session %s failed: %s", self.id, pipeline.exception())
             tracer.close()
-            await self.sink.aclose()
+            await sink.aclose()
             with contextlib.suppress(asyncio.QueueFull):
                 self.out.put_nowait(None)
             writer.cancel()

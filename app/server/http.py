@@ -92,11 +92,8 @@ class HttpConnection(ServerConnection):
     the library parses a second request as a broken frame and fails the first one's answer."""
 
     HOLD_BYTES = 1 << 16
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._tail = b""  # the last 3 bytes of the head so far: its end may straddle two reads
-        self._held: bytearray | None = None  # None until the head's blank line
+    _tail = b""  # the last 3 bytes of the head so far: its end may straddle two reads
+    _held: bytearray | None = None  # None until the head's blank line
 
     def data_received(self, data: bytes) -> None:
         if self._held is None:
@@ -122,6 +119,7 @@ class HttpConnection(ServerConnection):
         if held + data:
             super().data_received(held + data)
 
+    # Its arguments pass on untouched (the library's 3 optional ones): this only adds a step after.
     async def handshake(self, *args: Any, **kwargs: Any) -> None:
         await super().handshake(*args, **kwargs)
         if self.protocol.state is State.OPEN:

@@ -25,7 +25,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from websockets.asyncio.server import ServerConnection
@@ -54,6 +54,9 @@ from dllm_voice.app.server.http import (
     static_response,
 )
 
+if TYPE_CHECKING:
+    from dllm_voice.app.conversation.components import Components
+
 log = logging.getLogger(__name__)
 
 LOG_EVERY_S = 10.0
@@ -80,7 +83,7 @@ class Throttled:
         self.next_t = 0.0
         self.held = 0
 
-    def __call__(self, message: str, *args: Any) -> None:
+    def __call__(self, message: str, *args: object) -> None:
         now = time.monotonic()
         if now < self.next_t:
             self.held += 1
@@ -96,7 +99,7 @@ class VoiceServer:
     """Shares the loaded models between connections, checks who may open one, caps how many run
     at once."""
 
-    def __init__(self, cfg: Config, components: Any) -> None:
+    def __init__(self, cfg: Config, components: Components | None) -> None:
         self.cfg = cfg
         self.components = components
         self.active: set[Connection] = set()
@@ -264,7 +267,8 @@ def serve(cfg: Config) -> int:
                 "set trace.path=FOLDER or trace.enabled=false"
             ) from None
     with console.status("loading models (LM, Whisper, Piper)..."):
-        server.components = Components.load(cfg)
+        components = Components.load(cfg)
+    server.components = components
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -291,5 +295,5 @@ def serve(cfg: Config) -> int:
     try:
         asyncio.run(main())
     finally:
-        server.components.close()
+        components.close()
     return 0
