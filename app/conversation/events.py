@@ -12,7 +12,7 @@ from typing import Any
 
 from dllm_voice.app.observe.trace import TraceEvent
 
-# A JSON object for the client. Its values stay Any: each builder below fixes their types, and
+# A JSON object for the client, its values untyped: each builder below fixes their types, and
 # readers (UIs, tests) index into them, as in event["response"]["gen"].
 Event = dict[str, Any]
 
