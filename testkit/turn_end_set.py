@@ -14,19 +14,10 @@ from __future__ import annotations
 
 import random
 
+from testkit.questions import QUESTIONS
+
 COMPLETE = (
-    "What is the capital of France?",
-    "How many legs does a spider have?",
-    "Tell me a fun fact about the moon.",
-    "What color is the sky on a clear day?",
-    "Can you recommend a good book to read?",
-    "Why do cats purr?",
-    "What is the boiling point of water?",
-    "Give me a quick tip for sleeping better.",
-    "Who wrote Romeo and Juliet?",
-    "How far away is the sun?",
-    "What should I cook for dinner tonight?",
-    "Is it going to be a good day today?",
+    *QUESTIONS[:12],  # the voice benchmark's first questions
     "How do I cook rice on the stove?",
     "Tell me a joke.",
     "Why is the sky blue?",
