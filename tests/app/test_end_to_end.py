@@ -195,7 +195,10 @@ def test_long_turn_is_transcribed_whole_across_segments(tmp_path, components):
     ]
     gap = np.zeros(16000 * 150 // 1000, np.int16)  # < vad.pause_ms: one continuous turn
     pcm = np.concatenate([np.concatenate([trim(speech_pcm(s)), gap]) for s in sentences])
-    cfg = replace(CFG, vad=replace(CFG.vad, max_turn_s=len(pcm) / 16000 / 3))
+    vad = replace(CFG.vad, max_turn_s=len(pcm) / 16000 / 3)
+    # A one-sentence answer: the default three took 5 of the test's 15 s to decode and voice.
+    conv = replace(CFG.conversation, max_spoken_sentences=1)
+    cfg = replace(CFG, vad=vad, conversation=conv)
     events = run_timeline(components, cfg, [Segment(pcm)], tmp_path, realtime=False)
     assert len([e for e in events if e["event"] == "segment"]) >= 2
     (final,) = [e for e in events if e["event"] == "asr_final"]
