@@ -9,7 +9,7 @@ where the CPU has AVX-512 VNNI), "quant" (the same blocks expanded to fp32), "ro
 kernel from fp32 weights), "onednn" (oneDNN-prepacked), "plain" (F.linear, MKL), and every
 (rows, kind) case runs interleaved in one process after a `--prefill`-token context, logits for
 every row (the verify step's shape). "onednn" forces the packed path even for a single row
-(transformer.gemv_wins switched off), where the model would keep MKL's gemv at 1 thread: "plain"
+(packing.gemv_wins switched off), where the model would keep MKL's gemv at 1 thread: "plain"
 shows that choice. JSON to stdout: median ms per case and each case's ratio to the 1-row
 forward of the first kind.
 """
@@ -27,7 +27,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench/lm.py
 
 import torch  # noqa: E402
 
-import dllm_voice.model.transformer as transformer  # noqa: E402
+import dllm_voice.model.packing as packing  # noqa: E402
 from dllm_voice.kernels import cpu_rows  # noqa: E402
 from dllm_voice.model.loader import load  # noqa: E402
 
@@ -52,7 +52,7 @@ def main() -> int:
         models[kind].unpack()
         models[kind].pack(kind)
     caches = {k: m.new_cache(a.prefill + max(rows) + 1) for k, m in models.items()}
-    gemv_wins = transformer.gemv_wins
+    gemv_wins = packing.gemv_wins
     times: dict[tuple[str, int], list[float]] = {}
     gen = torch.Generator().manual_seed(0)
     with torch.inference_mode():
@@ -61,14 +61,14 @@ def main() -> int:
         for rep in range(a.reps + 1):  # the first round warms up and is not counted
             for t in rows:
                 for k, m in models.items():
-                    transformer.gemv_wins = (lambda x: False) if k == "onednn" else gemv_wins
+                    packing.gemv_wins = (lambda x: False) if k == "onednn" else gemv_wins
                     ids = torch.randint(0, 1000, (1, t), generator=gen)
                     t0 = time.perf_counter()
                     m(ids, cache=caches[k], logits="all")
                     if rep:
                         times.setdefault((k, t), []).append(time.perf_counter() - t0)
                     caches[k].truncate(a.prefill)
-    transformer.gemv_wins = gemv_wins
+    packing.gemv_wins = gemv_wins
     ms = {key: statistics.median(v) * 1e3 for key, v in times.items()}
     one = ms[(kinds[0], 1)]
     out = {

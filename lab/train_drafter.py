@@ -43,9 +43,10 @@ from torch import nn
 
 from dllm_voice.model.drafter import DEFAULT_ADAPTER, BlockDrafter
 from dllm_voice.model.kv_cache import KVCache
+from dllm_voice.model.layer_stack import run_layers
 from dllm_voice.model.loader import load
 from dllm_voice.model.lookup import PromptLookup
-from dllm_voice.model.transformer import Transformer, run_layers
+from dllm_voice.model.transformer import Transformer
 from lab import gen_data, ngram
 from lab.gen_data import FEATURE_DEPTH, Record, load_records
 

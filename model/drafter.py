@@ -38,19 +38,13 @@ from torch import nn
 
 from dllm_voice.kernels import cpu_rows
 from dllm_voice.kernels.cpu_rows import Quantized, quantize_q8_0
+from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.errors import ModelLoadError
 from dllm_voice.model.kv_cache import KVCache
-from dllm_voice.model.transformer import (
-    Block,
-    Linear,
-    ModelArgs,
-    Packed,
-    Transformer,
-    linear,
-    prepack,
-    rms_norm,
-    run_layers,
-)
+from dllm_voice.model.layer_stack import run_layers
+from dllm_voice.model.layers import Block, rms_norm
+from dllm_voice.model.packing import Linear, Packed, linear, prepack
+from dllm_voice.model.transformer import Transformer
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -174,7 +168,7 @@ class BlockDrafter(nn.Module):
         return self
 
     def pack(self, kind: str = "auto") -> BlockDrafter:
-        """Pack the matrices for CPU inference (model/transformer.py's `prepack` kinds; "auto":
+        """Pack the matrices for CPU inference (model/packing.py's `prepack` kinds; "auto":
         Q8_0 copies, a quarter of the bytes: a drafter only proposes, so their rounding, under
         0.4 % of the largest weight of each 32, cannot change a verified token)."""
         for m in self.modules():

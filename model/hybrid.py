@@ -49,10 +49,11 @@ from dllm_voice.model.decode import (
     tap_row,
 )
 from dllm_voice.model.drafter import BlockDrafter, load_default
+from dllm_voice.model.layers import causal_mask
 from dllm_voice.model.lookup import PromptLookup
 from dllm_voice.model.ngram import NgramStore
 from dllm_voice.model.ngram import load_default as load_ngram
-from dllm_voice.model.transformer import Transformer, causal_mask
+from dllm_voice.model.transformer import Transformer
 from dllm_voice.model.tree import DraftTree, build
 
 # lm.row_cost = -1 on CPU: a verify row's extra cost next to a 1-row forward, per matrix kernel

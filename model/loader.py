@@ -23,10 +23,11 @@ import torch
 from gguf import GGMLQuantizationType
 
 from dllm_voice.kernels.cpu_rows import Quantized
+from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.errors import ModelLoadError
 from dllm_voice.model.gguf_file import GGUFFile, scalar
 from dllm_voice.model.tokenizer import Tokenizer
-from dllm_voice.model.transformer import ModelArgs, Transformer
+from dllm_voice.model.transformer import Transformer
 
 GGUF_ARCHS = ("llama", "qwen2")
 HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}

@@ -46,15 +46,9 @@ from torch import nn
 from dllm_voice.model.drafter import read_adapter, write_adapter
 from dllm_voice.model.errors import ModelLoadError
 from dllm_voice.model.kv_cache import KVCache
-from dllm_voice.model.transformer import (
-    Block,
-    Transformer,
-    apply_rope,
-    attend,
-    linear,
-    prepack,
-    rms_norm,
-)
+from dllm_voice.model.layers import Block, apply_rope, attend, rms_norm
+from dllm_voice.model.packing import linear, prepack
+from dllm_voice.model.transformer import Transformer
 from lab.gen_data import Record
 from lab.train_drafter import targets_for
 

@@ -14,10 +14,11 @@ import torch.nn.functional as F
 
 from dllm_voice.kernels import backend, exact_rows
 from dllm_voice.model import hybrid
+from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.config import LMConfig
 from dllm_voice.model.decode import DecodeRequest, Sampler, get_decoder
 from dllm_voice.model.drafter import BlockDrafter
-from dllm_voice.model.transformer import ModelArgs, Transformer
+from dllm_voice.model.transformer import Transformer
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dllm_voice.model.transformer import ModelArgs, Transformer
+from dllm_voice.model.args import ModelArgs
+from dllm_voice.model.transformer import Transformer
 from lab.gen_data import generate_batch
 from lab.inpass import (
     InPassAdapter,

@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
+from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.drafter import BlockDrafter
-from dllm_voice.model.transformer import ModelArgs, Transformer
+from dllm_voice.model.transformer import Transformer
 from lab.gen_data import generate_batch
 from lab.train_drafter import (
     block_forward,

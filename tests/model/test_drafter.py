@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.drafter import BlockDrafter, load_default, q4_decode, q4_encode
 from dllm_voice.model.errors import ModelLoadError
-from dllm_voice.model.transformer import ModelArgs, Transformer
+from dllm_voice.model.transformer import Transformer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

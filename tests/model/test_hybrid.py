@@ -11,11 +11,12 @@ import torch
 
 from dllm_voice.kernels import cpu_rows
 from dllm_voice.model import hybrid
+from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.config import LMConfig
 from dllm_voice.model.decode import DecodeRequest, Sampler, get_decoder
 from dllm_voice.model.drafter import BlockDrafter
 from dllm_voice.model.hybrid import HybridStepper
-from dllm_voice.model.transformer import ModelArgs, Transformer
+from dllm_voice.model.transformer import Transformer
 from dllm_voice.model.tree import DraftTree, build
 
 CFG = LMConfig(drafter="none", ngram="none", row_cost=0.0)  # every draft slot verified

@@ -10,9 +10,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.errors import ModelLoadError
 from dllm_voice.model.loader import load
-from dllm_voice.model.transformer import ModelArgs, Transformer
+from dllm_voice.model.transformer import Transformer
 
 
 def test_missing_file(tmp_path: Path) -> None:

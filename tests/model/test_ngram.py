@@ -11,12 +11,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from dllm_voice.model import hybrid
+from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.config import LMConfig
 from dllm_voice.model.decode import DecodeRequest, Sampler, get_decoder
 from dllm_voice.model.drafter import BlockDrafter
 from dllm_voice.model.errors import ModelLoadError
 from dllm_voice.model.ngram import NgramStore, load_default
-from dllm_voice.model.transformer import ModelArgs, Transformer
+from dllm_voice.model.transformer import Transformer
 from lab.ngram import MIN_TOTAL, build, save
 from tests.lab.test_ngram_build import near, records
 

@@ -2,7 +2,7 @@
 
 Fast: a float64 numpy forward written from the Llama equations, using the GGUF's own q/k rows
 (interleaved-pair RoPE, llama.cpp's convention) — checks the q/k un-permutation, rotate-half
-RoPE, GQA, norms and the tied head of model/transformer.py.
+RoPE, GQA, norms (model/layers.py) and the tied head of model/transformer.py.
 Slow: Hugging Face transformers' LlamaForCausalLM loading the same GGUF file.
 """
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+import dllm_voice.model.layer_stack as layer_stack
 import dllm_voice.model.transformer as transformer
 from dllm_voice.kernels import cpu_rows
-from dllm_voice.model.transformer import ModelArgs, Transformer
+from dllm_voice.model.args import ModelArgs
+from dllm_voice.model.layers import causal_mask
+from dllm_voice.model.transformer import Transformer
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +41,7 @@ def test_incremental_equals_full_recompute(lm) -> None:
 @pytest.mark.parametrize("t,s", [(1, 0), (4, 0), (3, 17), (13, 300)])
 def test_causal_mask_is_the_lower_triangle_after_the_cache(t: int, s: int) -> None:
     want = torch.ones(t, s + t, dtype=torch.bool).tril(s)
-    assert torch.equal(transformer.causal_mask(t, s, torch.device("cpu")), want)
+    assert torch.equal(causal_mask(t, s, torch.device("cpu")), want)
 
 
 @torch.inference_mode()
@@ -238,7 +241,7 @@ def tiny_packed(fmt: str) -> Transformer:
 
 @pytest.mark.parametrize("fmt", ["f32", "q4_1", "q8_0"])
 def test_the_layers_as_one_c_call_compute_what_the_torch_ops_compute(fmt, monkeypatch) -> None:
-    """CPU inference runs the packed layers as one C call (transformer.run_layers). For a prefill,
+    """CPU inference runs the packed layers as one C call (layer_stack.run_layers). For a prefill,
     a decode row, a chain, a draft tree at explicit positions and rows kept out of the cache it
     gives the torch layers' logits and cache entries up to rounding - from fp32 panels and from
     GGUF blocks - and it is the path taken."""
@@ -265,7 +268,7 @@ def test_the_layers_as_one_c_call_compute_what_the_torch_ops_compute(fmt, monkey
     c_cache = model.new_cache(64)
     c_out = steps(c_cache)
     assert len(calls) == 5  # one per forward
-    monkeypatch.setattr(transformer, "_c_stack", lambda layers: None)
+    monkeypatch.setattr(layer_stack, "c_stack", lambda layers: None)
     t_cache = model.new_cache(64)
     # integer products: an input's rounding to int16 can flip with the attention's last bits
     tol = 1e-3 if model.cpu_kernel == "vnni" else 1e-4
@@ -314,7 +317,7 @@ def test_a_batch_of_sequences_is_one_c_call_and_each_row_its_own(fmt, monkeypatc
                 row = model(nxt[b : b + 1, step : step + 1], cache=alone).logits
                 assert torch.equal(row, c_out[1 + step][b : b + 1]), (b, step)
         with monkeypatch.context() as m:
-            m.setattr(transformer, "_c_stack", lambda layers: None)
+            m.setattr(layer_stack, "c_stack", lambda layers: None)
             t_cache = model.new_cache(16, batch=3)
             t_out = decode(t_cache)
     tol = 1e-3 if model.cpu_kernel == "vnni" else 1e-4
@@ -335,7 +338,7 @@ def test_several_sessions_in_one_forward_get_what_each_gets_alone(fmt, monkeypat
         for i, (cache, n) in enumerate(zip(caches, (5, 17, 9), strict=True)):
             model(ids(n, seed=10 + i), cache=cache)
         s2 = caches[2].length
-        mask = transformer.causal_mask(4, s2, torch.device("cpu"))
+        mask = causal_mask(4, s2, torch.device("cpu"))
         mask[3, s2 + 2] = False  # two siblings after row 1
         return [
             transformer.Call(caches[0], ids(1, seed=20), logits="last"),

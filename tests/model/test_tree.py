@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.config import LMConfig
 from dllm_voice.model.decode import DecodeRequest, Sampler
 from dllm_voice.model.hybrid import HybridStepper
 from dllm_voice.model.kv_cache import KVCache
-from dllm_voice.model.transformer import ModelArgs, Transformer
+from dllm_voice.model.transformer import Transformer
 from dllm_voice.model.tree import DraftTree, build
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -1,0 +1,109 @@
+"""A stack of decoder layers over new rows (`run_layers`). In CPU inference whose matrices are
+packed for kernels/cpu_rows.py the whole stack is one C call (`cpu_rows.layers`: norms, products,
+rope, attention, SiLU, residuals), which computes each row on its own: a row's bits do not depend
+on the rows beside it, so a verify row is exactly the row `ar` computes, and several sessions'
+rows can share the call (`Transformer.forward_many`). Elsewhere (training, CUDA, hooks) each
+layer's torch ops.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import cast
+
+import torch
+from torch import nn
+
+from dllm_voice.kernels import cpu_rows, exact_rows
+from dllm_voice.model import packing
+from dllm_voice.model.kv_cache import KVCache
+from dllm_voice.model.layers import Block
+
+
+def c_stack(layers: nn.ModuleList) -> cpu_rows.LayerStack | None:
+    """The layers' matrices and norms for cpu_rows.layers, built once per packing (checking
+    every matrix took ~0.4 ms a forward, a tenth of one); None unless every matrix is packed as
+    panels and there is no q/k/v bias."""
+    packings, stack = _C_STACKS.get(layers, (-1, None))
+    if packings == packing.packings():
+        return stack
+    blocks = cast("list[Block]", list(layers))
+    mats = [(b.attn.wqkv, b.attn.wo, b.mlp.w_gate_up, b.mlp.w_down) for b in blocks]
+    panels = tuple(m.packed for four in mats for m in four)
+    stack = None
+    if all(isinstance(p, cpu_rows.Panels) for p in panels) and mats[0][0].bias is None:
+        norms = tuple(g for b in blocks for g in (b.attn_norm, b.mlp_norm))
+        stack = cpu_rows.layer_stack(cast("tuple[cpu_rows.Panels, ...]", panels), norms)
+    _C_STACKS[layers] = (packing.packings(), stack)
+    return stack
+
+
+# Each stack with the packing count (model/packing.py `packings`) it was built at.
+_C_STACKS: weakref.WeakKeyDictionary[nn.ModuleList, tuple[int, cpu_rows.LayerStack | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def run_layers(
+    layers: nn.ModuleList,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    cache: KVCache,
+    first: int,
+    write: int,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+) -> torch.Tensor:
+    """x (B, T, dim) through `layers`, layer i on cache layer first + i (Block.forward's other
+    arguments). In CPU inference whose layers are packed for kernels/cpu_rows.py the whole stack
+    is one C call for up to LayerStack.max_rows rows of all B sequences together
+    (cpu_rows.layers: ~0.45 ms of Python and torch dispatch per layer saved, OpenMP wakes its
+    worker once, not 5 times a layer, and a batch's rows share each weight read); its rows past
+    `write` go to the cache slots after the written ones - free slots, past cache.length - so it
+    needs room for all T rows. Layers with hooks (gen_data's feature capture) keep the torch
+    ops."""
+    bsz, t, dim = x.shape
+    s, c_path = cache.length, cpu_rows.available() and not torch.is_grad_enabled()
+    c_path = c_path and x.device.type == "cpu" and x.dtype == torch.float32
+    c_path = c_path and cache.k.dtype == torch.float32 and s + t <= cache.capacity
+    c_path = c_path and cos.shape[0] in (1, bsz)
+    c_path = c_path and cos.shape[-1] % 8 == 0 and cos.shape[-1] <= 256  # attend_rows' head dims
+    c_path = c_path and (mask is None or mask.dtype == torch.bool)
+    c_path = c_path and not any(m._forward_pre_hooks or m._forward_hooks for m in layers)
+    stack = c_stack(layers) if c_path else None
+    if stack is not None and bsz * t > stack.max_rows:
+        stack = None
+    if stack is None:
+        with exact_rows.one_forward():
+            for i, layer in enumerate(layers):
+                x = layer(x, cos, sin, cache, first + i, write, mask, is_causal)
+        return x
+    d = cos.shape[-1]
+    rope = tuple(c.reshape(-1, t, d).expand(bsz, t, d).reshape(bsz * t, d) for c in (cos, sin))
+    if mask is not None:
+        mask = mask.reshape(-1, t, s + t).expand(bsz, t, s + t).contiguous()
+    k, v = cache.k[first : first + len(layers)], cache.v[first : first + len(layers)]
+    seqs = [
+        cpu_rows.SeqKV(k[:, b], v[:, b], s, t, None if mask is None else mask[b])
+        for b in range(bsz)
+    ]
+    y = x.reshape(bsz * t, dim).clone(memory_format=torch.contiguous_format)
+    c_layers(layers, stack, y, rope, seqs, is_causal)
+    return y.view(bsz, t, dim)
+
+
+def c_layers(
+    layers: nn.ModuleList,
+    stack: cpu_rows.LayerStack,
+    y: torch.Tensor,
+    rope: tuple[torch.Tensor, ...],
+    seqs: list[cpu_rows.SeqKV],
+    causal: bool,
+) -> None:
+    """y (T, dim) through the C layer stack, in place (cpu_rows.layers)."""
+    first = cast(Block, layers[0])
+    heads, ffn, d = first.attn.n_heads, first.mlp.ffn_dim, rope[0].shape[-1]
+    scratch = torch.empty(cpu_rows.layers_scratch(stack, y.shape[0], y.shape[1], heads, d, ffn))
+    cos, sin = (r.contiguous() for r in rope)
+    cpu_rows.layers(y, stack, first.eps, (cos, sin), seqs, causal, heads, ffn, scratch)
