@@ -23,40 +23,33 @@ about half the time, and the logits stay within 0.01 of the fp32 products' (BENC
 `rms_norm` and `attention` replace torch's composite ops for decode's rows (one C call each
 instead of several small ones), and like the product they give a row the same bits whatever
 rows share the call: together they make a verify row exactly the row `ar` computes. `layers`
-runs a stack of decoder layers in one call and one OpenMP region (model/transformer.py
+runs a stack of decoder layers in one call and one OpenMP region (model/layer_stack.py
 `run_layers`): at one row the torch ops it replaces took as long as the products themselves.
 
-The C file is compiled on first use with the system C compiler (`CC`, else `cc`; the VNNI
-functions carry their own target attribute and run only where the CPU reports the feature) into
-`$XDG_CACHE_HOME/dllm-voice` (default `~/.cache/dllm-voice`), named by a hash of the source and
-flags, and loaded with ctypes. `available()` is False - and model/transformer.py keeps oneDNN's
-kernel - on CPUs without AVX2/FMA, without a compiler, or when the build or its self-test fails
-(one log line says why). DLLM_CPU_ROWS=0 turns it off.
+The C file is compiled on first use and loaded with ctypes (kernels/cpu_rows_build.py).
+`available()` is False - and model/packing.py keeps oneDNN's kernel - on CPUs without AVX2/FMA,
+without a compiler, or when the build or its self-test fails (one log line says why).
+DLLM_CPU_ROWS=0 turns it off.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import itertools
 import logging
 import os
-import platform
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
+from dllm_voice.kernels import cpu_rows_build
+
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("cpu_rows.c")
-FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC")
 PANEL = 16  # output columns per panel (cpu_rows.c)
 QK = 32  # inputs per quantization block
 # Block formats: (bytes of a block of 32 inputs in a GGUF row, bytes of a 32 x 16 panel block).
@@ -97,76 +90,12 @@ class Quantized(NamedTuple):
     rows: torch.Tensor
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "dllm-voice"
-
-
-def _compiler() -> str:
-    return os.environ.get("CC", "cc")
-
-
-def _unsupported() -> str | None:
-    if os.environ.get("DLLM_CPU_ROWS", "1") == "0":
-        return "DLLM_CPU_ROWS=0"
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return f"not an x86-64 CPU ({platform.machine()})"
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
-        return "the CPU lacks AVX2/FMA"
-    if shutil.which(_compiler()) is None:
-        return f"no C compiler ({_compiler()}) on PATH"
-    return None
-
-
-def _build() -> Path:
-    """The compiled library, built once per source and flags (atomic: concurrent builds)."""
-    cc = _compiler()
-    tag = hashlib.sha256(SOURCE.read_bytes() + " ".join((cc, *FLAGS)).encode()).hexdigest()[:16]
-    out = cache_dir() / f"cpu_rows-{tag}.so"
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
-        os.close(fd)
-        try:
-            subprocess.run(
-                [cc, *FLAGS, str(SOURCE), "-o", tmp], check=True, capture_output=True, text=True
-            )
-            os.replace(tmp, out)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
-    return out
-
-
 @functools.cache
 def _library() -> ctypes.CDLL | None:
-    why = _unsupported()
+    why = cpu_rows_build.unsupported()
     if why is None:
         try:
-            lib = ctypes.CDLL(str(_build()))
-            lib.rows_matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
-            lib.rows_matmul.restype = None
-            lib.quant_matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 5
-            lib.quant_matmul.restype = None
-            lib.vnni_supported.restype = ctypes.c_int
-            norm_args = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]
-            lib.rms_norm_rows.argtypes = norm_args
-            lib.rms_norm_rows.restype = None
-            lib.argmax_rows.argtypes = [
-                ctypes.c_void_p,
-                ctypes.c_int,
-                ctypes.c_int,
-                ctypes.c_void_p,
-            ]
-            lib.argmax_rows.restype = None
-            lib.attend_rows.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 5 + [
-                ctypes.c_long, ctypes.c_long, ctypes.c_float, ctypes.c_int, ctypes.c_int
-            ]  # fmt: skip
-            lib.attend_rows.restype = None
-            ptr, num, f32, long = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_long
-            lib.layers_rows.argtypes = [num, ptr, num, num, *[ptr] * 4, f32, ptr, ptr, num,
-                                        *[ptr] * 5, num, long, long, *[num] * 4, f32, ptr,
-                                        num]  # fmt: skip
-            lib.layers_rows.restype = None
+            lib = cpu_rows_build.load()
             if _self_test(lib):
                 return lib
             why = "its self-test disagreed with F.linear"

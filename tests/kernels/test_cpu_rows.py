@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from dllm_voice.kernels import cpu_rows
+from dllm_voice.kernels import cpu_rows, cpu_rows_build
 
 needs_kernel = pytest.mark.skipif(
     not cpu_rows.available(), reason="cpu_rows kernel not built here (no AVX2 or no compiler)"
@@ -196,7 +196,7 @@ def test_attention_matches_sdpa_and_each_row_stands_alone(n: int, t: int, kind: 
 
 def test_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DLLM_CPU_ROWS", "0")
-    assert cpu_rows._unsupported() == "DLLM_CPU_ROWS=0"
+    assert cpu_rows_build.unsupported() == "DLLM_CPU_ROWS=0"
     monkeypatch.setenv("DLLM_CPU_ROWS", "1")
     monkeypatch.setenv("CC", "no-such-compiler")
-    assert cpu_rows._unsupported() is not None  # no compiler (or no AVX2 CPU to begin with)
+    assert cpu_rows_build.unsupported() is not None  # no compiler (or no AVX2 CPU to begin with)
