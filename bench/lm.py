@@ -290,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--kernels",
         default="",
         help="other CPU matrix kernels, e.g. onednn,plain: adds every decoder's row again on a "
-        "second copy of the weights packed for each (model/transformer.py prepack kinds)",
+        "second copy of the weights packed for each (model/packing.py prepack kinds)",
     )
     return ap
 

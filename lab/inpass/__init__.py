@@ -107,7 +107,7 @@ class InPassAdapter(nn.Module):
                 f"{base.args.n_layers}: retrain it with python -m lab.inpass train"
             )
         self.head = base.lm_head_weight.detach()[self.vocab_ids]
-        self.head_packed = prepack(self.head)  # CPU inference: see model/transformer.py
+        self.head_packed = prepack(self.head)  # CPU inference: see model/packing.py
         return self
 
     def block_inputs(self, rows: int) -> torch.Tensor:
