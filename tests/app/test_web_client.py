@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -37,21 +38,27 @@ def chromium_args(mic: Path) -> list[str]:
     ]
 
 
-@pytest.fixture(params=MICS, ids=[f"{v}@{r}" for v, r in MICS])
-def browser_page(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """Playwright's Chromium, its driver started once for the module's browsers."""
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed (make test installs it)")
     playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as p:
+        yield p.chromium
+
+
+@pytest.fixture(params=MICS, ids=[f"{v}@{r}" for v, r in MICS])
+def browser_page(chromium: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
     voice, rate = request.param
     mic = write_speech_wav(
         tmp_path / "mic.wav", "What is the capital of France?", voice, rate, 800, 4000
     )
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=chromium_args(mic))
-        try:
-            yield browser.new_page()
-        finally:
-            browser.close()
+    browser = chromium.launch(executable_path=CHROMIUM, args=chromium_args(mic))
+    try:
+        yield browser.new_page()
+    finally:
+        browser.close()
 
 
 def test_browser_talks_and_hears_paris(
@@ -94,19 +101,16 @@ def test_browser_talks_and_hears_paris(
     assert not failed, failed  # the favicon too
 
 
-def test_two_spoken_turns_and_a_typed_one(components: Any, tmp_path: Path) -> None:
+def test_two_spoken_turns_and_a_typed_one(components: Any, chromium: Any, tmp_path: Path) -> None:
     """A conversation as a person has it, with screenshots at desktop and phone width."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (make test installs it)")
-    playwright = pytest.importorskip("playwright.sync_api")
     first = speech_pcm("What is the capital of France?", "piper", 16000, 800, 8000)
     second = speech_pcm("And what about Germany?", "piper", 16000, 0, 60000)
     mic = write_wav(tmp_path / "mic.wav", np.concatenate([first, second]), 16000)
     run = Running(VoiceServer(make_cfg(tmp_path), components))
     errors: list[str] = []
     try:
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=chromium_args(mic))
+        mic_browser = chromium.launch(executable_path=CHROMIUM, args=chromium_args(mic))
+        with closing(mic_browser) as browser:
             page = browser.new_page(viewport={"width": 1280, "height": 1400})
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.add_init_script(DRAFT_WATCH)
@@ -131,7 +135,6 @@ def test_two_spoken_turns_and_a_typed_one(components: Any, tmp_path: Path) -> No
             page.set_viewport_size({"width": 420, "height": 900})
             page.screenshot(path=str(tmp_path / "page-420.png"), full_page=True)
             overflow = page.evaluate("document.documentElement.scrollWidth")
-            browser.close()
     finally:
         run.close()
     assert not errors, errors
@@ -160,23 +163,26 @@ new MutationObserver((records) => {
 }).observe(document, {childList: true, subtree: true});"""
 
 
-def evaluate_on_page(script: str, *args: Any) -> list[Any]:
-    """``script`` run on the page (opened as a file, no server) once for each of ``args``."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (make test installs it)")
-    playwright = pytest.importorskip("playwright.sync_api")
+@pytest.fixture(scope="module")
+def file_browser(chromium: Any) -> Iterator[Any]:
+    """One browser, without a microphone, for the scripts run on the page opened as a file."""
+    browser = chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    yield browser
+    browser.close()
+
+
+def evaluate_on_page(browser: Any, script: str, *args: Any) -> list[Any]:
+    """``script`` run on a fresh page (opened as a file, no server) once for each of ``args``."""
     page_file = Path(__file__).resolve().parents[2] / "app" / "server" / "static" / "index.html"
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page()
-            page.goto(page_file.as_uri())
-            return [page.evaluate(script, arg) for arg in args]
-        finally:
-            browser.close()
+    page = browser.new_page()
+    try:
+        page.goto(page_file.as_uri())
+        return [page.evaluate(script, arg) for arg in args]
+    finally:
+        page.close()
 
 
-def test_page_resampler_filters_what_16_khz_cannot_carry(tmp_path: Path) -> None:
+def test_page_resampler_filters_what_16_khz_cannot_carry(file_browser: Any) -> None:
     """The page's 48 -> 16 kHz resampler: 1 kHz passes, 12 kHz (which averaging each 3 samples
     folded to 4 kHz at a third of its level) is removed, across 20 ms chunks."""
     script = """(f) => {
@@ -190,13 +196,13 @@ def test_page_resampler_filters_what_16_khz_cannot_carry(tmp_path: Path) -> None
       const tail = out.slice(1600);                         // past the filter's start-up
       return [out.length, Math.sqrt(tail.reduce((s, v) => s + v * v, 0) / tail.length) / 32768];
     }"""
-    (n, rms_1k), (_, rms_12k) = evaluate_on_page(script, 1000, 12000)
+    (n, rms_1k), (_, rms_12k) = evaluate_on_page(file_browser, script, 1000, 12000)
     assert abs(n - 16000) <= 20
     assert abs(rms_1k - 0.5 / 2**0.5) < 0.02  # the speech band passes at its level
     assert rms_12k < 0.005  # >= 40 dB down; box averaging left 0.118 (-9.5 dB)
 
 
-def test_page_shows_a_long_turn_revised_after_its_final() -> None:
+def test_page_shows_a_long_turn_revised_after_its_final(file_browser: Any) -> None:
     final, better = "What can I cook that is vegetarian? I need it.", "What can I cook? Easy."
     script = """([final, better]) => {
       const heard = (text) => ({type: "conversation.item.input_audio_transcription.completed",
@@ -210,5 +216,5 @@ def test_page_shows_a_long_turn_revised_after_its_final() -> None:
       return [...document.querySelectorAll("#chat .msg.user")].map(
         (m) => [m.querySelector(".text").textContent, m.querySelector(".tags").textContent]);
     }"""
-    (rows,) = evaluate_on_page(script, [final, better])
+    (rows,) = evaluate_on_page(file_browser, script, [final, better])
     assert rows == [[better, "re-heard"], ["And for dessert?", ""]]
