@@ -75,26 +75,19 @@ def end_decision(
     the speech's own P(end) (audio/prosody.py; None: not heard) and how clearly Whisper heard
     the words (``asr_logprob``, its mean log-probability per token; None: not measured).
 
-    Speech that sounds cut (``p_audio`` below ``audio_cut``: no final lengthening or pitch
-    movement on the last word) is "incomplete" unless the LM is sure of its end (``p_end`` at
-    or above ``audio_gate``): Whisper completes a cut sentence on its own ("How far is the"
-    -> "How far is that?"), which the LM reads as barely complete, while the speech's score
-    alone would make a few complete questions wait too. Where the LM is sure and the speech
-    still sounds cut, the two disagree: "unsure" (in real time "How far is that?" scored LM
-    0.31-0.55 with the speech at 0.02-0.05, and its answer beat a 300 ms pause).
-    A transcript that trails off ("So my question is...": Whisper's own mark for speech that
-    stops mid-phrase) or stops on a word that leads to another (`stops_open`: "So my question
-    is.") is "incomplete" under the same gate: the LM's score drops the marks, and read without
-    them "So my question is" scored 0.031, complete by a hair.
-    A long turn (20+ words, several sentences) that ends in a statement is at most "unsure":
-    someone telling a story pauses ~300 ms between sentences, and each of them reads as a
-    complete message (in bench/conversation.py's monologues every sentence ended the turn and
-    was reopened); "Never mind that. Tell me about dragons." is not a story. So is a shorter
-    turn whose last sentence tells something without asking or requesting (`tells_something`).
-    An LM score between ``unlikely`` and ``likely`` on words Whisper barely heard
-    (``asr_logprob`` below ``cfg.asr_logprob``) is "incomplete": the cut speech Whisper
-    completes on its own ("How many legs does a" -> "How many lengths do I need?", -0.66) reads
-    as barely complete, while a question heard clearly scores -0.05 to -0.3.
+    In order:
+    1. Speech that sounds cut (``p_audio`` < ``audio_cut``) is "incomplete" unless the LM is
+       sure (``p_end`` >= ``audio_gate``): Whisper completes a cut sentence on its own ("How
+       far is the" -> "How far is that?"), which the LM reads as barely complete.
+    2. Words that trail off ("So my question is...") or stop on a word that leads to another
+       (``stops_open``) are "incomplete" under the same gate: read without its marks "So my
+       question is" scored 0.031, complete by a hair.
+    3. No LM score is "unsure"; one below ``unlikely`` "incomplete"; one below ``likely`` is
+       "incomplete" on words Whisper barely heard (``asr_logprob`` below ``cfg.asr_logprob``;
+       a clear question scores -0.05 to -0.3), else "unsure".
+    4. A likely end is "unsure" where the speech still sounds cut, in a story (20+ words,
+       several sentences, ending in a statement: a teller pauses ~300 ms between sentences),
+       or where the last sentence tells something without asking (``tells_something``).
     """
     sure = p_end is not None and p_end >= cfg.audio_gate
     sounds_cut = p_audio is not None and p_audio < cfg.audio_cut
