@@ -51,7 +51,7 @@ def served(tmp_path: Path) -> Iterator[tuple[Running, InMemorySpanExporter]]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    comps = FakeComponents([QUESTION, QUESTION], lm={"tail": "Fine, thanks."}, ms_per_word=200)
+    comps = FakeComponents([QUESTION, QUESTION], lm={"tail": "Fine, thanks."}, ms_per_word=100)
     server = VoiceServer(fake_cfg(tmp_path), comps)
     server.spans = SpanExport(provider)
     run = Running(server)
