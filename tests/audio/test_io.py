@@ -264,12 +264,13 @@ def test_push_source_fills_the_gap_when_the_client_stops_and_the_vad_ends_the_tu
 
 def test_push_source_gap_fill_leaves_fast_bursty_and_jittery_clients_alone() -> None:
     async def run() -> None:
-        # Bursts: 1 s of audio every second, all at once. Its audio never runs out.
+        # Bursts: 500 ms of audio all at once every 450 ms, a wait longer than the 300 ms
+        # threshold. Its audio never runs out.
         src = PushSource(gap_fill_ms=300)
-        reader = asyncio.create_task(collect_n(src, 99))
+        reader = asyncio.create_task(collect_n(src, 49))
         for _ in range(3):
-            src.push(np.full(16000, 5, np.int16))
-            await asyncio.sleep(0.9)
+            src.push(np.full(8000, 5, np.int16))
+            await asyncio.sleep(0.45)
         frames = await reader
         assert src.filled_frames == 0 and all((f == 5).all() for f in frames)
 
