@@ -147,7 +147,7 @@ def test_double_talk_pauses_the_agent_before_the_vad_onset():
     segments = [Segment(buzz(700)), Segment(buzz(900), barge_in_at_ms=800)]
     comps = FakeComponents(["Hi.", "Wait, what about Spain?"], **LONG)
     tracer = Tracer(None, session="t")
-    source = DoubleTalkSource(segments, realtime=True, tail_ms=800)
+    source = DoubleTalkSource(segments, realtime=True, tail_ms=800, lead_ms=LEAD_MS)
     sink = ClockSink(comps.tts.sample_rate_hz)
     try:
         asyncio.run(asyncio.wait_for(run_session(comps, cfg, source, sink, tracer), 30))
@@ -203,12 +203,12 @@ def test_speech_before_the_last_final_continues_that_utterance():
 
 
 def test_cancel_mid_answer_leaves_no_tasks_or_threads():
-    comps = FakeComponents(["Hi"])
+    comps = FakeComponents(["Hi."])
     before = set(threading.enumerate())
 
     async def main():
         sink = ClockSink(comps.tts.sample_rate_hz)
-        source = TimelineSource([Segment(buzz(700))], realtime=True)
+        source = TimelineSource([Segment(buzz(700))], realtime=True, lead_ms=LEAD_MS)
         session = VoiceSession(comps, CFG, source, sink, Tracer(None), None)
         source.bind(session)
         task = asyncio.create_task(session.run())
