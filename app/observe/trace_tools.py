@@ -23,16 +23,15 @@ from __future__ import annotations
 import math
 import sys
 from collections import defaultdict
-from typing import TYPE_CHECKING, TypedDict
+from typing import TypedDict
 
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from dllm_voice.app.conversation import events
+from dllm_voice.app.conversation.events import Event
 from dllm_voice.app.observe.trace import TraceEvent, read_trace
-
-if TYPE_CHECKING:
-    from dllm_voice.app.conversation.events import Event
 
 STAGES = (
     "endpoint",
@@ -197,20 +196,15 @@ def latency_event(turn_events: list[TraceEvent], gen: int) -> Event | None:
     evs = [e for e in turn_events if int(e.get("turn", 0)) == row["turn"]]
     end = _turn_end(evs, gen)
     origin = end["end_ms"] if end is not None else min(e["t_ms"] for e in evs)
-    return {
-        "type": "latency",
-        "turn": row["turn"],
-        "gen": gen,
-        "voice_to_voice_ms": row["stages"].get("voice_to_voice"),
-        "speculation": row["speculation"],
-        "typed": row["typed"],
-        "realtime": row["realtime"],
-        "stages": row["stages"],
-        "spans": [
-            {"stage": label, "start_ms": round(a - origin, 1), "end_ms": round(b - origin, 1)}
-            for label, a, b, _ in answer_spans(evs, gen)
-        ],
-    }
+    spans: list[dict[str, object]] = [
+        {"stage": label, "start_ms": round(a - origin, 1), "end_ms": round(b - origin, 1)}
+        for label, a, b, _ in answer_spans(evs, gen)
+    ]
+    stages = row["stages"]
+    return events.latency(
+        row["turn"], gen, stages.get("voice_to_voice"), row["speculation"], row["typed"],
+        row["realtime"], stages, spans,
+    )  # fmt: skip
 
 
 def summarize(events: list[TraceEvent]) -> Summary:
