@@ -470,6 +470,8 @@ def test_speech_right_after_an_early_end_reopens_the_same_turn():
     script = [("What is the capital.", "What is the capital.",
                "What is the capital of France?", "What is the capital of France?")]  # fmt: skip
     pcm = np.concatenate([buzz(900), silence(600), buzz(600)])
+    # 100 ms a word: the answer still plays when the user goes on 600 ms later (a finished one
+    # is not reopened).
     session, comps, trace, events = run(script, [Segment(pcm)], **{**SHORT, "ms_per_word": 100})
     seq = names(trace)
     assert seq.count("reopen") == 1 and seq.index("reopen") > seq.index("speech_end")
