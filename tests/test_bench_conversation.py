@@ -181,7 +181,7 @@ def test_an_answer_cut_by_a_reopened_turn_is_not_an_answer():
 @pytest.mark.slow
 def test_short_run_prints_the_fields(tmp_path):
     out = tmp_path / "r.json"
-    cmd = [sys.executable, str(ROOT / "bench" / "conversation.py"), "--only",
+    cmd = [sys.executable, "-m", "bench.conversation", "--only",
            "barge-800-dragons", "--set", "lm.max_new_tokens=24", "--out", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
