@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -140,8 +141,15 @@ def _coerce(key: str, value: object, tp: object) -> object:
             return value
         raise wrong
     if tp is float:
+        # NaN passes every range check and no client can parse it back: finite numbers only.
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+            try:
+                number = float(value)
+            except OverflowError:  # an int past a double's range
+                number = math.inf
+            if not math.isfinite(number):
+                raise ConfigError(f"config: {key} = {value!r} is not a finite number")
+            return number
         raise wrong
     if tp is str:
         # YAML reads `input_device: 2` as an int; a string field takes it as its text.

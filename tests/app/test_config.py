@@ -150,3 +150,10 @@ def test_cli_help_lists_subcommands() -> None:
     assert result.returncode == 0
     for name in ("chat", "serve", "ask", "run", "trace", "devices", "config"):
         assert name in result.stdout
+
+
+@pytest.mark.parametrize("raw", [".nan", ".inf", "-.inf", "1.0e+999"])
+def test_a_float_setting_must_be_finite(raw: str) -> None:
+    # NaN passes every range check, and a client cannot parse it back.
+    with pytest.raises(ConfigError, match="lm.threshold .* not a finite number"):
+        load_config(path=None, overrides=[f"lm.threshold={raw}"])
