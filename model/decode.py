@@ -97,10 +97,11 @@ class DecodeRequest:
     # How many sessions' steps share a forward now (StepBatcher.sessions): a hybrid decoder's
     # verify rows then cost every one of them time.
     sharing: Callable[[], int] = lambda: 1
-    # A prompt row whose logits the caller wants too (the end-of-turn score's, ChatSession):
-    # its prefill forward computes them as well and hands them to on_tap, (V,), once.
+    # A prompt row the caller reads too (the end-of-turn score's and the tool chooser's,
+    # ChatSession): its prefill forward computes it as well and hands on_tap its logits (V,)
+    # and final-normed hidden state (dim,), once.
     tap: int | None = None
-    on_tap: Callable[[torch.Tensor], None] | None = None
+    on_tap: Callable[[torch.Tensor, torch.Tensor], None] | None = None
 
     def __post_init__(self) -> None:
         self.run: Forward = self.model if self.forward is None else self.forward
@@ -154,9 +155,10 @@ def feed_rows(req: DecodeRequest, ids: list[int], last: bool) -> torch.Tensor | 
     tap = tap_row(req, len(ids))
     rows = tap if tap is not None else "last" if last else "none"
     chunk = torch.tensor([ids], device=req.model.embed.weight.device)  # (1, T)
-    out = req.run(chunk, cache=req.cache, logits=rows)
+    out = req.run(chunk, cache=req.cache, logits=rows, hidden=tap is not None)
     if tap is not None and req.on_tap is not None and out.logits is not None:
-        req.on_tap(out.logits[0, 0])
+        assert out.hidden_normed is not None
+        req.on_tap(out.logits[0, 0], out.hidden_normed[0, tap])
     return out.logits[0, -1] if last and out.logits is not None else None
 
 

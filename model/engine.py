@@ -48,6 +48,19 @@ CACHE_SLACK = 64
 _TRAILING_MARKS = re.compile(r"[\s.?!,;:\u2026]+$")  # a transcript's final marks, "..." too
 
 
+def _ignore(_: object) -> None:
+    pass
+
+
+# What generate(end_score=, turn_state=) asks of its first forward: the scored prompt and the
+# index of its end token (None: nothing to score), and who takes the score and the state.
+_Tap = tuple[
+    tuple[list[int], int] | None,
+    Callable[[float | None], None],
+    Callable[[torch.Tensor | None], None],
+]
+
+
 @dataclass
 class GenerationStats:
     prompt_tokens: int = 0
@@ -177,11 +190,24 @@ class ChatSession:
         self._feed(ids, len(ids) - 1, cancel, logits=False)
         return self.cache.length
 
+    def extend(
+        self, ids: list[int], *, cancel: threading.Event | None = None
+    ) -> torch.Tensor | None:
+        """The logits (vocab,) that follow ``ids``: the cache keeps its common prefix with them
+        and the rest goes in one forward (a prefill's chunks for a long rest), so a constrained
+        decoder's forced tokens and its chosen one cost one forward together. None when
+        cancelled. Ends any running generation."""
+        self._active = None
+        self.reuse_prefix(ids)
+        fed = self._feed(ids, len(ids), cancel, logits=True)
+        return None if fed is None else fed[0]
+
     def _feed(
         self, ids: list[int], end: int, cancel: threading.Event | None, *, logits: bool
-    ) -> torch.Tensor | None:
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Feed ids[cache.length:end] in chunks, `cancel` checked between them. With `logits`,
-        the last fed row's logits (vocab,); None when cancelled or nothing was fed."""
+        the last fed row's logits (vocab,) and final-normed hidden state (dim,); None when
+        cancelled or nothing was fed."""
         last = None
         with torch.inference_mode():
             while self.cache.length < end:
@@ -194,8 +220,10 @@ class ChatSession:
                     torch.tensor([ids[n:stop]], device=self.lm.device),
                     cache=self.cache,
                     logits="last" if want else "none",
+                    hidden=want,
                 )
-                last = out.logits[0, -1] if want and out.logits is not None else None
+                if want and out.logits is not None and out.hidden_normed is not None:
+                    last = (out.logits[0, -1], out.hidden_normed[0, -1])
         return last
 
     def end_of_turn(
@@ -212,7 +240,7 @@ class ChatSession:
         header. None where the template ends a user message with no
         stop token (Mistral's [/INST]) or when cancelled."""
         self._active = None
-        return self._score(self._end_probe(messages), cancel)
+        return self._score(self._end_probe(messages), cancel)[0]
 
     def _end_probe(self, messages: Sequence[dict[str, str]]) -> tuple[list[int], int] | None:
         """The scored prompt (the last message without its final marks) and the index of the
@@ -230,13 +258,17 @@ class ChatSession:
 
     def _score(
         self, probe: tuple[list[int], int] | None, cancel: threading.Event | None
-    ) -> float | None:
+    ) -> tuple[float | None, torch.Tensor | None]:
+        """P(end) and the hidden state of the probe's scored row; (None, None) without one."""
         if probe is None:
-            return None
+            return None, None
         ids, end = probe
         self.reuse_prefix(ids[:end])  # leaves at least one token to feed
-        logits = self._feed(ids, end, cancel, logits=True)
-        return None if logits is None else self._p_end(logits, ids, end)
+        fed = self._feed(ids, end, cancel, logits=True)
+        if fed is None:
+            return None, None
+        logits, state = fed
+        return self._p_end(logits, ids, end), state
 
     def generate(
         self,
@@ -248,6 +280,7 @@ class ChatSession:
         drafts: list[int] | None = None,
         stop: Sequence[str] = (),
         end_score: Callable[[float | None], None] | None = None,
+        turn_state: Callable[[torch.Tensor | None], None] | None = None,
     ) -> Generation:
         """Stream the assistant's answer to `messages`; nothing runs until iterated.
 
@@ -258,12 +291,16 @@ class ChatSession:
         first forward feeds anyway (the user's last word, before its final mark and the
         assistant header), so it costs no forward of its own; where the two prompts part
         earlier (a mark the tokenizer merges into the word) it is one forward before them.
+        turn_state: called likewise with that row's final-normed hidden state (dim,), which the
+        tool chooser reads (None where end_score would get None).
         """
         cfg = self.lm.cfg
         max_new = cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
         dec = decode.get_decoder(decoder or cfg.decoder)
         prompt = self.fit_budget(messages, max_new)
-        score = None if end_score is None else (self._end_probe(messages), end_score)
+        score = None
+        if end_score is not None or turn_state is not None:
+            score = (self._end_probe(messages), end_score or _ignore, turn_state or _ignore)
         gen = Generation(self, prompt, dec, max_new, cancel, drafts, tuple(stop), score)
         self._active = gen
         return gen
@@ -281,7 +318,7 @@ class Generation:
         cancel: threading.Event | None,
         drafts: list[int] | None,
         stop: tuple[str, ...],
-        score: tuple[tuple[list[int], int] | None, Callable[[float | None], None]] | None = None,
+        score: _Tap | None = None,
     ) -> None:
         self.session, self.prompt = session, prompt
         self.text = ""
@@ -290,7 +327,8 @@ class Generation:
         self._cancel = cancel
         self._stop = stop
         self._guard = RepeatGuard() if session.lm.cfg.loop_guard else None
-        # ChatSession.generate's end_score: the scored prompt and its end, and the callback.
+        # ChatSession.generate's end_score and turn_state: the scored prompt and its end, and
+        # the two callbacks.
         self._score = score
         self._it = self._run(decoder, max_new, drafts)
 
@@ -320,17 +358,24 @@ class Generation:
         safe = max(self._guard.check(self.text + piece) - len(self.text), 0)
         return piece[:safe], piece[safe:] + held
 
-    def _tap(self) -> tuple[int | None, Callable[[torch.Tensor], None] | None]:
+    def _tap(self) -> tuple[int | None, Callable[[torch.Tensor, torch.Tensor], None] | None]:
         """The prompt row the end-of-turn score reads and what takes its logits (None, None:
         no score wanted, or it was given already: no words to score, or a prompt that parts
         from the scored one before that row, which is then fed on its own first)."""
         if self._score is None:
             return None, None
-        probe, on_score = self._score
+        probe, on_score, on_state = self._score
         if probe is not None and self.prompt[: probe[1]] == probe[0][: probe[1]]:
             ids, end = probe
-            return end - 1, lambda logits: on_score(self.session._p_end(logits, ids, end))
-        on_score(self.session._score(probe, self._cancel))
+
+            def on_tap(logits: torch.Tensor, state: torch.Tensor) -> None:
+                on_score(self.session._p_end(logits, ids, end))
+                on_state(state)
+
+            return end - 1, on_tap
+        p, state = self.session._score(probe, self._cancel)
+        on_score(p)
+        on_state(state)
         return None, None
 
     @property

@@ -243,7 +243,7 @@ class HybridStepper:
         logits, normed = self.forward_rows(rows, first, positions, mask)
         if tap is not None:
             if self.req.on_tap is not None:
-                self.req.on_tap(logits[0])
+                self.req.on_tap(logits[0], normed[0])
             logits, normed = logits[len(pre) - tap :], normed[len(pre) - tap :]
         path, bonus = self.accept(logits, tree)
         self.cache.move(at + 1, [at + 1 + j for j in path])

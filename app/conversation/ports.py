@@ -16,6 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
+    import torch
+
     from dllm_voice.audio.asr import Transcript
     from dllm_voice.audio.config import TTSConfig
     from dllm_voice.audio.refiner import Refiner
@@ -58,11 +60,21 @@ class ChatSession(Protocol):
         max_new_tokens: int | None = None,
         drafts: list[int] | None = None,
         end_score: Callable[[float | None], None] | None = None,
+        turn_state: Callable[[torch.Tensor | None], None] | None = None,
     ) -> Generation: ...
+    def extend(
+        self, ids: list[int], *, cancel: threading.Event | None = None
+    ) -> torch.Tensor | None: ...
 
 
 class Tokenizer(Protocol):
     def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: Sequence[int]) -> str: ...
+    def apply_chat(
+        self, messages: Messages, add_generation_prompt: bool = True
+    ) -> list[int]: ...
+    @property
+    def token_bytes(self) -> list[bytes]: ...
 
 
 class LanguageModel(Protocol):

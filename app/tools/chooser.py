@@ -1,0 +1,140 @@
+"""Choosing a tool for a user turn: a head on the LM's hidden state, and names said plainly.
+
+The end-of-turn forward reads the row of the user's last word; its final-normed hidden state
+(``ChatSession.generate(turn_state=)``) goes through a softmax regression trained on generated
+requests (``python -m lab.train_tool_chooser``) over the built-in tools and "none". Prompting
+the 135M model with a tool list called no tool for 10 of 10 tool requests; the head is a
+576 x 10 product on a row the turn computes anyway.
+
+A tool the head was not trained on (yours, a client's) is chosen when the user says its name
+(``says_name``: its name's content words) or, when the head finds none, its description
+plainly (``describes``: two of its content words) in the request.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dllm_voice.app.tools.registry import Tool, ToolBox
+
+HEAD_FILE = Path(__file__).with_name("chooser.npz")
+NONE = "none"
+
+_WORD = re.compile(r"[a-z]+")
+# Words of a tool's name or description that say nothing of what it does.
+_FILLER = frozenset(
+    _WORD.findall(
+        "a an the of to in on at for from by with and or is are be it its this that as get set "
+        "make do does find check look lookup show tell give return returns current user users "
+        "value values some any one given number"
+    )
+)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The tool a turn calls; ``p``: the head's probability (1.0 when named or required)."""
+
+    tool: Tool
+    p: float
+    how: str  # head | named | required
+
+
+@dataclass(frozen=True)
+class Head:
+    """A softmax regression over ``labels`` on the LM's final-normed hidden state."""
+
+    weight: np.ndarray  # (labels, dim)
+    bias: np.ndarray  # (labels,)
+    labels: tuple[str, ...]
+    parameters: int  # of the LM it was trained on: another model's states mean nothing to it
+
+    @classmethod
+    def load(cls, path: Path = HEAD_FILE) -> Head | None:
+        if not path.is_file():
+            return None
+        with np.load(path) as f:
+            return cls(
+                f["weight"].astype(np.float32),
+                f["bias"].astype(np.float32),
+                tuple(str(x) for x in f["labels"]),
+                int(f["parameters"]),
+            )
+
+    def save(self, path: Path) -> None:
+        np.savez(
+            path, weight=self.weight, bias=self.bias, labels=np.array(self.labels),
+            parameters=np.array(self.parameters),
+        )  # fmt: skip
+
+    def probs(self, state: np.ndarray) -> dict[str, float]:
+        z = self.weight @ state.astype(np.float32) + self.bias
+        z = np.exp(z - z.max())
+        p = z / z.sum()
+        return {label: float(x) for label, x in zip(self.labels, p, strict=True)}
+
+
+def _words(text: str) -> list[str]:
+    return [_stem(w) for w in _WORD.findall(text.lower().replace("_", " "))]
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "es", "s"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def says_name(tool: Tool, text: str) -> bool:
+    """Every content word of ``tool``'s name is among the request's words."""
+    name = [w for w in _words(tool.name) if w not in _FILLER]
+    return bool(name) and set(name) <= set(_words(text))
+
+
+def describes(tool: Tool, text: str) -> bool:
+    """Two content words of ``tool``'s description are among the request's words."""
+    described = {w for w in _words(tool.description) if w not in _FILLER and len(w) > 2}
+    return len(described & set(_words(text))) >= 2
+
+
+class ToolChooser:
+    """Picks the tool of a turn from ``box``: the head's label when it is one of the box's
+    tools and its probability reaches ``threshold``; else a tool the user named."""
+
+    def __init__(self, head: Head | None, threshold: float) -> None:
+        self.head, self.threshold = head, threshold
+
+    def choose(self, box: ToolBox, state: np.ndarray | None, text: str) -> Choice | None:
+        if box.choice == "none" or not len(box):
+            return None
+        if box.choice not in ("auto", "required"):
+            forced = box.get(box.choice)
+            return Choice(forced, 1.0, "required") if forced is not None else None
+        trained = set(self.head.labels) if self.head is not None else set()
+        untrained = [t for t in box.tools.values() if t.name not in trained]
+        # A tool called by its name goes first; its description's words only when the head
+        # finds none of the tools it knows.
+        best = next((Choice(t, 1.0, "named") for t in untrained if says_name(t, text)), None)
+        best = best or self._by_head(box, state)
+        best = best or next(
+            (Choice(t, 1.0, "named") for t in untrained if describes(t, text)), None
+        )
+        if best is None and box.choice == "required":
+            scores = self.head.probs(state) if self.head is not None and state is not None else {}
+            tool = max(box.tools.values(), key=lambda t: scores.get(t.name, 0.0))
+            best = Choice(tool, scores.get(tool.name, 0.0), "required")
+        return best
+
+    def _by_head(self, box: ToolBox, state: np.ndarray | None) -> Choice | None:
+        if self.head is None or state is None or state.shape[-1] != self.head.weight.shape[1]:
+            return None
+        probs = self.head.probs(state)
+        label = max(probs, key=probs.__getitem__)
+        tool = box.get(label)
+        if label == NONE or tool is None or probs[label] < self.threshold:
+            return None
+        return Choice(tool, probs[label], "head")
