@@ -27,6 +27,7 @@ from dllm_voice.app.conversation.config import (
     SpeculationConfig,
     TraceConfig,
 )
+from dllm_voice.app.tools.config import ToolsConfig
 from dllm_voice.audio.config import ASRConfig, AudioConfig, EchoConfig, TTSConfig, VADConfig
 from dllm_voice.model.config import LMConfig
 from dllm_voice.settings import setting
@@ -84,6 +85,7 @@ class Config:
     speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
     barge_in: BargeInConfig = field(default_factory=BargeInConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
 
 

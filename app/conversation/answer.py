@@ -9,6 +9,10 @@ An ``Answer`` owns three strands:
 * the playback task: ``Playback`` (playback.py) writes the audio to the sink once released and
   not held, and knows which words the user heard.
 
+When the LM thread chooses a tool instead of answering, a fourth strand carries the call out
+once the answer is released (a speculation prepares a call, never runs it), says a filler if
+it runs long, and speaks its result (``say``) or has the LM answer from it.
+
 Everything here runs on the event loop except the two worker jobs, which only hand results
 back through ``loop.call_soon_threadsafe``.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -35,9 +40,13 @@ from dllm_voice.model.errors import ModelError
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
+    import torch
+
     from dllm_voice.app.config import Config
     from dllm_voice.app.conversation.components import Components
     from dllm_voice.app.conversation.ports import ChatSession
+    from dllm_voice.app.tools.calls import Call, Outcome
+    from dllm_voice.app.tools.chooser import Choice
     from dllm_voice.audio.sinks import Sink
     from dllm_voice.model.engine import GenerationStats
 
@@ -66,6 +75,7 @@ class Session(Protocol):
     def on_first_token(self, ans: Answer) -> None: ...
     def on_audio_started(self, ans: Answer) -> None: ...
     def on_answer_finished(self, ans: Answer) -> None: ...
+    async def carry_out(self, ans: Answer, call: Call) -> Outcome | None: ...
 
 
 class Answer:
@@ -81,6 +91,7 @@ class Answer:
         speculative: bool,
         drafts: list[int] | None = None,
         end_score: Callable[[float | None], None] | None = None,
+        choose: Callable[[torch.Tensor | None], Choice | None] | None = None,
     ) -> None:
         self.s = session
         self.gen, self.turn, self.messages = gen, turn, messages
@@ -100,7 +111,8 @@ class Answer:
         self.first_voiced = threading.Event()  # TTS has voiced the first clause (or never will)
         self._clauses: asyncio.Queue[ClauseFrame | EndOfAnswerFrame] = asyncio.Queue()
         self._n_clauses = 0
-        self.words = ClauseStream(self, end_score)
+        self.words = ClauseStream(self, end_score, choose)
+        self.call: Call | None = None
         self.playback = Playback(self)
         self._lm_future: asyncio.Future[str] | None = None
         self._tasks = [
@@ -136,6 +148,11 @@ class Answer:
 
     def _lm_job_done(self, fut: asyncio.Future[str]) -> None:
         if fut.cancelled():
+            return
+        if fut.exception() is None and fut.result() == "tool" and not self.cancelled:
+            self.call = self.words.call
+            assert self.call is not None
+            self._tasks.append(asyncio.create_task(self._call(self.call), name=f"call-{self.gen}"))
             return
         parked = fut.exception() is None and fut.result() == "parked"
         if parked and not self.speculative and fut is self._lm_future:
@@ -184,6 +201,40 @@ class Answer:
         self.text = text  # what is spoken: the loop guard or the sentence limit may cut it
         self.s.trace("lm_done", self.turn, self.gen, **_stats_dict(stats))
         self._clauses.put_nowait(EndOfAnswerFrame(self.gen, getattr(stats, "stop_reason", "")))
+
+    # ---- a tool call ---------------------------------------------------------------------------
+
+    async def _call(self, call: Call) -> None:
+        """Run ``call`` once released, then speak its result or answer from it with the LM."""
+        await self.released.wait()
+        if self.cancelled:
+            return
+        outcome = await self.s.carry_out(self, call)
+        if self.cancelled:
+            return
+        if outcome is None:  # a client's tool: the client runs it and asks for the answer
+            self._clauses.put_nowait(EndOfAnswerFrame(self.gen, "tool_call"))
+            return
+        if outcome.said is not None:
+            self.say(outcome.said, last=True)
+            return
+        self.messages = with_result(self.messages, call.tool.name, outcome.output)
+        self.words = ClauseStream(self, None)
+        self.start_lm(park_after_clause=False)
+
+    def say(self, text: str, *, last: bool) -> None:
+        """Speak ``text`` as this answer's next clauses (a filler, a tool's sentence);
+        ``last``: the answer ends after it."""
+        if self.cancelled:
+            return
+        if "lm_first_token" not in self.times:
+            self.on_first_token()
+        chunker = self.s.c.new_chunker(self.s.cfg.tts)
+        piece = f" {text}" if self.text else text
+        self.on_text(piece, [*chunker.push(text), *chunker.flush()], self.token_ids)
+        if last:
+            self.s.trace("lm_done", self.turn, self.gen, said=text)
+            self._clauses.put_nowait(EndOfAnswerFrame(self.gen, "said"))
 
     # ---- TTS -----------------------------------------------------------------------------------
 
@@ -300,3 +351,12 @@ def _stats_dict(stats: GenerationStats | None) -> dict[str, object]:
     out["tokens_per_s"] = round(float(getattr(stats, "tokens_per_s", 0.0)), 1)
     out["stop_reason"] = getattr(stats, "stop_reason", "")
     return out
+
+
+def with_result(messages: list[dict[str, str]], name: str, output: object) -> list[dict[str, str]]:
+    """``messages`` with a tool's result after the user's words, for the LM to answer from
+    (every chat template takes a user message; not all take a tool role)."""
+    *head, last = messages
+    note = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+    content = f"{last['content']}\n({name} says: {note}. Answer in one short sentence.)"
+    return [*head, {**last, "content": content}]

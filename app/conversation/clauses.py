@@ -17,8 +17,12 @@ from typing import TYPE_CHECKING
 from dllm_voice.app.conversation.text import normalize
 
 if TYPE_CHECKING:
+    import torch
+
     from dllm_voice.app.conversation.answer import Answer
     from dllm_voice.app.conversation.ports import Chunker, Generation
+    from dllm_voice.app.tools.calls import Call
+    from dllm_voice.app.tools.chooser import Choice
 
 # An answer whose first 4-8 words were said in an earlier answer is a copy, not an answer ("The
 # capital of France is Paris." to a request for a joke); 3 words ("The capital of") legitimately
@@ -65,10 +69,20 @@ def without_history(messages: list[dict[str, str]]) -> list[dict[str, str]]:
 class ClauseStream:
     """The text of answer ``ans``, pulled from the LM in its conversation's LM thread."""
 
-    def __init__(self, ans: Answer, end_score: Callable[[float | None], None] | None) -> None:
+    def __init__(
+        self,
+        ans: Answer,
+        end_score: Callable[[float | None], None] | None,
+        choose: Callable[[torch.Tensor | None], Choice | None] | None = None,
+    ) -> None:
         self.ans = ans
         # Takes P(end of the user's turn), which the generation's first forward reads on the way.
         self._end_score = end_score
+        # Picks a tool from the same row's hidden state; a tool chosen ends the generation
+        # before any of its text leaves, and run() returns "tool" with the prepared ``call``.
+        self._choose = choose
+        self.choice: Choice | None = None
+        self.call: Call | None = None
         self.generation: Generation | None = None
         self._iter: Iterator[str] | None = None
         self._prompt = ans.messages  # what the generation was asked (without history on a retry)
@@ -96,6 +110,8 @@ class ClauseStream:
         self._yield_to_first_audio()  # a speculation released after its first clause
         conv = ans.s.cfg.conversation
         for piece in self._iter or ():
+            if self.choice is not None:
+                return self._prepare_call()
             self._pushed_chars += len(piece)
             if not self._first_posted:
                 self._first_posted = True
@@ -124,8 +140,27 @@ class ClauseStream:
             self._yield_to_first_audio()
         if ans.cancel_event.is_set():
             return "cancelled"
+        if self.choice is not None:
+            return self._prepare_call()
         self._end(post)
         return "done"
+
+    def _prepare_call(self) -> str:
+        """The chosen tool's call, its arguments read in this (the LM) thread."""
+        from dllm_voice.app.tools.calls import prepare
+
+        assert self.choice is not None
+        self._gen.close("tool")
+        s = self.ans.s
+        request = self.ans.messages[-1]["content"]
+        self.call = prepare(
+            self.choice, request, s.lm_session, s.c.lm.tokenizer, self.ans.cancel_event
+        )
+        return "tool" if self.call is not None else "cancelled"
+
+    def _on_state(self, state: torch.Tensor | None) -> None:
+        assert self._choose is not None
+        self.choice = self._choose(state)
 
     @property
     def _gen(self) -> Generation:
@@ -176,9 +211,13 @@ class ClauseStream:
         copyable = any(m["role"] == "assistant" for m in messages[:-1])
         self._held, self._held_chunks = ("" if copyable else None), []
         self.generation = ans.s.lm_session.generate(
-            messages, cancel=ans.cancel_event, drafts=ans.drafts, end_score=self._end_score
+            messages,
+            cancel=ans.cancel_event,
+            drafts=ans.drafts,
+            end_score=self._end_score,
+            turn_state=self._on_state if self._choose is not None else None,
         )
-        self._end_score = None  # a retry's prompt is not the scored one
+        self._end_score = self._choose = None  # a retry's prompt is not the scored one
         self._iter = iter(self.generation)
 
     def _regenerate(self) -> None:

@@ -25,6 +25,7 @@ from dllm_voice.app.conversation.scheduler import Worker
 
 if TYPE_CHECKING:
     from dllm_voice.app.config import Config
+    from dllm_voice.app.tools.toolset import Toolset
     from dllm_voice.audio.config import ASRConfig, TTSConfig
     from dllm_voice.audio.prosody import TurnEndAudio
 
@@ -39,6 +40,7 @@ class Components:
     asr: Recognizer
     tts: Synthesizer
     turn_audio: TurnEndAudio | None = None  # the end of turn heard in the speech
+    tools: Toolset | None = None  # the tools the agent may call; None: it calls none
     asr_worker: Worker = field(default_factory=lambda: Worker("asr"))
     tts_worker: Worker = field(default_factory=lambda: Worker("tts"))
 
@@ -47,12 +49,15 @@ class Components:
         """Load LM, ASR and TTS from the root config; ``warmup`` runs each once (first calls of
         onnxruntime / CTranslate2 / torch are 2-5x slower and would land in the first turn).
         ``tts_rate_hz``: synthesize at this rate (the speaker's), 0 = the voice's own."""
+        from dllm_voice.app.tools.toolset import Toolset
         from dllm_voice.audio.asr import WhisperASR
         from dllm_voice.audio.prosody import TurnEndAudio
         from dllm_voice.audio.tts import PiperTTS
         from dllm_voice.model.engine import LM
 
-        comps = cls(lm=LM.load(cfg.lm), asr=WhisperASR(cfg.asr), tts=PiperTTS(cfg.tts, tts_rate_hz))
+        lm = LM.load(cfg.lm)
+        tools = Toolset.load(cfg.tools, lm.parameter_count()) if cfg.tools.enabled else None
+        comps = cls(lm=lm, asr=WhisperASR(cfg.asr), tts=PiperTTS(cfg.tts, tts_rate_hz), tools=tools)
         if cfg.end_of_turn.audio:
             comps.turn_audio = TurnEndAudio()
         if warmup:

@@ -7,6 +7,7 @@ Client values quoted in error messages go through ``brief``.
 
 from __future__ import annotations
 
+import json
 import reprlib
 from typing import Any
 
@@ -135,6 +136,49 @@ def response_done(gen: int, status: str, text: str, heard: str) -> Event:
             "output_text": text,
             "heard_text": heard,
         },
+    }
+
+
+def tool_call(
+    gen: int, call_id: str, name: str, arguments: dict[str, object], client: bool
+) -> Event:
+    """The agent calls a tool. A client's tool comes as the Realtime API's two events: the
+    arguments (one delta, whole) and their end; the client answers with a
+    ``function_call_output`` item and ``response.create``. A server tool's call is ``tool.call``."""
+    args = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+    if not client:
+        return {
+            "type": "tool.call",
+            "gen": gen,
+            "call_id": call_id,
+            "name": name,
+            "arguments": args,
+        }
+    done: Event = {"type": "response.function_call_arguments.done", "response_id": f"resp_{gen}"}
+    done |= {"gen": gen, "call_id": call_id, "name": name, "arguments": args}
+    return done
+
+
+def tool_call_delta(gen: int, call_id: str, arguments: dict[str, object]) -> Event:
+    args = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+    return {
+        "type": "response.function_call_arguments.delta",
+        "response_id": f"resp_{gen}",
+        "gen": gen,
+        "call_id": call_id,
+        "delta": args,
+    }
+
+
+def tool_result(gen: int, call_id: str, name: str, output: object, error: str | None) -> Event:
+    """A server tool's result (``output``: its sentence or value), or the error it ended in."""
+    return {
+        "type": "tool.result",
+        "gen": gen,
+        "call_id": call_id,
+        "name": name,
+        "output": output,
+        "error": error,
     }
 
 

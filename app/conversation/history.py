@@ -86,6 +86,13 @@ class History:
                 return True
         return False
 
+    def note_tool(self, name: str, result: object) -> None:
+        """A tool's result joins the turn that called it (the newest user message), so it stays
+        when the spoken answer is cut and a follow-up can use it."""
+        user = next((m for m in reversed(self.messages) if m.role == "user"), None)
+        if user is not None:
+            user.content = f"{user.content}\n({name} says: {result})"
+
     def add_assistant(self, text: str, interrupted: bool) -> None:
         if not text.strip():
             return

@@ -8,7 +8,9 @@ each answer to the client as it starts, speaks and ends.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING
 
@@ -23,12 +25,18 @@ from dllm_voice.app.conversation.actions import (
 )
 from dllm_voice.app.conversation.answer import Answer
 from dllm_voice.app.observe.trace import now_ms
+from dllm_voice.app.tools import calls
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+
     from dllm_voice.app.config import Config
     from dllm_voice.app.conversation.components import Components
     from dllm_voice.app.conversation.ports import ChatSession
     from dllm_voice.app.conversation.session import VoiceSession
+    from dllm_voice.app.tools.chooser import Choice
     from dllm_voice.audio.sinks import Sink
 
 
@@ -75,7 +83,10 @@ class Responses:
 
     def speculate(self, a: StartSpeculation) -> None:
         score = self.s.eot.scorer(a.gen, a.user_text) if a.score else None
-        ans = Answer(self, a.gen, self.s.tm.turn, a.messages, speculative=True, end_score=score)
+        ans = Answer(
+            self, a.gen, self.s.tm.turn, a.messages, speculative=True, end_score=score,
+            choose=self._chooser(a.user_text),
+        )  # fmt: skip
         self.answers[a.gen] = ans
         self._speculation_t[a.gen] = now_ms()
         self.s.trace("speculation_start", self.s.tm.turn, a.gen, text=a.user_text)
@@ -113,11 +124,19 @@ class Responses:
         elif self.s.cfg.speculation.enabled:
             self.s.trace("speculation", self.s.tm.turn, a.gen, result="none", saved_ms=0)
         ans = Answer(
-            self, a.gen, self.s.tm.answer_turn, a.messages, speculative=False, drafts=drafts
-        )
+            self, a.gen, self.s.tm.answer_turn, a.messages, speculative=False, drafts=drafts,
+            choose=self._chooser(a.user_text),
+        )  # fmt: skip
         self.answers[a.gen] = ans
         self._start_response(ans)
         ans.start_lm(park_after_clause=False)
+
+    def say(self, gen: int, text: str) -> None:
+        """Speak ``text`` as answer ``gen``, not made by the LM (a timer going off)."""
+        ans = Answer(self, gen, self.s.tm.answer_turn, [], speculative=False)
+        self.answers[gen] = ans
+        self._start_response(ans)
+        ans.say(text, last=True)
 
     def resume(self, a: ResumePlayback) -> None:
         if (ans := self.answers.get(a.gen)) is not None:
@@ -195,6 +214,66 @@ class Responses:
         s.trace("turn_done", ans.turn, ans.gen, status=ans.status, text=text, heard=heard)
         s.emit(events.response_done(ans.gen, ans.status, text, heard))
         s.answer_ended(ans.turn, ans.gen, last=not self.answers)
+
+    # ---- tools ---------------------------------------------------------------------------------
+
+    def _chooser(self, text: str) -> Callable[[torch.Tensor | None], Choice | None] | None:
+        """What picks a tool for the turn ``text`` from its hidden state; None: no tools."""
+        tools, box = self.c.tools, self.s.tools.box
+        if tools is None or not len(box) or box.choice == "none":
+            return None
+        chooser = tools.chooser
+
+        def choose(state: torch.Tensor | None) -> Choice | None:
+            row = None if state is None else state.float().cpu().numpy()
+            return chooser.choose(box, row, text)
+
+        return choose
+
+    async def carry_out(self, ans: Answer, call: calls.Call) -> calls.Outcome | None:
+        """Run ``call`` for answer ``ans`` (a filler if it runs long), record it in the trace,
+        the history and the ledger; None for a client's tool, which the client runs."""
+        s, turn = self.s, ans.turn
+        args = call.arguments
+        tpf = round(call.arg_stats.tokens_per_forward, 2) if call.arg_stats else None
+        s.trace(
+            "tool_call", turn, ans.gen, call_id=call.call_id, tool=call.tool.name, arguments=args,
+            how=call.how, p=round(call.p, 3), args_by=call.args_by, tokens_per_forward=tpf,
+        )  # fmt: skip
+        client = call.tool.client_side
+        if client:
+            s.emit(events.tool_call_delta(ans.gen, call.call_id, args))
+        s.emit(events.tool_call(ans.gen, call.call_id, call.tool.name, args, client))
+        if client:
+            s.tools.pending[call.call_id] = (turn, call.tool.name)
+            return None
+        outcome = s.tools.ledger.get(turn, call)
+        if outcome is not None:
+            outcome = dataclasses.replace(outcome, repeated=True, ms=0.0)
+        else:
+            tools = self.c.tools
+            assert tools is not None
+            task = asyncio.ensure_future(calls.run(call, s.tools.ctx, tools.cfg.timeout_s))
+            done, _ = await asyncio.wait({task}, timeout=tools.cfg.filler_ms / 1e3)
+            if not done and tools.cfg.filler:
+                s.trace("tool_filler", turn, ans.gen, text=tools.cfg.filler)
+                ans.say(tools.cfg.filler, last=False)
+            try:
+                outcome = await task
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+            s.tools.ledger.put(turn, call, outcome)
+        s.trace(
+            "tool_result", turn, ans.gen, call_id=call.call_id, tool=call.tool.name,
+            ms=outcome.ms, error=outcome.error, repeated=outcome.repeated,
+        )  # fmt: skip
+        if outcome.error is not None:
+            s.trace("error", turn, ans.gen, stage="tool", message=outcome.error)
+        result = outcome.said if outcome.said is not None else outcome.output
+        s.emit(events.tool_result(ans.gen, call.call_id, call.tool.name, result, outcome.error))
+        s.tm.history.note_tool(call.tool.name, result)
+        return outcome
 
     # ---- shutdown ------------------------------------------------------------------------------
 

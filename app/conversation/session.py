@@ -43,6 +43,7 @@ from dllm_voice.app.conversation.end_of_turn import EndOfTurn
 from dllm_voice.app.conversation.listening import Listener
 from dllm_voice.app.conversation.responses import Responses
 from dllm_voice.app.conversation.scheduler import JobFuture
+from dllm_voice.app.conversation.tool_use import ToolUse
 from dllm_voice.app.conversation.turns import TurnManager
 from dllm_voice.app.observe.trace import TraceEvent, Tracer, now_ms
 from dllm_voice.app.observe.trace_tools import latency_event
@@ -103,6 +104,7 @@ class VoiceSession:
         self.ears = Listener(self)
         self.eot = EndOfTurn(self)
         self.responses = Responses(self)
+        self.tools = ToolUse(self)
         self._turn_events: dict[int, list[TraceEvent]] = {}
         self.state = "listening"
         self.last_audio_out_t: float | None = None
@@ -160,6 +162,7 @@ class VoiceSession:
     async def run(self) -> None:
         """Consume the source to its end, finish the last turn, then release everything."""
         try:
+            self.tools.start()
             self.warm_lm()
             async for frame in self.source:
                 self._on_frame(np.asarray(frame))
@@ -212,6 +215,8 @@ class VoiceSession:
         if self.vad.in_speech:
             self.do(self.tm.on_speech_progress(self.audio_ms))
             self.ears.pass_if_due()
+        elif self.tools.waiting:  # a timer went off while the user talked
+            self.tools.speak_notices()
         self.responses.reap()
 
     def on_vad(self, kind: str, audio_ms: float, detected_ms: float) -> None:
@@ -332,7 +337,8 @@ class VoiceSession:
 
     def answer_audible(self, turn: int, gen: int, t: float) -> None:
         """Answer ``gen``'s first sample went to the sink at ``t``."""
-        v2v = t - self._end_t if self._end_t is not None else None
+        turn_ended = self._end_t is not None and not self.tools.is_notice(gen)
+        v2v = t - self._end_t if self._end_t is not None and turn_ended else None
         self.trace("audio_out_first", turn, gen, v2v_ms=None if v2v is None else round(v2v, 1))
         self.last_audio_out_t = t
         self.tm.on_audio_started(gen)
@@ -348,12 +354,14 @@ class VoiceSession:
         if last:
             self.set_state("listening")
             self.warm_lm()
+            self.tools.speak_notices()
 
     # ---- shutdown ------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
         """Cancel every answer and wait for this session's tasks and worker jobs to end."""
         self._closed = True
+        self.tools.close()
         self.ears.close()
         self.responses.cancel_all()
         await self.responses.wait_closed()

@@ -420,6 +420,14 @@ class TurnManager:
         self.answer_gen, self.agent = None, "idle"
         return self._reject_barge("answer finished") if self.barge else []
 
+    def announce(self) -> int | None:
+        """A new generation for something the agent says unasked (a timer going off), or None
+        while the user talks or an answer is under way: it waits for the turn to end."""
+        if self.user_speaking or self.agent != "idle" or self.spec is not None:
+            return None
+        self.answer_gen, self.agent, self.answer_turn = self._next_gen(), "thinking", self.turn
+        return self.answer_gen
+
     def cancel_answer(self) -> list[Action]:
         """An explicit cancel (client ``response.cancel``)."""
         self.barge, self.reopen_until, self.rejoin = None, None, None

@@ -361,6 +361,9 @@ class ToolBox:
             raise ToolDefinitionError(f"tool_choice {choice!r} names no tool")
         return box
 
+    def with_choice(self, choice: str) -> ToolBox:
+        return ToolBox(dict(self.tools), choice)
+
     def __contains__(self, name: object) -> bool:
         return name in self.tools
 

@@ -220,11 +220,13 @@ class FakeLM:
 
     def generate(
         self, messages, *, cancel=None, max_new_tokens=None, decoder=None, drafts=None,
-        end_score=None,
+        end_score=None, turn_state=None,
     ):  # fmt: skip
         self.calls.append({"messages": messages, "drafts": drafts, "scored": bool(end_score)})
         if end_score is not None:  # the real one: on the first forward, before any text
             end_score(self._p_end(messages))
+        if turn_state is not None:  # no hidden state: tools are chosen by name
+            turn_state(None)
         user = messages[-1]["content"].rstrip(".?!")
         first = self.calls[0]["messages"][-1]["content"]
         later = self.later_tail is not None and messages[-1]["content"] != first

@@ -1,0 +1,101 @@
+"""A conversation's tools: which it may call, what its calls did, and what they say later.
+
+``ToolUse`` holds one session's ``ToolBox`` (the server's tools plus the client's, from
+``session.update``), the ``Ledger`` of call results by turn, the client calls waiting for
+their output, and the ``ToolContext`` its tools run with. A timer that goes off while the
+user talks, or while an answer is under way, waits for the turn to end, then is said.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from dllm_voice.app.tools.calls import Ledger
+from dllm_voice.app.tools.registry import ToolBox, ToolContext, ToolDefinitionError, client_tool
+
+if TYPE_CHECKING:
+    from dllm_voice.app.conversation.session import VoiceSession
+
+
+class ToolUse:
+    """The tools of ``session``'s conversation."""
+
+    def __init__(self, session: VoiceSession) -> None:
+        self.s = session
+        tools = session.c.tools
+        self.box = tools.box if tools is not None else ToolBox()
+        self.ledger = Ledger()
+        self.pending: dict[str, tuple[int, str]] = {}  # client call id -> (turn, tool name)
+        self.outputs = 0  # client outputs noted since the last answer
+        self.ctx = ToolContext(say=self._say_soon)
+        self._notices: deque[str] = deque()
+        self._said: set[int] = set()  # generations that speak a notice, not answer a turn
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+
+    def set_client_tools(self, specs: object, choice: object) -> None:
+        """``session.update``'s ``tools`` (Realtime function descriptions) and ``tool_choice``;
+        ToolDefinitionError says what is wrong."""
+        if specs is not None and not isinstance(specs, list):
+            raise ToolDefinitionError("tools must be a list of function descriptions")
+        if choice is not None and not isinstance(choice, str | dict):
+            raise ToolDefinitionError("tool_choice must be auto, none, required or a tool name")
+        if isinstance(choice, dict):
+            choice = choice.get("name")
+        given = [client_tool(spec) for spec in specs if isinstance(spec, Mapping)] if specs else []
+        if specs and len(given) != len(specs):
+            raise ToolDefinitionError("each tool must be an object")
+        client = [t for t in self.box.tools.values() if t.client_side]
+        new_choice = choice if isinstance(choice, str) else self.box.choice
+        self.box = self.box.with_client_tools(given if specs is not None else client, new_choice)
+
+    def output(self, call_id: str, output: str) -> None:
+        """A client's ``function_call_output``: noted in the turn that called; a call id not
+        waiting (unknown, answered, or of a turn the user has moved on from) is refused."""
+        waiting = self.pending.pop(call_id, None)
+        if waiting is None:
+            raise ToolDefinitionError(f"no call {call_id!r} is waiting for its output")
+        turn, name = waiting
+        if turn != self.s.tm.turn:
+            raise ToolDefinitionError(f"call {call_id!r} is late: the user has spoken since")
+        self.s.tm.history.note_tool(name, output)
+        self.outputs += 1
+
+    # ---- what the agent says unasked ----------------------------------------------------------
+
+    def _say_soon(self, text: str) -> None:
+        """From a tool's thread (a timer)."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._notice, text)
+
+    def _notice(self, text: str) -> None:
+        self._notices.append(text)
+        self.speak_notices()
+
+    def speak_notices(self) -> None:
+        """Say what waits, if nobody is talking and no answer is under way."""
+        s = self.s
+        while self._notices and not s.vad.in_speech and not s.ears.final_pending:
+            gen = s.tm.announce()
+            if gen is None:
+                return
+            self._said.add(gen)
+            s.responses.say(gen, self._notices.popleft())
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self._notices)
+
+    def is_notice(self, gen: int) -> bool:
+        return gen in self._said
+
+    def close(self) -> None:
+        self.ctx.close()
+
+    def names(self) -> Sequence[str]:
+        return list(self.box.tools)

@@ -1,0 +1,191 @@
+"""The tool loop in a conversation, with fake models and fake tools: a call runs once the turn
+is committed, its sentence is spoken, a slow one gets a filler, a timeout and a failure are
+said and traced, the result stays in history when the user interrupts, and a turn's
+side-effecting call never runs twice."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import replace
+
+from dllm_voice.app.config import Config
+from dllm_voice.app.observe.trace import Tracer
+from dllm_voice.app.terminal.runner import Segment, TimelineSource, run_session
+from dllm_voice.app.tools import calls
+from dllm_voice.app.tools.chooser import Choice, ToolChooser
+from dllm_voice.app.tools.config import ToolsConfig
+from dllm_voice.app.tools.registry import ToolBox, ToolContext, ToolError, tool
+from dllm_voice.app.tools.toolset import Toolset
+from tests.app.fakes import ClockSink, FakeComponents, buzz
+
+CFG = replace(Config(), vad=replace(Config().vad, silero=False))
+RAN: list[tuple[str, float]] = []  # (tool, monotonic ms) of every call that ran
+
+
+@tool()
+def flip_coin() -> str:
+    """Flip a coin."""
+    RAN.append(("flip_coin", time.monotonic() * 1e3))
+    return "Heads, this time."
+
+
+@tool()
+def slow_search(query: str = "") -> str:
+    """Search the archive."""
+    time.sleep(0.4)
+    RAN.append(("slow_search", time.monotonic() * 1e3))
+    return "Found it."
+
+
+@tool(timeout_s=0.2)
+def stuck_lookup() -> str:
+    """A lookup that hangs."""
+    time.sleep(1.0)
+    return "never said"
+
+
+@tool()
+def broken_gadget() -> str:
+    """A gadget with a bug."""
+    raise RuntimeError("the gadget broke")
+
+
+@tool()
+def unknown_place(place: str = "") -> str:
+    """Find a place."""
+    raise ToolError("I don't know that place.")
+
+
+@tool(side_effects=True)
+def order_pizza() -> str:
+    """Order a pizza."""
+    RAN.append(("order_pizza", time.monotonic() * 1e3))
+    return "Your pizza is ordered, and it will be there in about half an hour."
+
+
+def toolset(**cfg: object) -> Toolset:
+    tools = [flip_coin, slow_search, stuck_lookup, broken_gadget, unknown_place, order_pizza]
+    box = ToolBox.of(t.__tool__ for t in tools)  # type: ignore[attr-defined]
+    return Toolset(replace(ToolsConfig(), **cfg), box, ToolChooser(None, 0.5))
+
+
+def run(script, segments, tools: Toolset, ms_per_word: int = 30):
+    comps = FakeComponents(script, lm={"tail": "Fine, thanks."}, ms_per_word=ms_per_word)
+    comps.tools = tools
+    events: list[dict] = []
+    tracer = Tracer(None, session="t")
+    sink = ClockSink(comps.tts.sample_rate_hz)
+    source = TimelineSource(segments, realtime=True, tail_ms=1200, lead_ms=90)
+    try:
+        session = asyncio.run(
+            asyncio.wait_for(run_session(comps, CFG, source, sink, tracer, events.append), 30)
+        )
+    finally:
+        comps.close()
+    return session, tracer.events, [e for e in events if e["type"] != "trace"]
+
+
+def done(events):
+    return [e["response"] for e in events if e["type"] == "response.done"]
+
+
+def test_a_named_tool_runs_once_after_the_turn_ends_and_its_sentence_is_spoken():
+    RAN.clear()
+    _, trace, events = run(["Flip a coin for me."], [Segment(buzz(800))], toolset())
+    (resp,) = done(events)
+    assert resp["status"] == "completed" and resp["output_text"] == "Heads, this time."
+    assert [name for name, _ in RAN] == ["flip_coin"]
+    final = next(e for e in trace if e["event"] == "asr_final")
+    assert RAN[0][1] >= final["t_ms"]  # a speculation prepared it; only the turn runs it
+    call = next(e for e in trace if e["event"] == "tool_call")
+    assert call["tool"] == "flip_coin" and call["how"] == "named"
+    result = next(e for e in trace if e["event"] == "tool_result")
+    assert result["error"] is None and result["ms"] >= 0
+    kinds = [e["type"] for e in events]
+    assert kinds.index("tool.call") < kinds.index("tool.result") < kinds.index("response.done")
+
+
+def test_a_slow_tool_gets_a_filler_and_a_stuck_one_times_out():
+    _, trace, events = run(
+        ["Search the archive.", "Do the stuck lookup."],
+        [Segment(buzz(800)), Segment(buzz(800))],
+        toolset(filler_ms=100),
+    )
+    slow, stuck = done(events)
+    assert slow["output_text"] == "One moment. Found it."
+    assert stuck["output_text"].endswith(calls.TIMEOUT_SAID)
+    assert [e["event"] for e in trace].count("tool_filler") == 2
+    errors = [e for e in trace if e["event"] == "error" and e["stage"] == "tool"]
+    assert len(errors) == 1 and "timed out" in errors[0]["message"]
+
+
+def test_a_failing_tool_is_an_apology_and_the_conversation_goes_on():
+    _, trace, events = run(
+        ["Use the broken gadget.", "How are you?"],
+        [Segment(buzz(800)), Segment(buzz(800))],
+        toolset(),
+    )
+    broken, fine = done(events)
+    assert broken["output_text"] == calls.FAILED_SAID
+    assert fine["status"] == "completed" and "Fine, thanks." in fine["output_text"]
+    error = next(e for e in trace if e["event"] == "error")
+    assert "the gadget broke" in error["message"]
+
+
+def test_a_result_stays_in_history_when_the_user_interrupts_its_answer():
+    RAN.clear()
+    session, _, events = run(
+        ["Order a pizza please.", "Wait, stop."],
+        [Segment(buzz(800)), Segment(buzz(900), barge_in_at_ms=400)],
+        toolset(),
+        ms_per_word=200,
+    )
+    first = done(events)[0]
+    assert first["status"] == "cancelled" and first["heard_text"] != first["output_text"]
+    user = next(m for m in session.tm.history.messages if m.role == "user")
+    assert "order_pizza says: Your pizza is ordered" in user.content
+    assert [name for name, _ in RAN] == ["order_pizza"]
+
+
+def test_a_side_effecting_call_of_a_turn_never_runs_twice():
+    RAN.clear()
+    ledger, ctx = calls.Ledger(), ToolContext()
+    t = order_pizza.__tool__  # type: ignore[attr-defined]
+
+    async def turn(n: int) -> calls.Outcome:
+        call = calls.Call(t, {}, "named", 1.0, "parser")
+        if (seen := ledger.get(n, call)) is not None:
+            return replace(seen, repeated=True)
+        outcome = await calls.run(call, ctx, 5.0)
+        ledger.put(n, call, outcome)
+        return outcome
+
+    first, again, next_turn = (asyncio.run(turn(n)) for n in (1, 1, 2))
+    assert not first.repeated and again.repeated and not next_turn.repeated
+    assert [name for name, _ in RAN] == ["order_pizza", "order_pizza"]
+
+
+def test_a_tool_error_is_said_in_its_own_words():
+    t = unknown_place.__tool__  # type: ignore[attr-defined]
+    out = asyncio.run(
+        calls.run(calls.Call(t, {"place": "Atlantis"}, "named", 1.0, "parser"), ToolContext(), 5)
+    )
+    assert out.said == "I don't know that place." and out.error == out.said
+
+
+def test_tool_choice_none_and_a_named_choice():
+    box = toolset().box
+    chooser = ToolChooser(None, 0.5)
+    assert chooser.choose(box.with_choice("none"), None, "Flip a coin.") is None
+    forced = chooser.choose(box.with_choice("flip_coin"), None, "What is love?")
+    assert isinstance(forced, Choice) and forced.tool.name == "flip_coin"
+    assert chooser.choose(box, None, "What is love?") is None
+
+
+def test_a_timer_set_by_a_tool_speaks_through_its_context():
+    said = threading.Event()
+    ctx = ToolContext(say=lambda text: said.set())
+    ctx.schedule(0.05, "Time is up.")
+    assert said.wait(2)
