@@ -44,6 +44,7 @@ class StartAnswer(Action):
     user_text: str
     messages: list[dict[str, str]]
     refine_of: int | None = None
+    tools: bool = True  # the answer may call a tool (not when it answers from tool outputs)
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,13 @@ range or choices the file would be held to.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from dllm_voice.app.config import Config, ConfigError, with_changes
 from dllm_voice.app.conversation import events
 from dllm_voice.app.conversation.events import brief
+from dllm_voice.app.tools.registry import ToolDefinitionError
 
 # What a session may change while it runs: each takes effect from the next frame or answer.
 SETTINGS = ("lm.decoder", "lm.threshold", "tts.length_scale", "vad.pause_ms", "vad.speech_end_ms")
@@ -116,10 +117,26 @@ def user_text(event: Mapping[str, object]) -> str:
     return text
 
 
+class Tools(Protocol):
+    """What a SessionControl needs of its session's tools (tool_use.py's ToolUse)."""
+
+    outputs: int
+
+    def set_client_tools(self, specs: object, choice: object) -> None: ...
+    def output(self, call_id: str, output: str) -> None: ...
+    def names(self) -> Sequence[str]: ...
+    @property
+    def choice(self) -> str: ...
+
+
 class Session(Protocol):
     """What a SessionControl needs of its session (session.py's VoiceSession)."""
 
+    @property
+    def tools(self) -> Tools: ...
+
     def text_turn(self, text: str) -> str | None: ...
+    def answer_tool_outputs(self) -> str | None: ...
     def configure(self, cfg: Config) -> None: ...
 
 
@@ -147,9 +164,25 @@ class SessionControl:
         self._created += 1
         self.emit(events.item_created(f"item_{self._created}", text))
 
+    def tool_output(self, call_id: str, output: str) -> None:
+        """``conversation.item.create`` of a ``function_call_output``: the result of the client's
+        tool call ``call_id``, which the next ``response.create`` answers from."""
+        try:
+            self.session.tools.output(call_id, output)
+        except ToolDefinitionError as exc:
+            raise Refused(f"conversation.item.create: {exc}") from None
+        self._created += 1
+        self.emit(events.item_created(f"item_{self._created}", output))
+
     def create_response(self) -> None:
         """``response.create``: answer the waiting items as one user turn (taken by the session,
-        or refused: either way they wait no more)."""
+        or refused: either way they wait no more); with none, answer from the client's tool
+        outputs."""
+        if not self.items and self.session.tools.outputs:
+            refused = self.session.answer_tool_outputs()
+            if refused is not None:
+                raise Refused(f"response.create: {refused}")
+            return
         if not self.items:
             raise Refused(
                 "response.create: no typed user item to answer (send "
@@ -161,8 +194,18 @@ class SessionControl:
         if refused is not None:
             raise Refused(f"response.create: {refused}")
 
-    def update(self, settings: Mapping[str, object]) -> None:
-        """``session.update``: the settings apply from the next frame or answer."""
-        self.cfg = apply_settings(self.cfg, settings)
+    def update(
+        self, settings: Mapping[str, object], tools: object = None, tool_choice: object = None
+    ) -> None:
+        """``session.update``: the settings apply from the next frame or answer; ``tools`` (the
+        client's, replacing its earlier ones) and ``tool_choice`` from the next turn."""
+        cfg = apply_settings(self.cfg, settings) if settings else self.cfg
+        if tools is not None or tool_choice is not None:
+            try:
+                self.session.tools.set_client_tools(tools, tool_choice)
+            except ToolDefinitionError as exc:
+                raise Refused(f"session.update: {exc}") from None
+        self.cfg = cfg
         self.session.configure(self.cfg)
-        self.emit(events.session_updated(describe(self.cfg)))
+        t = self.session.tools
+        self.emit(events.session_updated(describe(self.cfg), list(t.names()), t.choice))

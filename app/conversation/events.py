@@ -54,8 +54,12 @@ def session_created(
     return {"type": "session.created", "session": session}
 
 
-def session_updated(settings: list[dict[str, object]]) -> Event:
-    return {"type": "session.updated", "session": {"settings": settings}}
+def session_updated(settings: list[dict[str, object]], tools: list[str], tool_choice: str) -> Event:
+    """The settings, and the tools the agent may call now (the server's and the client's)."""
+    return {
+        "type": "session.updated",
+        "session": {"settings": settings, "tools": tools, "tool_choice": tool_choice},
+    }
 
 
 def pong() -> Event:
@@ -139,24 +143,24 @@ def response_done(gen: int, status: str, text: str, heard: str) -> Event:
     }
 
 
-def tool_call(
-    gen: int, call_id: str, name: str, arguments: dict[str, object], client: bool
-) -> Event:
-    """The agent calls a tool. A client's tool comes as the Realtime API's two events: the
-    arguments (one delta, whole) and their end; the client answers with a
-    ``function_call_output`` item and ``response.create``. A server tool's call is ``tool.call``."""
+def tool_call(gen: int, call_id: str, name: str, arguments: dict[str, object]) -> Event:
+    """The agent calls one of the server's tools."""
     args = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
-    if not client:
-        return {
-            "type": "tool.call",
-            "gen": gen,
-            "call_id": call_id,
-            "name": name,
-            "arguments": args,
-        }
-    done: Event = {"type": "response.function_call_arguments.done", "response_id": f"resp_{gen}"}
-    done |= {"gen": gen, "call_id": call_id, "name": name, "arguments": args}
-    return done
+    return {"type": "tool.call", "gen": gen, "call_id": call_id, "name": name, "arguments": args}
+
+
+def client_tool_call(gen: int, call_id: str, name: str, arguments: dict[str, object]) -> Event:
+    """The agent calls one of the client's tools, as the Realtime API's arguments event (after
+    one ``tool_call_delta``); the client answers with a ``function_call_output`` item and
+    ``response.create``."""
+    return {
+        "type": "response.function_call_arguments.done",
+        "response_id": f"resp_{gen}",
+        "gen": gen,
+        "call_id": call_id,
+        "name": name,
+        "arguments": json.dumps(arguments, ensure_ascii=False, allow_nan=False),
+    }
 
 
 def tool_call_delta(gen: int, call_id: str, arguments: dict[str, object]) -> Event:

@@ -125,7 +125,7 @@ class Responses:
             self.s.trace("speculation", self.s.tm.turn, a.gen, result="none", saved_ms=0)
         ans = Answer(
             self, a.gen, self.s.tm.answer_turn, a.messages, speculative=False, drafts=drafts,
-            choose=self._chooser(a.user_text),
+            choose=self._chooser(a.user_text) if a.tools else None,
         )  # fmt: skip
         self.answers[a.gen] = ans
         self._start_response(ans)
@@ -243,7 +243,9 @@ class Responses:
         client = call.tool.client_side
         if client:
             s.emit(events.tool_call_delta(ans.gen, call.call_id, args))
-        s.emit(events.tool_call(ans.gen, call.call_id, call.tool.name, args, client))
+            s.emit(events.client_tool_call(ans.gen, call.call_id, call.tool.name, args))
+        else:
+            s.emit(events.tool_call(ans.gen, call.call_id, call.tool.name, args))
         if client:
             s.tools.pending[call.call_id] = (turn, call.tool.name)
             return None

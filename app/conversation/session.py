@@ -320,6 +320,18 @@ class VoiceSession:
         self.do(self.tm.on_final(text))
         return None
 
+    def answer_tool_outputs(self) -> str | None:
+        """Answer the turn again from the client's tool outputs noted in it (``response.create``
+        after ``function_call_output``); returns why not, or None."""
+        if self.vad.in_speech or self.ears.final_pending:
+            return "the user is speaking"
+        actions = self.tm.answer_again()
+        if not actions:
+            return "an answer is under way"
+        self.tools.outputs = 0
+        self.do(actions)
+        return None
+
     def configure(self, cfg: Config) -> None:
         """This session's settings (``session.update``): VAD waits from the next frame, the
         decoder and the voice from the next answer."""

@@ -88,6 +88,10 @@ class ToolUse:
             s.responses.say(gen, self._notices.popleft())
 
     @property
+    def choice(self) -> str:
+        return self.box.choice
+
+    @property
     def waiting(self) -> bool:
         return bool(self._notices)
 

@@ -420,6 +420,17 @@ class TurnManager:
         self.answer_gen, self.agent = None, "idle"
         return self._reject_barge("answer finished") if self.barge else []
 
+    def answer_again(self) -> list[Action]:
+        """Answer the latest turn again, from what its tools said (a client's tool outputs);
+        nothing while an answer is under way."""
+        if self.agent != "idle" or self.user_speaking:
+            return []
+        text = next((m.content for m in reversed(self.history.messages) if m.role == "user"), "")
+        self.agent, self.answer_turn = "thinking", self.turn
+        self.answer_gen = self._next_gen()
+        prompt = self.history.prompt(self.cfg.system_prompt)
+        return [StartAnswer(self.answer_gen, text, prompt, tools=False)]
+
     def announce(self) -> int | None:
         """A new generation for something the agent says unasked (a timer going off), or None
         while the user talks or an answer is under way: it waits for the turn to end."""

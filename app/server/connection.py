@@ -32,6 +32,7 @@ from dllm_voice.app.server.protocol import (
     CreateResponse,
     Ping,
     PlaybackReport,
+    ToolOutput,
     UpdateSession,
     parse,
 )
@@ -216,12 +217,15 @@ class Connection:
             case CreateItem(text):
                 assert self.control is not None
                 self.control.create_item(text)
+            case ToolOutput(call_id, output):
+                assert self.control is not None
+                self.control.tool_output(call_id, output)
             case CreateResponse():
                 assert self.control is not None
                 self.control.create_response()
-            case UpdateSession(settings):
+            case UpdateSession(settings, tools, tool_choice):
                 assert self.control is not None
-                self.control.update(settings)
+                self.control.update(settings, tools, tool_choice)
             case Ping():
                 self.emit(events.pong())
 

@@ -18,7 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from dllm_voice.app.conversation.control import Refused, settings_object, user_text
+from dllm_voice.app.conversation.control import (
+    MAX_TEXT_CHARS,
+    Refused,
+    settings_object,
+    user_text,
+)
 from dllm_voice.app.conversation.events import brief
 
 AUDIO_HEADER = struct.Struct("<I")  # generation id in front of every outgoing audio message
@@ -63,15 +68,26 @@ class CreateItem:
 
 
 @dataclass(frozen=True)
+class ToolOutput:
+    """conversation.item.create of a ``function_call_output``: a client tool's result."""
+
+    call_id: str
+    output: str
+
+
+@dataclass(frozen=True)
 class CreateResponse:
     """response.create."""
 
 
 @dataclass(frozen=True)
 class UpdateSession:
-    """session.update: settings by config key, not yet checked against the config's ranges."""
+    """session.update: settings by config key, not yet checked against the config's ranges;
+    ``tools`` and ``tool_choice`` as given (None: not given), checked by the session."""
 
     settings: dict[str, object]
+    tools: object = None
+    tool_choice: object = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +96,14 @@ class Ping:
 
 
 Command = (
-    Audio | PlaybackReport | CancelResponse | CreateItem | CreateResponse | UpdateSession | Ping
+    Audio
+    | PlaybackReport
+    | CancelResponse
+    | CreateItem
+    | ToolOutput
+    | CreateResponse
+    | UpdateSession
+    | Ping
 )
 
 
@@ -168,7 +191,18 @@ def _truncate(event: JSONObject) -> PlaybackReport:
     return PlaybackReport(int(match[1]), _number(event, "audio_end_ms"), stopped=True)
 
 
-def _create_item(event: JSONObject) -> CreateItem:
+def _create_item(event: JSONObject) -> CreateItem | ToolOutput:
+    item = event.get("item")
+    if isinstance(item, dict) and item.get("type") == "function_call_output":
+        call_id, output = item.get("call_id"), item.get("output")
+        if not isinstance(call_id, str) or not 0 < len(call_id) <= 64:
+            raise ClientError("conversation.item.create: a function_call_output needs its call_id")
+        if not isinstance(output, str) or len(output) > MAX_TEXT_CHARS:
+            raise ClientError(
+                f"conversation.item.create: output must be a string of at most {MAX_TEXT_CHARS} "
+                "characters"
+            )
+        return ToolOutput(call_id, output)
     try:
         return CreateItem(user_text(event))
     except Refused as exc:
@@ -176,8 +210,12 @@ def _create_item(event: JSONObject) -> CreateItem:
 
 
 def _update_session(event: JSONObject) -> UpdateSession:
+    session = event.get("session")
+    if isinstance(session, dict) and ("tools" in session or "tool_choice" in session):
+        rest = {k: v for k, v in session.items() if k not in ("tools", "tool_choice")}
+        return UpdateSession(rest, session.get("tools"), session.get("tool_choice"))
     try:
-        return UpdateSession(settings_object(event.get("session")))
+        return UpdateSession(settings_object(session))
     except Refused as exc:
         raise ClientError(str(exc)) from None
 
