@@ -18,13 +18,13 @@ from collections import Counter
 
 import numpy as np
 import torch
-from testkit.tool_requests import REQUESTS
 
 from dllm_voice.app.conversation.config import DEFAULT_SYSTEM_PROMPT
 from dllm_voice.app.tools.chooser import HEAD_FILE, NONE, Head
 from dllm_voice.model.config import LMConfig
 from dllm_voice.model.engine import LM, ChatSession
-from lab.tool_requests import held_out_split, training_requests
+from lab.tool_requests import held_out_split, requests
+from testkit.tool_requests import REQUESTS
 
 
 def features(session: ChatSession, texts: list[str], system: str) -> np.ndarray:
@@ -88,12 +88,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    requests = training_requests(args.seed)
+    reqs = requests(args.seed)
     bench = {r.text.lower().strip(" ?.!") for r in REQUESTS}
-    leaked = [r.text for r in requests if r.text.lower().strip(" ?.!") in bench]
+    leaked = [r.text for r in reqs if r.text.lower().strip(" ?.!") in bench]
     assert not leaked, f"benchmark requests in the training set: {leaked[:3]}"
-    train, val = held_out_split(requests, seed=args.seed)
-    labels = sorted({r.label for r in requests} - {NONE}) + [NONE]
+    train, val = held_out_split(reqs, seed=args.seed)
+    labels = sorted({r.label for r in reqs} - {NONE}) + [NONE]
     index = {label: i for i, label in enumerate(labels)}
     counts = Counter(r.label for r in train)
     print(f"{len(train)} train, {len(val)} held-out-template requests: {counts}")
