@@ -219,10 +219,9 @@ class Responses:
 
     def _chooser(self, text: str) -> Callable[[torch.Tensor | None], Choice | None] | None:
         """What picks a tool for the turn ``text`` from its hidden state; None: no tools."""
-        tools, box = self.c.tools, self.s.tools.box
-        if tools is None or not len(box) or box.choice == "none":
+        box, chooser = self.s.tools.box, self.s.tools.chooser
+        if not len(box) or box.choice == "none":
             return None
-        chooser = tools.chooser
 
         def choose(state: torch.Tensor | None) -> Choice | None:
             row = None if state is None else state.float().cpu().numpy()
@@ -253,13 +252,12 @@ class Responses:
         if outcome is not None:
             outcome = dataclasses.replace(outcome, repeated=True, ms=0.0)
         else:
-            tools = self.c.tools
-            assert tools is not None
-            task = asyncio.ensure_future(calls.run(call, s.tools.ctx, tools.cfg.timeout_s))
-            done, _ = await asyncio.wait({task}, timeout=tools.cfg.filler_ms / 1e3)
-            if not done and tools.cfg.filler:
-                s.trace("tool_filler", turn, ans.gen, text=tools.cfg.filler)
-                ans.say(tools.cfg.filler, last=False)
+            cfg = s.tools.cfg
+            task = asyncio.ensure_future(calls.run(call, s.tools.ctx, cfg.timeout_s))
+            done, _ = await asyncio.wait({task}, timeout=cfg.filler_ms / 1e3)
+            if not done and cfg.filler:
+                s.trace("tool_filler", turn, ans.gen, text=cfg.filler)
+                ans.say(cfg.filler, last=False)
             try:
                 outcome = await task
             except asyncio.CancelledError:

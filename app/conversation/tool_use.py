@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from dllm_voice.app.tools.calls import Ledger
+from dllm_voice.app.tools.chooser import ToolChooser
+from dllm_voice.app.tools.config import ToolsConfig
 from dllm_voice.app.tools.registry import ToolBox, ToolContext, ToolDefinitionError, client_tool
 
 if TYPE_CHECKING:
@@ -27,6 +29,9 @@ class ToolUse:
         self.s = session
         tools = session.c.tools
         self.box = tools.box if tools is not None else ToolBox()
+        # With no server tools a client's tools are still chosen, by name.
+        self.chooser = tools.chooser if tools is not None else ToolChooser(None, 1.0)
+        self.cfg = tools.cfg if tools is not None else ToolsConfig()
         self.ledger = Ledger()
         self.pending: dict[str, tuple[int, str]] = {}  # client call id -> (turn, tool name)
         self.outputs = 0  # client outputs noted since the last answer

@@ -149,3 +149,54 @@ def test_settings_and_items_are_checked() -> None:
         with pytest.raises(ValueError) as err:
             user_text(event)
         assert says in str(err.value)
+
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather forecast for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+def test_a_client_tool_round_trip(serve: Callable[..., Running]) -> None:  # noqa: F811
+    run = serve()
+
+    async def talk() -> list[dict[str, Any]]:
+        seen: list[dict[str, Any]] = []
+        async with connect(run.ws_url) as ws:
+            await until(ws, "session.created", seen)
+            bad = {"type": "session.update", "session": {"tools": [{"name": "no spaces allowed"}]}}
+            await ws.send(json.dumps(bad))
+            assert "tool name" in (await until(ws, "error", seen))["error"]["message"]
+            update = {"type": "session.update", "session": {"tools": [WEATHER]}}
+            await ws.send(json.dumps(update))
+            updated = await until(ws, "session.updated", seen)
+            assert updated["session"]["tools"] == ["get_weather"]
+            await ws.send(json.dumps(item("What's the weather like?")))
+            await ws.send(json.dumps({"type": "response.create"}))
+            delta = await until(ws, "response.function_call_arguments.delta", seen)
+            call = await until(ws, "response.function_call_arguments.done", seen)
+            assert call["name"] == "get_weather" and call["call_id"] == delta["call_id"]
+            first = await until(ws, "response.done", seen)
+            assert first["response"]["status"] == "completed"
+            assert first["response"]["output_text"] == ""
+
+            def output(call_id: str) -> str:
+                return json.dumps({"type": "conversation.item.create", "item": {
+                    "type": "function_call_output", "call_id": call_id,
+                    "output": "Sunny and 21 degrees."}})  # fmt: skip
+
+            await ws.send(output("call_unknown"))
+            assert "no call" in (await until(ws, "error", seen))["error"]["message"]
+            await ws.send(output(call["call_id"]))
+            await until(ws, "conversation.item.created", seen)
+            await ws.send(json.dumps({"type": "response.create"}))
+            second = await until(ws, "response.done", seen)
+            await ws.send(output(call["call_id"]))  # answered already
+            assert "no call" in (await until(ws, "error", seen))["error"]["message"]
+        return [first, second]
+
+    first, second = asyncio.run(talk())
+    assert "Sunny and 21 degrees" in second["response"]["output_text"]
+    assert second["response"]["status"] == "completed"
