@@ -35,9 +35,12 @@ def _cmd_ask(cfg: Config, args: argparse.Namespace) -> int:
     from dllm_voice.model.cli import ask
 
     lm_cfg = cfg.lm if args.decoder is None else _replace(cfg.lm, decoder=args.decoder)
-    return ask(
-        lm_cfg, " ".join(args.question), system=cfg.conversation.system_prompt, json_stats=args.json
-    )
+    question = " ".join(args.question)
+    if cfg.tools.enabled:
+        from dllm_voice.app.terminal.ask import ask as ask_with_tools
+
+        return ask_with_tools(_replace(cfg, lm=lm_cfg), question, json_stats=args.json)
+    return ask(lm_cfg, question, system=cfg.conversation.system_prompt, json_stats=args.json)
 
 
 def _cmd_run(cfg: Config, args: argparse.Namespace) -> int:
