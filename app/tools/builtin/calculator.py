@@ -1,0 +1,201 @@
+"""The calculator: arithmetic said in words or typed in symbols ("15% of 80", "half of 90",
+"square root of 144", "7 squared", "2 to the power of 10"), evaluated by simpleeval (never
+``eval``), the answer spoken with the question ("12 plus 29 is 41.")."""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+
+import simpleeval
+
+from dllm_voice.app.tools.builtin.numbers import digits, say_number
+from dllm_voice.app.tools.registry import ToolError, tool
+
+# "add 5 and 3" -> "5 plus 3": the verb forms become the operator forms, for the sum and for
+# the answer's words.
+_VERBS = [
+    (re.compile(r"^(?:the sum of|sum of|add) (.+?) (?:and|to|plus) (.+)$"), r"\1 plus \2"),
+    (re.compile(r"^subtract (.+?) from (.+)$"), r"\2 minus \1"),
+    (re.compile(r"^(?:multiply|(?:the )?product of) (.+?) (?:by|and|times) (.+)$"), r"\1 times \2"),
+    (re.compile(r"^divide (.+?) by (.+)$"), r"\1 divided by \2"),
+]
+_TO_PYTHON = [
+    # "80 plus 15 percent" is 80 and its 15 percent, as on a calculator (92, not 80.15).
+    (
+        r"(\d+(?:\.\d+)?) (?:plus|\+) (\d+(?:\.\d+)?) ?(?:%|percent\b)(?! of\b)",
+        r"\1 * (1 + \2 / 100)",
+    ),
+    (
+        r"(\d+(?:\.\d+)?) (?:minus|-) (\d+(?:\.\d+)?) ?(?:%|percent\b)(?! of\b)",
+        r"\1 * (1 - \2 / 100)",
+    ),
+    (r"\b(?:the )?square root of\b|√", " sqrt "),
+    (r"\b(?:the )?cube root of\b", " cbrt "),
+    (r"\bsquared\b", " ** 2 "),
+    (r"\bcubed\b", " ** 3 "),
+    (r"\bto the (\d+)(?:st|nd|rd|th)? power\b", r" ** \1 "),
+    (r"\b(?:raised )?to the power(?: of)?\b|\braised to\b|\*\*|\^", " ** "),
+    (r"(?<=\d)\s*(?:%|percent\b|per cent\b)(?!\s*[\d(])", " / 100 "),  # else "%" is modulo
+    (r"\b(\d+) (\d+)(?:nd|rd|th)s\b", r"(\1 / \2)"),  # "2 thirds" ("2 3rds" after digits)
+    (r"(?:\b(?:a|an|1) |^)(\d+)(?:nd|rd|th)\b", r"(1 / \1)"),  # "a third"
+    (r"\b(?:twice|double)\b", " 2 * "),
+    (r"\btriple\b", " 3 * "),
+    (r"\btimes\b|\bmultiplied by\b|(?<=[\d)])\s*[x×]\s*(?=[\d(])|(?<!\*)\*(?!\*)", " * "),
+    (r"\bdivided by\b|\bover\b|÷|/", " / "),
+    (r"\bplus\b|\+", " + "),
+    (r"\bminus\b|\bnegative\b|−|-", " - "),
+    (r"\bmod(?:ulo)?\b", " % "),
+    (r"\bof\b", " * "),
+    (r"\b(sqrt|cbrt)\s+(-\s*)?(\d+(?:\.\d+)?)", r"\1(\2\3)"),  # of the number after it
+]
+_ONLY_ARITHMETIC = re.compile(r"^(?:[\d.\s+\-*/%()]|sqrt|cbrt)*$")
+_EVAL = simpleeval.SimpleEval(functions={"sqrt": math.sqrt, "cbrt": math.cbrt}, names={})
+
+
+def _rephrase(text: str) -> str:
+    text = re.sub(r"^(?:what(?:'s| is) |the )", "", text.strip())
+    text = re.sub(r"\s*(?:=|equals)?[\s?.!]*$", "", text)  # "12 + 29 = ?"
+    for verb, form in _VERBS:
+        text = verb.sub(form, text)
+    return text
+
+
+def to_python(expression: str) -> str:
+    """``expression`` as a Python arithmetic expression; ToolError if it is not one."""
+    text = _rephrase(digits(expression))
+    for pattern, repl in _TO_PYTHON:
+        text = re.sub(pattern, repl, text)
+    text = re.sub(r"\b(?:the|a|an|by|and)\b", " ", text)
+    text = " ".join(text.split())
+    try:
+        if _ONLY_ARITHMETIC.match(text) and re.search(r"\d", text):
+            ast.parse(text, mode="eval")
+            return text
+    except SyntaxError:
+        pass
+    raise ToolError(f"I can't work out '{expression.strip()}'.")
+
+
+def _spoken(expression: str) -> str:
+    """The question as the answer repeats it, in the user's words: "12+29" -> "12 plus 29"."""
+    text = _rephrase(expression)
+    text = re.sub(r"\bsqrt\s*\(([^)]*)\)", r"the square root of \1", text)
+    for symbol, words in [
+        (r"\*\*|\^", "to the power of"),
+        (r"(?<=[\d)])\s*[x×]\s*(?=[\d(])|\*", "times"),
+        (r"/|÷", "divided by"),
+        (r"\+", "plus"),
+        (r"(?<![a-z])-|−", "minus"),
+        (r"(?<=\d)\s*%(?=\s*\d)", "mod"),
+        (r"%", "percent"),
+        (r"[()]", ""),
+    ]:
+        text = re.sub(symbol, f" {words} ", text)
+    text = " ".join(text.split())
+    return text[:1].upper() + text[1:]
+
+
+def _evaluate(expression: str) -> float:
+    python = to_python(expression)
+    try:
+        value = _EVAL.eval(python)
+    except ZeroDivisionError as e:
+        raise ToolError("I can't divide by zero.") from e
+    except ValueError as e:  # math.sqrt of a negative number
+        raise ToolError("I can't take the square root of a negative number.") from e
+    except (simpleeval.NumberTooHigh, OverflowError) as e:
+        raise ToolError("That number is too big for me.") from e
+    except (simpleeval.InvalidExpression, TypeError) as e:
+        raise ToolError(f"I can't work out '{expression.strip()}'.") from e
+    if isinstance(value, complex):
+        raise ToolError("That has no real answer.")
+    try:
+        return float(value)
+    except OverflowError as e:  # an int too big for a float
+        raise ToolError("That number is too big for me.") from e
+
+
+# The parser: the longest run of number and operator words in the user's words.
+
+_NUMBER_WORDS = frozenset(
+    """zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
+    fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty
+    ninety hundred thousand million billion trillion point half quarter quarters dozen third
+    thirds fourth fourths fifth fifths tenth tenths
+    """.split()  # noqa: SIM905 - a word table
+)
+_OPERATORS = frozenset(
+    """plus minus times x multiplied divided over power squared cubed square cube root percent
+    mod modulo raised add subtract multiply divide sum product negative twice double triple
+    + - * ** / ^ × ÷ % √
+    """.split()  # noqa: SIM905 - a word table
+)
+_GLUE = frozenset({"by", "to", "the", "of", "from", "and", "a", "an"})
+_FRACTIONS = frozenset(
+    """half quarter quarters third thirds fourth fourths fifth fifths
+    """.split()  # noqa: SIM905 - a word table
+)
+_TOKEN = re.compile(r"\d+(?:[.,]\d+)*(?:st|nd|rd|th)?|[a-z]+(?:-[a-z]+)*|\*\*|[-+*/^()×÷%√]")
+
+
+def _kind(token: str) -> str:
+    if token[0].isdigit() or all(w in _NUMBER_WORDS for w in token.split("-")):
+        return "number"
+    if token in _OPERATORS:
+        return "operator"
+    return "glue" if token in _GLUE or token in "()" else ""
+
+
+def parse_calculation(text: str) -> dict[str, object] | None:
+    """The expression in the user's words: "What's twelve plus twenty-nine?" ->
+    {"expression": "twelve plus twenty-nine"}; None if there is none."""
+    lower = text.lower()
+    if re.search(r"\b(?:timers?|alarms?|convert|minutes?|hours?|seconds?)\b", lower):
+        return None
+    tokens = list(_TOKEN.finditer(lower))
+    best: tuple[int, int, int] | None = None  # (weight, first, last)
+    i = 0
+    while i < len(tokens):
+        j = i
+        while j < len(tokens) and _kind(tokens[j][0]):
+            j += 1
+        run = [t[0] for t in tokens[i:j]]
+        while run and _kind(run[-1]) == "glue" and run[-1] != ")":
+            run.pop()
+        first = i
+        while (
+            run
+            and _kind(run[0]) == "glue"
+            and run[0] != "("
+            and not (run[0] in ("a", "an") and len(run) > 1 and run[1] in _FRACTIONS)
+        ):
+            run.pop(0)
+            first += 1
+        kinds = [_kind(t) for t in run]
+        # "of" is an operator after a fraction or a percent ("half of 90", "15 percent of 80").
+        of = any(
+            t == "of" and k > 0 and run[k - 1] in _FRACTIONS | {"percent", "%"}
+            for k, t in enumerate(run)
+        )
+        if "number" in kinds and ("operator" in kinds or of):
+            weight = len(run)
+            if best is None or weight > best[0]:
+                best = (weight, first, first + len(run) - 1)
+        i = max(j, i + 1)
+    if best is None:
+        return None
+    expression = text[tokens[best[1]].start() : tokens[best[2]].end()]
+    try:
+        to_python(expression)
+    except ToolError:
+        return None
+    return {"expression": expression}
+
+
+@tool(parse=parse_calculation, timeout_s=2.0)
+def calculate(expression: str) -> str:
+    """Work out an arithmetic expression, in words or symbols: "12 plus 29", "15% of 80",
+    "square root of 144", "2 to the power of 10"."""
+    return f"{_spoken(expression)} is {say_number(_evaluate(expression))}."

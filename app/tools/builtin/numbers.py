@@ -1,0 +1,91 @@
+"""Spoken numbers both ways: words to digits for the tools' parsers, and a number the way the
+agent should say it ("46.5 million", "37.8", "41")."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from text_to_num import alpha2digit
+
+_NUM = r"\d+(?:\.\d+)?"
+
+# What alpha2digit leaves alone: articles, fractions and counting words.
+_ARTICLE = re.compile(r"\b(?:a|an) (?=\d{3,}\b)")  # "a hundred" is "a 100" after alpha2digit
+_AND_FRACTION = re.compile(rf"\b({_NUM}) and (?:an? |3 )(half|quarter|quarters)\b")
+_FRACTIONS = {"half": 0.5, "quarter": 0.25, "quarters": 0.75}
+_POINT = re.compile(r"\bpoint (\d+)\b")
+_UNIT_AND_HALF = re.compile(rf"\b(an?|{_NUM}) ([a-z]+) and an? half\b")  # "an hour and a half"
+_HALF = re.compile(r"\b(?:half an?|an? half|one half|half(?= of\b))\b")
+_QUARTER = re.compile(r"\b(?:an?|one) quarter\b(?! (?:past|to|after|till)\b)")
+_THREE_QUARTERS = re.compile(r"\b3 quarters\b(?! (?:past|to|after|till)\b)")
+_FRACTION_OF_ONE = re.compile(r"\b(0\.5|0\.25|0\.75) of an? (?=[a-z])")  # "half of a cup"
+_DOZEN = re.compile(rf"\b(an?|{_NUM}) dozen\b")
+_COUPLE = re.compile(r"\ba couple(?: of)?\b")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+
+_SCALES = [(1e12, "trillion"), (1e9, "billion"), (1e6, "million")]
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6f}".rstrip("0").rstrip(".") if x != int(x) else str(int(x))
+
+
+def digits(text: str) -> str:
+    """``text`` with its spoken numbers in digits: "one and a half hours" -> "1.5 hours",
+    "a hundred" -> "100", "a dozen" -> "12", "half of ninety" -> "0.5 of 90".
+
+    Lower-cased; one-word numbers are converted too ("one" -> "1"), which the tools' parsers
+    want and prose may not.
+    """
+    out = alpha2digit(text.lower(), "en", threshold=0)
+    out = _THOUSANDS.sub("", out)
+    out = _ARTICLE.sub("", out)
+    out = _POINT.sub(r"0.\1", out)
+    # A half is added to its number before a lone "half" becomes 0.5, and 0.5 exists before
+    # "0.5 dozen" is multiplied out.
+    out = _AND_FRACTION.sub(lambda m: _fmt(float(m[1]) + _FRACTIONS[m[2]]), out)
+    out = _UNIT_AND_HALF.sub(lambda m: f"{_fmt(_count(m[1]) + 0.5)} {m[2]}", out)
+    out = _HALF.sub("0.5", out)
+    out = _QUARTER.sub("0.25", out)
+    out = _THREE_QUARTERS.sub("0.75", out)
+    out = _FRACTION_OF_ONE.sub(r"\1 ", out)
+    out = _DOZEN.sub(lambda m: _fmt(_count(m[1]) * 12), out)
+    return _COUPLE.sub("2", out)
+
+
+def _count(word: str) -> float:
+    return 1.0 if word in ("a", "an") else float(word)
+
+
+def say_number(x: float) -> str:
+    """``x`` as the agent says it: whole numbers as they are up to a million, then "46.5
+    million"; other numbers to about three significant digits ("37.8", "3.14", "0.333")."""
+    if math.isnan(x):
+        return "not a number"
+    if math.isinf(x):
+        return "infinity" if x > 0 else "minus infinity"
+    if x < 0:
+        spoken = say_number(-x)
+        return spoken if spoken == "0" else f"minus {spoken}"
+    if x >= 1e6:
+        # Three significant digits first, so that 999.96 million is "1 billion".
+        mantissa, exponent = f"{x:.2e}".split("e")
+        rounded = float(f"{mantissa}e{exponent}")
+        for scale, word in _SCALES:
+            if rounded >= scale and rounded < 1000 * scale:
+                return f"{_trim(f'{rounded / scale:.3g}')} {word}"
+        return f"{_trim(mantissa)} times 10 to the power of {int(exponent)}"
+    if x == int(x):
+        return str(int(x))
+    if x >= 10:
+        return _trim(f"{x:.1f}")
+    if x >= 1:
+        return _trim(f"{x:.2f}")
+    # Below one: three significant digits, written out (never "1e-05").
+    places = 2 - math.floor(math.log10(x))
+    return _trim(f"{x:.{places}f}")
+
+
+def _trim(number: str) -> str:
+    return number.rstrip("0").rstrip(".") if "." in number else number

@@ -1,0 +1,300 @@
+"""Timers and alarms: set, list and cancel them; each one speaks through ``ctx.schedule`` when it
+goes off. A conversation's timers live in ``ctx.state["timers"]``."""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from dllm_voice.app.tools.builtin.clock import spoken_time
+from dllm_voice.app.tools.builtin.numbers import digits, say_number
+from dllm_voice.app.tools.registry import ToolContext, ToolError, tool
+
+_DAY_S = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Timer:
+    """A timer or an alarm that is set."""
+
+    key: int  # ctx.schedule's id
+    ends_at: float  # on ctx.now()'s clock
+    name: str  # "pasta timer", "5 minute timer", "7:30 AM alarm"
+    names: frozenset[str]  # what the user may call it: "pasta", "5 minutes", "alarm", "7:30 am"
+    alarm: bool = False
+
+
+class Timers:
+    """One conversation's pending timers and alarms, oldest first. Set, listed and canceled
+    from the session's worker threads, so every access holds a lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: list[Timer] = []
+
+    def add(self, timer: Timer) -> None:
+        with self._lock:
+            self._items.append(timer)
+
+    def pending(self, now: float) -> list[Timer]:
+        """Those not gone off yet (the ones that went off are forgotten)."""
+        with self._lock:
+            self._items = [t for t in self._items if t.ends_at > now]
+            return list(self._items)
+
+    def take(self, label: str, now: float) -> list[Timer]:
+        """Remove and return the timers ``label`` names: "" the newest, "all" every one."""
+        with self._lock:
+            self._items = [t for t in self._items if t.ends_at > now]
+            if label == "all":
+                taken = list(self._items)
+            else:
+                taken = [t for t in self._items if not label or _plain(label) in t.names][-1:]
+            self._items = [t for t in self._items if t not in taken]
+            return taken
+
+
+def _plain(label: str) -> str:
+    """A name as ``Timer.names`` holds it: "The Pasta timer" -> "pasta"."""
+    words = re.sub(r"^(?:the|my|your) ", "", label.strip().lower())
+    return re.sub(r"(?<=\S) (?:timer|alarm)$", "", words)
+
+
+def _timers(ctx: ToolContext) -> Timers:
+    timers = ctx.state.setdefault("timers", Timers())
+    if not isinstance(timers, Timers):
+        raise TypeError(f"ctx.state['timers'] holds a {type(timers).__name__}")
+    return timers
+
+
+def spoken_duration(seconds: float) -> str:
+    """How long ``seconds`` is, said: "5 minutes", "1 hour and 30 minutes", "2.5 seconds"; an
+    hour or more to the minute."""
+    if seconds < 60:
+        n = say_number(seconds)
+        return f"{n} second" if n == "1" else f"{n} seconds"
+    whole = round(seconds) if seconds < 3600 else 60 * round(seconds / 60)  # to the minute
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    counts = [(hours, "hour"), (minutes, "minute"), (secs, "second")]
+    parts = [f"{n} {unit}" + ("s" if n != 1 else "") for n, unit in counts if n]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" and {parts[-1]}"
+
+
+# Parsers: the arguments from the user's words.
+
+_CANCEL = re.compile(
+    r"\b(?:cancel|stop|delete|remove|clear|turn off|switch off|kill|dismiss|abort|disable|"
+    r"get rid of|never ?mind|forget)\b"
+)
+_ASKS = re.compile(r"\b(?:how (?:much|long)|time left|left on|remaining|what timers|any timers)\b")
+_UNIT = r"(hours?|hrs?|h|minutes?|mins?|m|seconds?|secs?|s)\b"
+_DURATION = re.compile(rf"(?:\b(\d+(?:\.\d+)?)\s*|\b(an?)\s+){_UNIT}")
+_NOT_LABEL = frozenset(
+    """a an the my this that your new another one it me us now please timer alarm minute minutes
+    second seconds hour hours min mins sec secs countdown set start make quick and
+    """.split()  # noqa: SIM905 - a word table
+)
+_NAMED = re.compile(
+    r"\b(?:called|named|labell?ed|for)\s+(?:the |my |a |an )?"
+    r"((?!(?:for|called|named|labell?ed)\b)[a-z][a-z']*"
+    r"(?: (?!for\b|timer\b|please\b|now\b)[a-z']+)*)"
+)
+
+
+def _seconds(text: str) -> tuple[float, str] | None:
+    """The duration in ``text`` (in digits) and ``text`` without it; None if there is none."""
+    found = list(_DURATION.finditer(text))
+    if not found:
+        return None
+    units = {"h": 3600, "m": 60, "s": 1}
+    total = sum(float(m[1] or 1) * units[m[3][0]] for m in found)
+    return total, _DURATION.sub(" ", text)
+
+
+def _label(text: str) -> str:
+    """A timer's name in ``text`` (its duration taken out): "the pasta timer", "a timer
+    called tea", "a timer for the eggs" -> "pasta", "tea", "eggs"; else ""."""
+    for named in reversed(list(_NAMED.finditer(text))):
+        if named[1].split()[0] not in _NOT_LABEL:
+            return named[1]
+    before = re.search(r"\b([a-z']+)\s+timer\b", text)
+    return before[1] if before and before[1] not in _NOT_LABEL else ""
+
+
+def _parse_set_timer(text: str) -> dict[str, object] | None:
+    words = digits(text)
+    if not re.search(r"\b(?:timer|countdown|count down)\b", words) or _CANCEL.search(words):
+        return None
+    found = _seconds(words)
+    if found is None or _ASKS.search(words) or re.search(r"\balarm\b", words):
+        return None
+    label = _label(found[1])
+    return {"seconds": found[0], "label": label} if label else {"seconds": found[0]}
+
+
+_AM = r"(?<=\d)\s*a\.? ?m\b\.?|\bin the morning\b"
+_PM = r"(?<=\d)\s*p\.? ?m\b\.?|\bin the (?:afternoon|evening)\b|\bat night\b|\btonight\b"
+_PAST = re.compile(
+    r"\b(half|quarter|\d{1,2})(?: minutes?)? (past|after|to|till|before) (\d{1,2})\b"
+)
+_CLOCK = re.compile(r"\b(\d{1,2})(?:[:. ]([0-5]\d))?(?: o'?clock)?\b(?! ?(?:minutes?|hours?))")
+
+
+def _clock_time(text: str) -> tuple[int, int, str] | None:
+    """(hour, minute, "am"/"pm"/"") in ``text``: "7:30 am", "19:00", "seven thirty", "half past
+    six", "quarter to eight", "noon"; None if there is none."""
+    t = digits(text)
+    if re.search(r"\b(?:noon|midday)\b", t):
+        return 12, 0, "pm"
+    if re.search(r"\bmidnight\b", t):
+        return 0, 0, ""
+    half = "am" if re.search(_AM, t) else ("pm" if re.search(_PM, t) else "")
+    t = re.sub(r"\b(\d{1,2}) oh (\d)\b", r"\1:0\2", t)  # "seven oh five"
+    t = re.sub(r"\b(\d{1,2})(\d{2})(?= hours\b| ?[ap]\.? ?m\b)", r"\1:\2", t)  # "1900 hours"
+    past = _PAST.search(t)
+    if past:
+        minutes = {"half": 30, "quarter": 15}.get(past[1]) or int(past[1])
+        hour = int(past[3])
+        if past[2] in ("to", "till", "before"):
+            hour, minutes = (hour - 1) % 24, 60 - minutes
+        return (hour, minutes, half) if 0 < minutes < 60 and hour < 24 else None
+    clock = _CLOCK.search(t)
+    if clock is None:
+        return None
+    hour, minute = int(clock[1]), int(clock[2] or 0)
+    if hour > 23 or (half and not 1 <= hour <= 12):
+        return None
+    return hour, minute, half
+
+
+def _parse_set_alarm(text: str) -> dict[str, object] | None:
+    lower = text.lower()
+    if not re.search(r"\b(?:alarm|wake me|wake us|get me up)\b", lower) or _CANCEL.search(lower):
+        return None
+    wanted = _clock_time(lower)
+    if wanted is None or _ASKS.search(lower):
+        return None
+    hour, minute, half = wanted
+    return {"at": f"{hour}:{minute:02d}" + (f" {half.upper()}" if half else "")}
+
+
+def _parse_list(text: str) -> dict[str, object] | None:
+    lower = text.lower()
+    if not re.search(r"\b(?:timers?|alarms?)\b", lower) or _CANCEL.search(lower):
+        return None
+    if re.search(r"\b(?:set|start|make) (?:a|an|the|my|up|me)\b|\bwake me\b", lower):
+        return None
+    listing = r"\b(?:list|show|check|read|tell me|what|which|any|do i have|how(?:'s| is))\b"
+    return {} if _ASKS.search(lower) or re.search(listing, lower) else None
+
+
+def _parse_cancel(text: str) -> dict[str, object] | None:
+    words = digits(text)
+    if not _CANCEL.search(words) or not re.search(r"\b(?:timers?|alarms?|countdown)\b", words):
+        return None
+    if re.search(r"\b(?:all|every|both)\b", words):
+        return {"label": "all"}
+    if re.search(r"\balarm\b", words):
+        wanted = _clock_time(words)
+        if wanted is not None and wanted[2]:
+            hour, minute, half = wanted
+            at = datetime(2000, 1, 1, hour % 12 + (12 if half == "pm" else 0), minute)
+            return {"label": f"{spoken_time(at)} alarm"}
+        return {"label": "alarm"}
+    found = _seconds(words)
+    label = spoken_duration(found[0]) if found else _label(words)
+    return {"label": label} if label else {}
+
+
+# The tools.
+
+
+@tool(parse=_parse_set_timer, side_effects=True, timeout_s=2.0)
+def set_timer(seconds: float, label: str = "", *, ctx: ToolContext) -> str:
+    """Start a countdown timer of ``seconds`` (up to 24 hours), optionally named ("pasta").
+
+    It speaks when it is done.
+    """
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ToolError("A timer has to be longer than zero seconds.")
+    if seconds > _DAY_S:
+        raise ToolError("I can only set timers up to 24 hours.")
+    length = spoken_duration(seconds)
+    single = re.fullmatch(r"(\S+) (hour|minute|second)s?", length)
+    adjective = f"{single[1]} {single[2]}" if single else ""  # "a 5 minute timer"
+    label = _plain(label)
+    if label:
+        name = f"{label} timer"
+    else:
+        name = f"{adjective} timer" if adjective else f"timer for {length}"
+    key = ctx.schedule(seconds, f"Your {name} is done.")
+    names = {label} if label else {adjective, length, "timer"} - {""}
+    _timers(ctx).add(Timer(key, ctx.now() + seconds, name, frozenset(names)))
+    return f"{label.capitalize()} timer set for {length}." if label else f"Timer set for {length}."
+
+
+@tool(parse=_parse_set_alarm, side_effects=True, timeout_s=2.0)
+def set_alarm(at: str, *, ctx: ToolContext) -> str:
+    """Set an alarm for the next time the clock shows ``at`` ("7:30 AM", "19:00", "7 pm")."""
+    wanted = _clock_time(at)
+    if wanted is None:
+        raise ToolError(f"I don't understand the time '{at}'.")
+    hour, minute, half = wanted
+    if hour > 12 or hour == 0:
+        hours = [hour]
+    elif half:
+        hours = [hour % 12 + (12 if half == "pm" else 0)]
+    else:  # "7": whichever of 7 AM and 7 PM comes first
+        hours = [hour % 12, hour % 12 + 12]
+    now = datetime.fromtimestamp(ctx.now())  # local and naive: timestamp() then follows DST
+    starts = [now.replace(hour=h, minute=minute, second=0, microsecond=0) for h in hours]
+    start = min(s if s > now else s + timedelta(days=1) for s in starts)
+    when = spoken_time(start)
+    key = ctx.schedule(start.timestamp() - ctx.now(), f"It's {when}. Your alarm is going off.")
+    names = frozenset({"alarm", when.lower(), f"{when.lower()} alarm"})
+    _timers(ctx).add(Timer(key, start.timestamp(), f"{when} alarm", names, alarm=True))
+    day = " tomorrow" if start.date() != now.date() else ""
+    return f"Alarm set for {when}{day}."
+
+
+@tool(parse=_parse_list, timeout_s=2.0)
+def list_timers(*, ctx: ToolContext) -> str:
+    """Say the timers and alarms that are set and how long each has left."""
+    now = ctx.now()
+    pending = _timers(ctx).pending(now)
+    if not pending:
+        return "You have no timers."
+    n, alarms = len(pending), sum(t.alarm for t in pending)
+    noun = "alarm" if alarms == n else ("timer" if alarms == 0 else "timers and alarms")
+    noun += "s" if n > 1 and alarms in (0, n) else ""
+    each = []
+    for t in pending:
+        left = spoken_duration(math.ceil(t.ends_at - now))
+        each.append(f"the {t.name}, " + (f"in {left}" if t.alarm else f"with {left} left"))
+    listed = each[0] if n == 1 else "; ".join(each[:-1]) + f"; and {each[-1]}"
+    return f"You have {'one' if n == 1 else n} {noun}: {listed}."
+
+
+@tool(parse=_parse_cancel, side_effects=True, timeout_s=2.0)
+def cancel_timer(label: str = "", *, ctx: ToolContext) -> str:
+    """Cancel a timer or alarm by its name ("pasta", "5 minutes", "alarm"); empty: the most
+    recent one; "all": every one."""
+    now = ctx.now()
+    timers = _timers(ctx)
+    if not timers.pending(now):
+        raise ToolError("You have no timers.")
+    taken = timers.take(label, now)
+    if not taken:
+        kind = "alarm" if re.search(r"\b(?:alarm|am|pm)$", label.lower()) else "timer"
+        what = _plain(label)
+        raise ToolError(f"You have no {what if what in ('alarm', 'timer') else f'{what} {kind}'}.")
+    stopped = [t for t in taken if ctx.unschedule(t.key)]
+    if label == "all":
+        return f"Canceled {len(stopped)} timer{'s' if len(stopped) != 1 else ''}."
+    if not stopped:
+        return f"Your {taken[0].name} already went off."
+    return f"Canceled your {taken[0].name}."
