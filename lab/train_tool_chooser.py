@@ -15,15 +15,19 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from dllm_voice.app.conversation.config import DEFAULT_SYSTEM_PROMPT
-from dllm_voice.app.tools.chooser import HEAD_FILE, NONE, Head
+from dllm_voice.app.tools.builtin.catalog import BUILTIN
+from dllm_voice.app.tools.chooser import HEAD_FILE, NONE, Head, ToolChooser
+from dllm_voice.app.tools.config import ToolsConfig
+from dllm_voice.app.tools.registry import ToolBox
 from dllm_voice.model.config import LMConfig
 from dllm_voice.model.engine import LM, ChatSession
-from lab.tool_requests import held_out_split, requests
+from lab.tool_requests import Request, held_out_split, requests
 from testkit.tool_requests import REQUESTS
 
 
@@ -61,21 +65,26 @@ def fit(
     return w.detach().numpy(), b.detach().numpy()
 
 
-def report(head: Head, x: np.ndarray, labels: list[str], threshold: float) -> dict[str, float]:
-    """Tool-choice precision and recall, and false calls on "none" turns, at ``threshold``."""
+def report(head: Head, x: np.ndarray, reqs: list[Request], threshold: float) -> dict[str, float]:
+    """Tool-choice precision and recall, and false calls on "none" turns, of the chooser the
+    agent runs (the head, the built-in tools' parsers, ``threshold``)."""
+    box = ToolBox.of(t for group in BUILTIN.values() for t in group)
+    chooser = ToolChooser(head, threshold)
     picked = []
-    for row in x:
-        p = head.probs(row)
-        best = max(p, key=p.__getitem__)
-        picked.append(best if best != NONE and p[best] >= threshold else NONE)
+    for row, r in zip(x, reqs, strict=True):
+        choice = chooser.choose(box, row, r.text)
+        picked.append(NONE if choice is None else choice.tool.name)
+    labels = [r.label for r in reqs]
     tool_turns = [i for i, label in enumerate(labels) if label != NONE]
     calls = [i for i, label in enumerate(picked) if label != NONE]
     right = sum(picked[i] == labels[i] for i in calls)
     none_turns = [i for i, label in enumerate(labels) if label == NONE]
     return {
-        "precision": right / max(1, len(calls)),
-        "recall": right / max(1, len(tool_turns)),
-        "false_calls": sum(picked[i] != NONE for i in none_turns) / max(1, len(none_turns)),
+        "precision": round(right / max(1, len(calls)), 3),
+        "recall": round(right / max(1, len(tool_turns)), 3),
+        "false_calls": round(
+            sum(picked[i] != NONE for i in none_turns) / max(1, len(none_turns)), 3
+        ),
     }
 
 
@@ -84,8 +93,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(HEAD_FILE))
     ap.add_argument("--decay", type=float, default=1e-3)
     ap.add_argument("--epochs", type=int, default=300)
-    ap.add_argument("--threshold", type=float, default=0.5)
+    ap.add_argument("--threshold", type=float, default=ToolsConfig().threshold)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--features", help="an .npz that keeps the features between runs")
     args = ap.parse_args()
 
     reqs = requests(args.seed)
@@ -99,17 +109,23 @@ def main() -> None:
     print(f"{len(train)} train, {len(val)} held-out-template requests: {counts}")
 
     lm = LM.load(LMConfig())
-    session = lm.session()
-    t0 = time.perf_counter()
-    x_train = features(session, [r.text for r in train], DEFAULT_SYSTEM_PROMPT)
-    x_val = features(session, [r.text for r in val], DEFAULT_SYSTEM_PROMPT)
-    print(f"features: {time.perf_counter() - t0:.0f} s")
+    if args.features and Path(args.features).is_file():
+        with np.load(args.features) as f:
+            x_train, x_val = f["train"], f["val"]
+    else:
+        session = lm.session()
+        t0 = time.perf_counter()
+        x_train = features(session, [r.text for r in train], DEFAULT_SYSTEM_PROMPT)
+        x_val = features(session, [r.text for r in val], DEFAULT_SYSTEM_PROMPT)
+        print(f"features: {time.perf_counter() - t0:.0f} s")
+        if args.features:
+            np.savez(args.features, train=x_train, val=x_val)
 
     y_train = np.array([index[r.label] for r in train])
     w, b = fit(x_train, y_train, len(labels), decay=args.decay, epochs=args.epochs, seed=args.seed)
     head = Head(w, b, tuple(labels), lm.parameter_count())
     for name, x, rs in (("train", x_train, train), ("held-out", x_val, val)):
-        print(name, report(head, x, [r.label for r in rs], args.threshold))
+        print(name, report(head, x, rs, args.threshold))
 
     # The shipped head learns from every template.
     x_all = np.concatenate([x_train, x_val])

@@ -71,7 +71,9 @@ def prepare(
 ) -> Call | None:
     """The call ``choice`` makes for ``request``; None when cancelled. In the LM thread."""
     tool = choice.tool
-    args = tool.parse(request) if tool.parse is not None else None
+    args = choice.arguments
+    if args is None and tool.parse is not None:
+        args = tool.parse(request)
     if args is not None:
         return Call(tool, args, choice.how, choice.p, "parser")
     if not tool.parameters.get("required"):  # the LM fills in required arguments only

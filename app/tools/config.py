@@ -19,7 +19,7 @@ class ToolsConfig:
         (), "your tools: module names or .py paths whose @tool functions are loaded at start"
     )
     threshold: float = setting(
-        0.5, "chooser's probability needed to call a tool (0.5: 0 false calls held out)",
+        0.9, "chooser's probability that calls a tool its parser cannot read the words of",
         min=0.0, max=1.0,
     )  # fmt: skip
     filler_ms: int = setting(
