@@ -37,6 +37,7 @@ STAGES = (
     "endpoint",
     "asr_final",
     "lm_ttft",
+    "tool",
     "lm_clause",
     "tts_first",
     "release",
@@ -158,6 +159,8 @@ def turn_rows(events: list[TraceEvent]) -> list[TurnRow]:
                 stages["endpoint"] = end["t_ms"] - end["end_ms"]
             span("asr_final", _first(evs, "speech_end"), final)
             span("lm_ttft", t["lm_start"], t["lm_first_token"])
+            if (tool := _first(evs, "tool_result", gen)) is not None:
+                stages["tool"] = tool["ms"]  # the call's own run, a filler's wait included
             span("lm_clause", t["lm_start"], t["lm_first_clause"])
             span("tts_first", t["lm_first_clause"], t["tts_first_audio"])
             if t["audio_out_first"] is not None:
@@ -303,11 +306,20 @@ _SPANS = (
     ("endpoint", None, "speech_end", "#b0b0b0"),
     ("asr final", "speech_end", "asr_final", "#82b366"),
     ("lm first clause", "lm_start", "lm_first_clause", "#d79b00"),
+    ("tool", "tool_call", "tool_result", "#6d8764"),
     ("tts first audio", "lm_first_clause", "tts_first_audio", "#9673a6"),
     ("playback", "audio_out_first", "turn_done", "#b85450"),
 )
 _ANSWER_EVENTS = frozenset(
-    ("lm_start", "lm_first_clause", "tts_first_audio", "audio_out_first", "turn_done")
+    (
+        "lm_start",
+        "lm_first_clause",
+        "tool_call",
+        "tool_result",
+        "tts_first_audio",
+        "audio_out_first",
+        "turn_done",
+    )
 )
 # Speech whose wall-clock length is under half its audio length was fed faster than real time
 # (``run`` without --realtime: 1.8 s of speech in 28 ms): its times are compute times only.

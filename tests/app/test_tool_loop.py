@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from dllm_voice.app.config import Config
 from dllm_voice.app.observe.trace import Tracer
+from dllm_voice.app.observe.trace_tools import summarize
 from dllm_voice.app.terminal.runner import Segment, TimelineSource, run_session
 from dllm_voice.app.tools import calls
 from dllm_voice.app.tools.chooser import Choice, ToolChooser
@@ -105,6 +106,7 @@ def test_a_named_tool_runs_once_after_the_turn_ends_and_its_sentence_is_spoken()
     assert result["error"] is None and result["ms"] >= 0
     kinds = [e["type"] for e in events]
     assert kinds.index("tool.call") < kinds.index("tool.result") < kinds.index("response.done")
+    assert summarize(trace)["stages"]["tool"]["p50"] == result["ms"]  # trace summary's tool row
 
 
 def test_a_slow_tool_gets_a_filler_and_a_stuck_one_times_out():
