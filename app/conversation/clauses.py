@@ -38,6 +38,7 @@ _SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
 _WORD = re.compile(r"\S+")
 
 Post = Callable[..., object]  # loop.call_soon_threadsafe
+Tap = Callable[["torch.Tensor | None"], None]
 
 
 def word_boundary(text: str, n: int) -> int | None:
@@ -158,9 +159,14 @@ class ClauseStream:
         )
         return "tool" if self.call is not None else "cancelled"
 
-    def _on_state(self, state: torch.Tensor | None) -> None:
-        assert self._choose is not None
-        self.choice = self._choose(state)
+    def _on_state(self, choose: Callable[[torch.Tensor | None], Choice | None]) -> Tap:
+        """What takes the first forward's hidden state: ``choose`` (the tap fires after
+        ``_start`` has dropped it, which a retry must not get)."""
+
+        def take(state: torch.Tensor | None) -> None:
+            self.choice = choose(state)
+
+        return take
 
     @property
     def _gen(self) -> Generation:
@@ -215,7 +221,7 @@ class ClauseStream:
             cancel=ans.cancel_event,
             drafts=ans.drafts,
             end_score=self._end_score,
-            turn_state=self._on_state if self._choose is not None else None,
+            turn_state=self._on_state(self._choose) if self._choose is not None else None,
         )
         self._end_score = self._choose = None  # a retry's prompt is not the scored one
         self._iter = iter(self.generation)

@@ -8,7 +8,7 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -136,8 +136,10 @@ class FakeGeneration:
         cancel: threading.Event | None,
         step_s: float,
         superseded_after: int | None = None,
+        first_forward: Callable[[], None] | None = None,
     ):
         self.words, self.cancel, self.step_s = words, cancel, step_s
+        self.first_forward = first_forward  # what the real one's first forward hands out
         self.text = ""
         self.token_ids: list[int] = []
         self.stats = Stats()
@@ -155,6 +157,8 @@ class FakeGeneration:
         t0 = time.monotonic()
         for i, word in enumerate(self.words):
             time.sleep(self.step_s)  # one "forward"
+            if i == 0 and self.first_forward is not None:
+                self.first_forward()
             self.stats.forwards += 1
             if self.closed:
                 return
@@ -225,8 +229,6 @@ class FakeLM:
         self.calls.append({"messages": messages, "drafts": drafts, "scored": bool(end_score)})
         if end_score is not None:  # the real one: on the first forward, before any text
             end_score(self._p_end(messages))
-        if turn_state is not None:  # no hidden state: tools are chosen by name
-            turn_state(None)
         user = messages[-1]["content"].rstrip(".?!")
         first = self.calls[0]["messages"][-1]["content"]
         later = self.later_tail is not None and messages[-1]["content"] != first
@@ -236,7 +238,9 @@ class FakeLM:
         k = self.words_per_step
         steps = [" ".join(words[i : i + k]) for i in range(0, len(words), k)]
         after = self.superseded_after if len(self.calls) == 1 else None
-        return FakeGeneration(steps, cancel, self.step_s, after)
+        # No hidden state: tools are chosen by name, on the first forward as the real one does.
+        first = None if turn_state is None else lambda: turn_state(None)
+        return FakeGeneration(steps, cancel, self.step_s, after, first)
 
 
 class FakeTTS:
