@@ -7,14 +7,16 @@ that starts with a quote (its end), a number only digit tokens, an enum or a boo
 its options. The forced tokens go into the next forward together with the token chosen
 before them, as rows already accepted: one forward for `{"city": "` and the first letters of
 the value.
-Only required parameters are filled; arrays are left empty.
+A string copies the request's own words; only required parameters are filled; arrays are
+left empty.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from dllm_voice.app.conversation.ports import ChatSession, Tokenizer
 
 MAX_VALUE_TOKENS = 24  # a spoken request's argument: a name, a place, a short phrase
+MAX_TOKEN_CHARS = 24
 _NUMBER_CHARS = frozenset("0123456789")
 
 SYSTEM = (
@@ -84,6 +87,8 @@ class _Decoder:
     vocab: _Vocab
     ids: list[int]  # prompt + the JSON so far
     cancel: threading.Event | None
+    request: str  # a string value copies a span of its words
+    index: dict[str, list[int]]  # token ids by their lower-case text
     stats: ArgumentStats = field(default_factory=ArgumentStats)
     pending: list[int] = field(default_factory=list)  # forced tokens not yet fed
 
@@ -107,17 +112,31 @@ class _Decoder:
         self.pending.append(token)
 
     def string(self) -> str | None:
-        v, out = self.vocab, []
-        allowed = v.in_string | v.closes
+        """A span of the request's words, token by token (in any letter case): a 135M model
+        left free wrote "Shop has 10 shoes in stock" for a product's name."""
+        v, out, text = self.vocab, [], ""
+        said = self.request.lower()
+        ends = {m.start() for m in re.finditer(r"\b\w", said)}  # where a value may start
         for _ in range(MAX_VALUE_TOKENS):
+            allowed = np.zeros(len(v.closes), dtype=bool)
+            for at in ends:
+                for ids in _spans(self.index, said, at):
+                    allowed[ids] = True
+            if text:
+                allowed |= v.closes
+            if not allowed.any():
+                break
             t = self.pick(allowed)
             if t is None:
                 return None
             if v.closes[t]:
                 break
+            piece = self.tok.decode([t])
+            ends = {at + len(piece) for at in ends if said.startswith(piece.lower(), at)}
             self.take(t)
             out.append(t)
-        return self.tok.decode(out).strip()
+            text += piece
+        return text.strip()
 
     def number(self, integer: bool) -> float | int | None:
         v, text = self.vocab, ""
@@ -179,8 +198,11 @@ def fill(
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": f"{_describe(tool)}\nRequest: {request}"},
     ]
-    vocab = _vocab(tuple(tok.token_bytes), _one_token(tok, "."), _one_token(tok, "-"))
-    d = _Decoder(session, tok, vocab, tok.apply_chat(messages), cancel)
+    token_bytes = tuple(tok.token_bytes)
+    vocab = _vocab(token_bytes, _one_token(tok, "."), _one_token(tok, "-"))
+    d = _Decoder(
+        session, tok, vocab, tok.apply_chat(messages), cancel, request, _lower_index(token_bytes)
+    )
     out: dict[str, object] = {}
     d.force("{")
     for i, key in enumerate(k for k in props if k in required):
@@ -208,6 +230,25 @@ def fill(
         out[key] = value
     d.stats.tokens += len(d.pending) + 1  # the closing brace and what was forced before it
     return out, d.stats
+
+
+@cache
+def _lower_index(token_bytes: tuple[bytes, ...]) -> dict[str, list[int]]:
+    """Token ids by their text in lower case (one vocabulary, built once)."""
+    index: dict[str, list[int]] = {}
+    for i, raw in enumerate(token_bytes):
+        text = raw.decode("utf-8", errors="ignore")
+        if raw and text and '"' not in text and "\\" not in text and text.isprintable():
+            index.setdefault(text.lower(), []).append(i)
+    return index
+
+
+def _spans(index: dict[str, list[int]], said: str, at: int) -> Iterator[list[int]]:
+    """The tokens whose text (any case) is ``said[at:at + n]`` for some n."""
+    for n in range(1, min(MAX_TOKEN_CHARS, len(said) - at) + 1):
+        ids = index.get(said[at : at + n])
+        if ids:
+            yield ids
 
 
 def _describe(tool: Tool) -> str:

@@ -249,12 +249,17 @@ def tool(
     """
 
     def declare(fn: Callable[..., object]) -> Callable[..., object]:
-        derived, context_arg = schema_from_signature(fn)
+        if parameters is None:
+            derived, context_arg = schema_from_signature(fn)
+        else:  # given whole: the hints only say where the ToolContext goes
+            hints = typing.get_type_hints(fn)
+            derived = parameters
+            context_arg = next((k for k, h in hints.items() if h is ToolContext), None)
         doc = inspect.getdoc(fn) or ""
         made = Tool(
             name=name or fn.__name__,
             description=description or doc.split("\n\n")[0].replace("\n", " ").strip(),
-            parameters=parameters or derived,
+            parameters=derived,
             fn=fn,
             parse=parse,
             side_effects=side_effects,
