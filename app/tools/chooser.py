@@ -25,6 +25,7 @@ HEAD_FILE = Path(__file__).with_name("chooser.npz")
 NONE = "none"
 
 _WORD = re.compile(r"[a-z]+")
+_ASKS_WHY = re.compile(r"\W*(?:(?:so|and|but|okay|ok)\W+)?(?:why|how come)\b", re.IGNORECASE)
 # Words of a tool's name or description that say nothing of what it does.
 _FILLER = frozenset(
     _WORD.findall(
@@ -141,6 +142,8 @@ class ToolChooser:
         """The likeliest tool (at least FLOOR) whose parser reads its arguments in ``text``;
         else the likeliest tool if it reaches ``threshold``."""
         if self.head is None or state is None or state.shape[-1] != self.head.weight.shape[1]:
+            return None
+        if _ASKS_WHY.match(text):  # a reason, which no clock, timer or table gives
             return None
         probs = self.head.probs(state)
         ranked = sorted((x for x in probs if x != NONE and x in box), key=probs.__getitem__)[::-1]
