@@ -1,0 +1,56 @@
+"""bench/tools.py: the argument rules, the request order, and one short typed run (slow)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.tools import TOOLS, exact_arguments, ordered
+from testkit.tool_requests import REQUESTS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_exact_arguments_compare_values_not_spellings():
+    calc, convert, clock = TOOLS["calculate"], TOOLS["convert_units"], TOOLS["get_time"]
+    assert exact_arguments(calc, {"expression": "225 ** 0.5"}, {"expression": "square root of 225"})
+    assert not exact_arguments(calc, {"expression": "12 + 29"}, {"expression": "12 plus 30"})
+    miles = {"value": 3.0, "from_unit": "mile", "to_unit": "kilometer"}
+    assert exact_arguments(convert, miles, {**miles, "value": 3, "from_unit": "miles"})
+    assert not exact_arguments(convert, miles, {**miles, "to_unit": "meters"})
+    speed = {"value": 100.0, "from_unit": "kilometer_per_hour", "to_unit": "mile_per_hour"}
+    assert exact_arguments(convert, speed, {**speed, "from_unit": "kilometers per hour"})
+    assert exact_arguments(clock, {"place": ""}, {})  # the default filled in
+    assert exact_arguments(clock, {"place": "New York"}, {"place": " new  york"})
+
+
+def test_any_prefix_keeps_the_mix():
+    first = ordered(REQUESTS)[:40]
+    assert sorted(map(id, ordered(REQUESTS))) == sorted(map(id, REQUESTS))
+    no_tool = sum(r.tool is None for r in REQUESTS) / len(REQUESTS)
+    assert abs(sum(r.tool is None for r in first) / 40 - no_tool) < 0.05
+    assert len({r.tool for r in first}) == len({r.tool for r in REQUESTS})
+
+
+@pytest.mark.slow
+def test_short_typed_run_prints_the_metrics(tmp_path):
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "bench.tools", "--limit", "3", "--mode", "typed",
+           "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(proc.stdout)
+    assert r == json.loads(out.read_text())
+    assert "spoken" not in r and r["machine"]["cores"] >= 1
+    t = r["typed"]
+    assert (t["requests"], t["tool_requests"] + t["no_tool_requests"]) == (3, 3)
+    keys = ("choice_precision", "choice_recall", "false_calls", "false_calls_hard_negatives",
+            "exact_arguments", "answer_correct", "lm_arguments", "tool_ms_p50")  # fmt: skip
+    assert set(keys) <= set(t)
+    assert t["choice_recall"]["n"] == t["tool_requests"] and t["false_calls"]["n"] >= 1
+    for row in t["failures"]:  # each one with what was asked for and what came
+        assert {"text", "expected", "got"} <= set(row)
