@@ -3,6 +3,7 @@ names people say ("kilometres", "miles per hour", "degrees Fahrenheit", "cups").
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import re
@@ -48,6 +49,9 @@ def _normal(name: str) -> str:
 
 def _unit(name: str) -> pint.Unit:
     """The unit ``name`` names; ToolError if none."""
+    if re.fullmatch(r"[A-Za-z]+(?:_[A-Za-z]+)*", name.strip()) and name.strip() != name.lower():
+        with contextlib.suppress(pint.errors.PintError):  # pint's own name: degF, mile_per_hour
+            return _units().parse_units(name.strip())
     text = _normal(name)
     part = r"[a-z_]+(?: [a-z_]+)*(?: \*\* [23])?"
     if re.fullmatch(rf"{part}(?: / {part})?|deg[CF]", text):
