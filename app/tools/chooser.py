@@ -2,9 +2,9 @@
 
 The end-of-turn forward reads the row of the user's last word; its final-normed hidden state
 (``ChatSession.generate(turn_state=)``) goes through a softmax regression trained on generated
-requests (``python -m lab.train_tool_chooser``) over the built-in tools and "none". Prompting
-the 135M model with a tool list called no tool for 10 of 10 tool requests; the head is a
-576 x 10 product on a row the turn computes anyway.
+requests (``python -m lab.train_tool_chooser``) over the built-in tools and "none": a 576 x 10
+product on a row the turn computes anyway, where a 135M model prompted with a tool list does
+not make calls.
 
 A tool the head was not trained on (yours, a client's) is chosen when the user says its name
 (``says_name``: its name's content words) or, when the head finds none, its description
