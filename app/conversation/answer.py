@@ -227,8 +227,7 @@ class Answer:
         ``last``: the answer ends after it."""
         if self.cancelled:
             return
-        if "lm_first_token" not in self.times:
-            self.on_first_token()
+        self.on_first_token()  # once: a filler's, or the tool sentence's with no filler
         chunker = self.s.c.new_chunker(self.s.cfg.tts)
         piece = f" {text}" if self.text else text
         self.on_text(piece, [*chunker.push(text), *chunker.flush()], self.token_ids)

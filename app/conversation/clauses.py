@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from dllm_voice.app.conversation.text import normalize
+from dllm_voice.app.tools.calls import prepare
 
 if TYPE_CHECKING:
     import torch
@@ -148,8 +149,6 @@ class ClauseStream:
 
     def _prepare_call(self) -> str:
         """The chosen tool's call, its arguments read in this (the LM) thread."""
-        from dllm_voice.app.tools.calls import prepare
-
         assert self.choice is not None
         self._gen.close("tool")
         s = self.ans.s

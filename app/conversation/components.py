@@ -56,7 +56,7 @@ class Components:
         from dllm_voice.model.engine import LM
 
         lm = LM.load(cfg.lm)
-        tools = Toolset.load(cfg.tools, lm.parameter_count()) if cfg.tools.enabled else None
+        tools = Toolset.load(cfg.tools, lm.parameter_count())  # none when tools.enabled is off
         comps = cls(lm=lm, asr=WhisperASR(cfg.asr), tts=PiperTTS(cfg.tts, tts_rate_hz), tools=tools)
         if cfg.end_of_turn.audio:
             comps.turn_audio = TurnEndAudio()

@@ -13,6 +13,7 @@ the city Atlantis."); any other exception is an apology and an error in the trac
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.util
 import inspect
@@ -144,8 +145,6 @@ class Tool:
     async def call(self, arguments: Mapping[str, object], ctx: ToolContext) -> object:
         """Run the tool with checked ``arguments`` (awaits a coroutine function; a plain one
         runs in a worker thread so a slow one blocks nothing)."""
-        import asyncio
-
         if self.fn is None:
             raise ToolDefinitionError(f"{self.name} is a client-side tool")
         kwargs: dict[str, object] = dict(self.check(arguments))
