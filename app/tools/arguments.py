@@ -112,18 +112,19 @@ class _Decoder:
         self.pending.append(token)
 
     def string(self) -> str | None:
-        """A span of the request's words, token by token (in any letter case): a 135M model
-        left free wrote "Shop has 10 shoes in stock" for a product's name."""
-        v, out, text = self.vocab, [], ""
-        said = self.request.lower()
-        ends = {m.start() for m in re.finditer(r"\b\w", said)}  # where a value may start
+        """A span of the request's words, token by token (matched in any letter case, said as
+        the user's words): a 135M model left free wrote "Shop has 10 shoes in stock" for a
+        product's name."""
+        v, said = self.vocab, self.request.lower()
+        # (start, end) of each place in the request the value so far copies.
+        spans = {(m.start(), m.start()) for m in re.finditer(r"\b\w", said)}
         for _ in range(MAX_VALUE_TOKENS):
             allowed = np.zeros(len(v.closes), dtype=bool)
-            for at in ends:
+            for _, at in spans:
                 for ids in _spans(self.index, said, at):
                     allowed[ids] = True
-            if text:
-                allowed |= v.closes
+            if any(a < e and _word_end(said, e) for a, e in spans):
+                allowed |= v.closes  # a value ends where a word of the request ends
             if not allowed.any():
                 break
             t = self.pick(allowed)
@@ -131,12 +132,11 @@ class _Decoder:
                 return None
             if v.closes[t]:
                 break
-            piece = self.tok.decode([t])
-            ends = {at + len(piece) for at in ends if said.startswith(piece.lower(), at)}
+            piece = self.tok.decode([t]).lower()
+            spans = {(a, e + len(piece)) for a, e in spans if said.startswith(piece, e)}
             self.take(t)
-            out.append(t)
-            text += piece
-        return text.strip()
+        done = sorted((a, e) for a, e in spans if a < e and _word_end(said, e))
+        return self.request[done[0][0] : done[0][1]].strip() if done else ""
 
     def number(self, integer: bool) -> float | int | None:
         v, text = self.vocab, ""
@@ -249,6 +249,10 @@ def _spans(index: dict[str, list[int]], said: str, at: int) -> Iterator[list[int
         ids = index.get(said[at : at + n])
         if ids:
             yield ids
+
+
+def _word_end(said: str, at: int) -> bool:
+    return at >= len(said) or not said[at].isalnum()
 
 
 def _describe(tool: Tool) -> str:
