@@ -23,6 +23,13 @@ _FRACTION_OF_ONE = re.compile(r"\b(0\.5|0\.25|0\.75) of an? (?=[a-z])")  # "half
 _DOZEN = re.compile(rf"\b(an?|{_NUM}) dozen\b")
 _COUPLE = re.compile(r"\ba couple(?: of)?\b")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+# Hidden from alpha2digit, which reads "ninety second" as "92nd" and "two hundred fifty and
+# four" as 254: "second" is a unit of time far more often than an ordinal in requests, and
+# "and" joins a number's words only after its scale word ("a hundred and five").
+_SECOND = re.compile(r"\bsecond\b")
+_LONE_AND = re.compile(r"(?<!\bhundred)(?<!\bthousand)(?<!\bmillion)(?<!\bbillion) and\b")
+_HIDDEN = (("second", "sec_ond"), (" and", " _and_"))
+_HYPHEN = re.compile(r"(?<=[a-z])-(?=[a-z])")  # "three-mile", "forty-five"
 
 _SCALES = [(1e12, "trillion"), (1e9, "billion"), (1e6, "million")]
 
@@ -38,7 +45,11 @@ def digits(text: str) -> str:
     Lower-cased; one-word numbers are converted too ("one" -> "1"), which the tools' parsers
     want and prose may not.
     """
-    out = alpha2digit(text.lower(), "en", threshold=0)
+    out = _HYPHEN.sub(" ", text.lower()).replace("°", " degrees ")
+    out = _LONE_AND.sub(" _and_", _SECOND.sub("sec_ond", out))
+    out = alpha2digit(out, "en", threshold=0)
+    for word, hidden in _HIDDEN:
+        out = out.replace(hidden, word)
     out = _THOUSANDS.sub("", out)
     out = _ARTICLE.sub("", out)
     out = _POINT.sub(r"0.\1", out)

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import pint
@@ -23,6 +24,8 @@ _ALIASES = {
     "centigrade": "degC",
     "farenheit": "degF",
     "kmh": "kilometer / hour",
+    "kilo": "kilogram",
+    "kilos": "kilogram",
     "fl oz": "fluid_ounce",
 }
 _IRREGULAR = {"foot": "feet", "inch": "inches", "stone": "stone", "hertz": "hertz"}
@@ -88,42 +91,183 @@ def spoken_unit(unit: pint.Unit, count: str) -> str:
     return " ".join(words) + per + tail
 
 
-_NUM = r"(?:minus |negative |-)?\d+(?:\.\d+)?"
-_HOW_MANY = re.compile(
-    r"\bhow (?:many|much) (?P<to>[a-z][a-z .*/]*?)"
-    r"(?: (?:are|is|makes?|equals?|go|fit)(?: there)?(?: in| into| inside)?"
-    r"| (?:in|into|inside|to|per|make up))"
-    rf" (?:(?P<value>{_NUM}|an?|one) )?(?P<from>[a-z][a-z .*/]*)$"
+# Words pint reads as units that, said in a request, are something else ("a turn", "the
+# point"), and the short symbols people do say or type; any other symbol pint reads is taken
+# for a word ("in" is inches to pint, "cat" a centi-atmosphere).
+_NOT_UNITS = frozenset(
+    """are point points turn turns hand hands count bit bits line lines link links chain chains
+    shot shots barn barns cycle cycles rod rods pi percent dozen gross number
+    """.split()  # noqa: SIM905 - a word table
 )
-_AS_OTHER = re.compile(
-    r"(?:^|\b(?:convert|change|turn|switch|express|is|what's|whats)\s+)"
-    rf"(?P<value>{_NUM}|an?|one) "
-    r"(?P<from>[a-z][a-z .*/]*?) (?:to|into|in|as|is how many|equals how many|in terms of) "
-    r"(?P<to>[a-z][a-z .*/]*)$"
+_SYMBOLS = frozenset(
+    """km kms cm mm kg kgs mg g lb lbs oz ft mi ml l mph kph kmh c f k hr hrs min mins sec secs
+    yd yds qt tbsp tsp gal
+    """.split()  # noqa: SIM905 - a word table
 )
+_LONGEST = 4  # words in a spoken unit: "kilometers per hour", "degrees fahrenheit"
+
+
+def _word_is_unit(word: str) -> bool:
+    if word in _SYMBOLS or word in _ALIASES:
+        return True
+    if word in _NOT_UNITS:
+        return False
+    try:
+        readings = _units().parse_unit_name(word)
+    except pint.errors.PintError:
+        return False
+    return any(
+        word.startswith(prefix) and _spelled_out(word.removeprefix(prefix), name)
+        for prefix, name, _ in readings
+    )
+
+
+def _spelled_out(word: str, name: str) -> bool:
+    """``word`` is the unit ``name`` or another of its names, not its symbol ("metres" for
+    meter; "ha" and "has" are hectare's symbol)."""
+    forms = {word, word.removesuffix("s"), word.removesuffix("es")}
+    if name in forms:
+        return True
+    try:
+        return _units().get_symbol(word) not in forms
+    except pint.errors.PintError:
+        return False
+
+
+def spoken_unit_of(words: str) -> pint.Unit | None:
+    """The unit ``words`` name as a whole, the way people say units ("miles", "degrees
+    Fahrenheit", "miles per hour", "square feet", "fluid ounces"); None for anything else,
+    though pint may read it ("in", "cat", "miles in": a mile-inch)."""
+    normal = _normal(words)
+    if normal in ("degC", "degF"):
+        return _unit(words)
+    for part in normal.split(" / "):
+        base = re.sub(r" \*\* [23]$", "", part)
+        if " " in base:  # one name of several words: "fluid ounce", "light year"
+            if not re.fullmatch(r"[a-z]+(?: [a-z]+)+", base):
+                return None
+            try:
+                _units().parse_units(base.replace(" ", "_"))
+            except pint.errors.PintError:
+                return None
+        elif not _word_is_unit(base):
+            return None
+    try:
+        return _unit(words)
+    except ToolError:
+        return None
+
+
+@dataclass(frozen=True)
+class _Mention:
+    """A unit named in a request: its words, where (token indexes), and the number said before
+    it (None: none, as in "a mile")."""
+
+    words: str
+    unit: pint.Unit
+    start: int
+    end: int
+    value: float | None
+
+
+_TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[a-z]+")
+# Between "how many <unit>" and the unit measured: the question's linking words only ("how
+# many feet are there in a mile", not "how many hours do you sleep in a day").
+_LINKING = frozenset(
+    """are is there in into inside make makes made up equal equals go goes fit fits to does do it
+    take takes of a an one per
+    """.split()  # noqa: SIM905 - a word table
+)
+_INTO = frozenset({"in", "into", "to", "as", "terms"})  # "... in kilometers", "in terms of"
+_COMPARED = frozenset({"than", "over", "under", "above", "below", "exceed", "exceeds"})
+
+
+def _words_of(text: str) -> list[str]:
+    """The request's words for reading a conversion: numbers in digits, lower case, a minus
+    sign on negative numbers, "km/h" as "km per h"."""
+    words = digits(text).replace("/", " per ").replace("'", "")
+    words = re.sub(r"\b(?:minus|negative) (?=\d)", "-", words)
+    return _TOKEN.findall(words)
+
+
+def _mentions(tokens: list[str]) -> list[_Mention]:
+    """The units named in ``tokens``, left to right, each the longest name at its place."""
+    found: list[_Mention] = []
+    i = 0
+    while i < len(tokens):
+        for n in range(min(_LONGEST, len(tokens) - i), 0, -1):
+            words = tokens[i : i + n]
+            if words[0] in ("a", "an", "one", "the") or any(w[-1].isdigit() for w in words):
+                continue
+            unit = spoken_unit_of(" ".join(words))
+            if unit is not None:
+                found.append(_Mention(" ".join(words), unit, i, i + n, _number_before(tokens, i)))
+                i += n
+                break
+        else:
+            i += 1
+    return found
+
+
+def _number_before(tokens: list[str], i: int) -> float | None:
+    before = tokens[i - 1] if i > 0 else ""
+    return float(before) if before[-1:].isdigit() else None
+
+
+def _target(tokens: list[str], mentions: list[_Mention]) -> _Mention | None:
+    """The unit asked for: "how many <unit>", else the last "in/to/into/as <unit>" with no
+    number of its own, else the second of two quantities compared ("is 20 kilos over 40
+    pounds")."""
+    for m in mentions:
+        if (
+            m.start >= 2
+            and tokens[m.start - 2] == "how"
+            and tokens[m.start - 1] in ("many", "much")
+        ):
+            return m
+    into = [m for m in mentions if m.start > 0 and tokens[m.start - 1] in _INTO and m.value is None]
+    if into:
+        return into[-1]
+    counted = [m for m in mentions if m.value is not None]
+    if len(counted) >= 2 and _COMPARED & set(tokens[counted[0].end : counted[-1].start]):
+        return counted[-1]
+    return None
+
+
+def _source(tokens: list[str], mentions: list[_Mention], target: _Mention) -> _Mention | None:
+    """The quantity to convert: the first one counted with a number; else a unit the
+    question links to its target ("how many feet in a mile", "a cup in ounces")."""
+    others = [m for m in mentions if m is not target and _comparable(m.unit, target.unit)]
+    counted = [m for m in others if m.value is not None]
+    if counted:
+        return counted[0]
+    for m in others:
+        between = tokens[min(m.end, target.end) : max(m.start, target.start)]
+        if set(between) <= _LINKING:
+            return m
+    return None
+
+
+def _comparable(a: pint.Unit, b: pint.Unit) -> bool:
+    if a == b:
+        return False
+    a, b = _fluid(a, b), _fluid(b, a)
+    return bool(a.dimensionality == b.dimensionality)
 
 
 def parse_conversion(text: str) -> dict[str, object] | None:
     """A conversion asked for: "How many kilometers are in three miles?" -> {"value": 3.0,
-    "from_unit": "miles", "to_unit": "kilometers"}; None unless both units are known ones."""
-    words = digits(text).strip(" ?.!")
-    words = re.sub(r"[,?!]|\s+(?:please|for me|exactly|roughly|approximately)$", "", words)
-    found = _HOW_MANY.search(words) or _AS_OTHER.search(words)
-    if found is None:
+    "from_unit": "miles", "to_unit": "kilometers"}; also "a three mile run is how many
+    kilometers", "it's 100 degrees fahrenheit, what's that in celsius". None unless both
+    units are known ones of one kind (length, mass, ...)."""
+    tokens = _words_of(text)
+    mentions = _mentions(tokens)
+    target = _target(tokens, mentions)
+    source = _source(tokens, mentions, target) if target is not None else None
+    if target is None or source is None:
         return None
-    value_words = found["value"] or "1"
-    value = (
-        1.0
-        if value_words in ("a", "an", "one")
-        else float(re.sub(r"^(?:minus |negative )", "-", value_words))
-    )
-    from_unit, to_unit = found["from"].strip(), found["to"].strip()
-    try:
-        _unit(from_unit)
-        _unit(to_unit)
-    except ToolError:
-        return None
-    return {"value": value, "from_unit": from_unit, "to_unit": to_unit}
+    value = 1.0 if source.value is None else source.value
+    return {"value": value, "from_unit": source.words, "to_unit": target.words}
 
 
 @tool(parse=parse_conversion, timeout_s=5.0)
