@@ -148,12 +148,125 @@ def _kind(token: str) -> str:
     return "glue" if token in _GLUE or token in "()" else ""
 
 
+# Arithmetic said as a task rather than a sum, over the request in digits ("cut 350 in half",
+# "I have 63 apples and eat 19", "split 120 three ways"): each pattern and the expression it
+# means.
+_N = r"(-?\d+(?:\.\d+)?)"
+_THING = r"(?: [a-z]+)?"  # what is counted: "63 apples"
+_LOSE = (
+    r"(?:eat|ate|lose|lost|spend|spent|use|used|sell|sold|drop|dropped|break|broke"
+    r"|give away|gave away)"
+)
+_GAIN = (
+    r"(?:get|got|buy|bought|find|found|add|added|receive|received|earn|earned|win|won|make|made)"
+)
+# "Divided by" alone is an operator the run of the words reads as said.
+_SHARE = r"(?:split|shared?|divided?(?! by))(?: up| out)?(?: evenly| equally)?"
+_AMONG = r"(?:among|amongst|between|by|into|across|with|for)"
+_TASKS: list[tuple[re.Pattern[str], str]] = [
+    (
+        re.compile(rf"\b(?:cut|split|divide|break|chop) {_N}{_THING} (?:in|into) (?:half|2)\b"),
+        r"\1 / 2",
+    ),
+    (
+        re.compile(rf"\b(?:cut|split|divide|break|chop) {_N}{_THING} (?:in|into) (?:3rds|3)\b"),
+        r"\1 / 3",
+    ),
+    (
+        re.compile(rf"\b(?:cut|split|divide|break|chop) {_N}{_THING} (?:in|into) (?:quarters|4)\b"),
+        r"\1 / 4",
+    ),
+    (re.compile(rf"\bhalve {_N}"), r"\1 / 2"),
+    # Only as a command ("square 7", "when you square 7"): "back to square 1" is not one.
+    (re.compile(rf"(?:^|\b(?:you|i|we|please|now|then) )square {_N}"), r"\1 ** 2"),
+    (re.compile(rf"(?:^|\b(?:you|i|we|please|now|then) )cube {_N}"), r"\1 ** 3"),
+    (
+        re.compile(rf"\b(?:take|subtract|remove|deduct)(?: away)? {_N}(?: away)? from {_N}"),
+        r"\2 - \1",
+    ),
+    (
+        re.compile(
+            rf"\b(?:have|had|got|start with|started with) {_N}{_THING} and (?:then )?{_LOSE} {_N}"
+        ),
+        r"\1 - \2",
+    ),
+    (
+        re.compile(
+            rf"\b(?:have|had|got|start with|started with) {_N}{_THING} and (?:then )?{_GAIN} {_N}"
+        ),
+        r"\1 + \2",
+    ),
+    (re.compile(rf"\b{_SHARE} {_N}{_THING} {_N} ways\b"), r"\1 / \2"),
+    (re.compile(rf"{_N}(?: [a-z]+){{0,2}} {_SHARE} {_AMONG} {_N}"), r"\1 / \2"),
+    (re.compile(rf"\b{_SHARE} {_N}{_THING} {_AMONG} {_N}"), r"\1 / \2"),
+    (re.compile(rf"\b(?:the )?product of {_N} (?:and|by|times|with) {_N}"), r"\1 * \2"),
+    (re.compile(rf"\bmultiply {_N} (?:and|by|times|with) {_N}"), r"\1 * \2"),
+]
+_SUM = re.compile(
+    rf"\b(?:add(?: up| together)?|sum(?: up)?|total(?: up)?|(?:the )?(?:sum|total) of) "
+    rf"{_N}(?:,? (?:and |plus |to )?-?\d+(?:\.\d+)?)+"
+)
+_MONEY = re.compile(r"\$|\b(?:dollars?|bucks|euros?)\b")
+_OPERATOR_WORDS = re.compile(
+    r"\b(?:plus|minus|times|divided|over|multiplied|power|squared|cubed|root|mod)\b|[-+*/^×÷]"
+)
+# What a percentage of an amount is asked about, when the two are not joined by "of".
+_RATE_OF_AMOUNT = re.compile(
+    r"\b(?:tip|tips|off|discount|discounted|save|saving|savings|tax|taxes|interest|commission"
+    r"|bill|costs?|price|markup|raise|fee|deposit|how much)\b"
+)
+# "10 percent off": the price paid when asked for it, else the saving ("how much do I save").
+_PAID = re.compile(r"\b(?:pay|paying|cost|costs|price|after|total|final|now)\b")
+
+
+def _task(words: str) -> str | None:
+    """The expression of a task said in ``words`` (the request in digits), or None."""
+    for pattern, expression in _TASKS:
+        found = pattern.search(words)
+        if found:
+            return found.expand(expression)
+    added = _SUM.search(words)
+    if added:
+        return " + ".join(re.findall(r"-?\d+(?:\.\d+)?", added[0]))
+    return _percentage(words)
+
+
+def _percentage(words: str) -> str | None:
+    """A percentage of the one other number said ("the bill is 60, what's a 20 percent tip"
+    -> "20 percent of 60"), when no operator joins them."""
+    numbers = re.findall(r"(?<![\d.])(\d+(?:\.\d+)?)( ?(?:percent\b|%))?", words)
+    percents = [n for n, p in numbers if p]
+    if len(numbers) != 2 or len(percents) != 1 or _OPERATOR_WORDS.search(words):
+        return None
+    if re.search(r"(?:percent|%) of \d", words) or not _RATE_OF_AMOUNT.search(words):
+        return None  # said as an expression (kept in the user's words), or not an amount
+    rate, amount = percents[0], next(n for n, p in numbers if not p)
+    if re.search(r"\b(?:off|discount|discounted)\b", words) and _PAID.search(words):
+        return f"{amount} minus {rate} percent"
+    return f"{rate} percent of {amount}"
+
+
 def parse_calculation(text: str) -> dict[str, object] | None:
     """The expression in the user's words: "What's twelve plus twenty-nine?" ->
-    {"expression": "twelve plus twenty-nine"}; None if there is none."""
-    lower = text.lower()
+    {"expression": "twelve plus twenty-nine"}; a task in digits: "cut three hundred and fifty
+    in half" -> {"expression": "350 / 2"}; None if there is none."""
+    lower = " ".join(_MONEY.sub(" ", text.lower()).split())
     if re.search(r"\b(?:timers?|alarms?|convert|minutes?|hours?|seconds?)\b", lower):
         return None
+    expression = _task(" ".join(re.sub(r"[^\w.%$+*/^×÷-]+", " ", digits(lower)).split()))
+    expression = expression or _run(lower)
+    if expression is None:
+        return None
+    try:
+        to_python(expression)
+    except ToolError:
+        return None
+    return {"expression": expression}
+
+
+def _run(lower: str) -> str | None:
+    """The longest run of number and operator words in ``lower``, as written; None if no run
+    has both."""
     tokens = list(_TOKEN.finditer(lower))
     best: tuple[int, int, int] | None = None  # (weight, first, last)
     i = 0
@@ -179,19 +292,16 @@ def parse_calculation(text: str) -> dict[str, object] | None:
             t == "of" and k > 0 and run[k - 1] in _FRACTIONS | {"percent", "%"}
             for k, t in enumerate(run)
         )
-        if "number" in kinds and ("operator" in kinds or of):
+        # A percent alone is no sum ("my phone is at 15 percent").
+        operators = {t for t, k in zip(run, kinds, strict=True) if k == "operator"}
+        if "number" in kinds and (operators - {"percent", "%"} or of):
             weight = len(run)
             if best is None or weight > best[0]:
                 best = (weight, first, first + len(run) - 1)
         i = max(j, i + 1)
     if best is None:
         return None
-    expression = text[tokens[best[1]].start() : tokens[best[2]].end()]
-    try:
-        to_python(expression)
-    except ToolError:
-        return None
-    return {"expression": expression}
+    return lower[tokens[best[1]].start() : tokens[best[2]].end()]
 
 
 @tool(parse=parse_calculation, timeout_s=2.0)

@@ -183,7 +183,7 @@ def test_parse_cancel_timer(text: str, args: dict[str, object] | None) -> None:
         ("what is 81 over 9", "81 over 9"),
         ("what's 100 divided by 7", "100 divided by 7"),
         ("what's 2 + 2", "2 + 2"),
-        ("add five and three", "add five and three"),
+        ("add five and three", "5 + 3"),
         ("what's a third of ninety", "a third of ninety"),
         ("compute (3 + 4) * 2", "(3 + 4) * 2"),
         ("what is 1 divided by 0", "1 divided by 0"),
