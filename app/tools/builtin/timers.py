@@ -87,15 +87,29 @@ def spoken_duration(seconds: float) -> str:
 # Parsers: the arguments from the user's words.
 
 _CANCEL = re.compile(
-    r"\b(?:cancel|stop|delete|remove|clear|turn off|switch off|kill|dismiss|abort|disable|"
-    r"get rid of|never ?mind|forget)\b"
+    r"\b(?:cancel|stop|delete|remove|clear|turn off|switch off|shut off|kill|dismiss|abort|"
+    r"disable|get rid of|never ?mind|forget|drop|scrap|ditch|call off|silence|"
+    r"(?:turn|switch|shut) (?:\w+ ){1,2}off|(?:don'?t|do not|no longer) need)\b"
 )
-_ASKS = re.compile(r"\b(?:how (?:much|long)|time left|left on|remaining|what timers|any timers)\b")
+_ASKS = re.compile(
+    r"\b(?:how (?:much|long|many)|time left|left on|remaining|what timers|any timers|"
+    r"when (?:does|do|will|is|are)|still (?:going|running|on|set)|how much longer)\b"
+)
+# Asked to be told when a time is up, in other words than "timer": "remind me in 10 minutes",
+# "the eggs need 6 minutes, let me know", "can you time 4 minutes".
+_NOTIFY = re.compile(
+    r"\b(?:timer|countdown|count(?:ing)? (?:me )?down|(?:remind|buzz|ping|alert|nudge|notify|"
+    r"beep|ring|wake|signal|call) (?:me|us)|tell (?:me|us)(?: when\b|\W*$)|let (?:me|us) know|"
+    r"keep track|"
+    r"time (?:me|it|this|that|\d))\b"
+)
 _UNIT = r"(hours?|hrs?|h|minutes?|mins?|m|seconds?|secs?|s)\b"
 _DURATION = re.compile(rf"(?:\b(\d+(?:\.\d+)?)\s*|\b(an?)\s+){_UNIT}")
 _NOT_LABEL = frozenset(
     """a an the my this that your new another one it me us now please timer alarm minute minutes
-    second seconds hour hours min mins sec secs countdown set start make quick and
+    second seconds hour hours min mins sec secs countdown set start make quick and next following
+    rest like about around roughly exactly just time phone clock watch same other way moment end
+    meantime kitchen oven
     """.split()  # noqa: SIM905 - a word table
 )
 _NAMED = re.compile(
@@ -122,12 +136,19 @@ def _label(text: str) -> str:
         if named[1].split()[0] not in _NOT_LABEL:
             return named[1]
     before = re.search(r"\b([a-z']+)\s+timer\b", text)
-    return before[1] if before and before[1] not in _NOT_LABEL else ""
+    if before and before[1] not in _NOT_LABEL:
+        return before[1]
+    # What the time is for, said as the thing itself: "the eggs need 6 minutes", "give the
+    # rice 18 minutes", "the laundry's done, stop the timer".
+    for thing in re.finditer(r"\b(?:the|my|our)\s+([a-z]+)(?:'s)?\b", text):
+        if thing[1] not in _NOT_LABEL:
+            return thing[1]
+    return ""
 
 
 def _parse_set_timer(text: str) -> dict[str, object] | None:
     words = digits(text)
-    if not re.search(r"\b(?:timer|countdown|count down)\b", words) or _CANCEL.search(words):
+    if not _NOTIFY.search(words) or _CANCEL.search(words):
         return None
     found = _seconds(words)
     if found is None or _ASKS.search(words) or re.search(r"\balarm\b", words):
@@ -136,8 +157,11 @@ def _parse_set_timer(text: str) -> dict[str, object] | None:
     return {"seconds": found[0], "label": label} if label else {"seconds": found[0]}
 
 
-_AM = r"(?<=\d)\s*a\.? ?m\b\.?|\bin the morning\b"
-_PM = r"(?<=\d)\s*p\.? ?m\b\.?|\bin the (?:afternoon|evening)\b|\bat night\b|\btonight\b"
+_AM = r"(?<=\d)\s*a\.? ?m\b\.?|\b(?:in the|this|tomorrow) morning\b"
+_PM = (
+    r"(?<=\d)\s*p\.? ?m\b\.?|\b(?:in the|this|tomorrow) (?:afternoon|evening)\b|\bat night\b"
+    r"|\btonight\b"
+)
 _PAST = re.compile(
     r"\b(half|quarter|\d{1,2})(?: minutes?)? (past|after|to|till|before) (\d{1,2})\b"
 )
@@ -171,9 +195,18 @@ def _clock_time(text: str) -> tuple[int, int, str] | None:
     return hour, minute, half
 
 
+# An alarm in other words: something that rings, buzzes or wakes at a time of day.
+_RING_AT = re.compile(
+    r"\b(?:ring|buzz|beep|ping|go off|remind me|alert me|call me|wake)\b.* at (?:\d|noon|midnight)"
+)
+
+
 def _parse_set_alarm(text: str) -> dict[str, object] | None:
     lower = text.lower()
-    if not re.search(r"\b(?:alarm|wake me|wake us|get me up)\b", lower) or _CANCEL.search(lower):
+    asked = re.search(r"\b(?:alarm|wake me|wake us|get me up)\b", lower) or _RING_AT.search(
+        digits(lower)
+    )
+    if not asked or _CANCEL.search(lower):
         return None
     wanted = _clock_time(lower)
     if wanted is None or _ASKS.search(lower):
