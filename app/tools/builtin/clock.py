@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from dllm_voice.app.tools.builtin.places import named_place, place_of
+from dllm_voice.app.tools.builtin.places import mention, named_place, place_of
 from dllm_voice.app.tools.registry import ToolContext, tool
 
 # English whatever the process's locale (strftime's %A would follow it).
@@ -16,16 +16,29 @@ _MONTHS = """January February March April May June July August September October
 
 _END = r"(?=\s+(?:in|at|over|for|now|right|there|currently|please|today)\b|\s*[?.!]?\s*$)"
 _TIME_ASKED = re.compile(
-    rf"\bwhat(?:'s| is|s)?(?: the)?(?: current| local)? time(?: is it| it is|'s it)?{_END}"
-    rf"|\b(?:the|current|local) time{_END}"
+    rf"\bwhat(?:'s| is|s)?(?: the)?(?: current| local)? (?:time|hour)(?: is it| it is|'s it)?{_END}"
+    rf"|\b(?:the|current|local) (?:time|hour){_END}"
     r"|^(?:and |so )?(?:the )?time (?:in|at|over in)\b"
+    r"|\bwhat time (?:would|will|could|might) it be\b|\bwhat time (?:have|has|do) (?:we|you) got\b"
     r"|\bhow late is it\b|\bwhat hour is it\b",
     re.I,
 )
+# The time of day somewhere, asked about in other words ("is it the middle of the night in
+# Sydney"): only with a place, as "is it too late" is not a question for the clock.
+_PART_OF_DAY = re.compile(
+    r"\bis it (?:still |already |yet )?(?:too )?(?:late|early|night|nighttime|night time|"
+    r"morning|afternoon|evening|daytime|day time|dark|light|bedtime|lunchtime|midnight|"
+    r"the middle of the night)\b(?! to\b)|\b(?:are|is) (?:they|he|she|people|everyone) "
+    r"(?:still )?(?:awake|asleep|up)\b",
+    re.I,
+)
+_DAY_NAMES = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|the weekend)"
 _DATE_ASKED = re.compile(
-    r"\bwhat(?:'s| is|s)?(?: the)?(?: today's)? date\b|\b(?:the|today's) date\b|\bdate today\b"
-    r"|\b(?:what|which) day(?: of the week)? is (?:it|today)\b|\bwhat(?:'s| is|s) today\b"
-    r"|\bday of the week\b|\bwhat (?:month|year) is it\b",
+    r"\bwhat(?:'s| is|s)?(?: the)?(?: today's)? date\b(?!\s+(?:of|for|when|did|does|do)\b)"
+    r"|\b(?:the|today's) date\b(?!\s+(?:of|for|when|did|does|do)\b)|\bdate today\b"
+    r"|\b(?:what|which) (?:day|date|month|year)(?: of the week)? (?:is (?:it|today)|it is|are we)\b"
+    r"|\bwhat(?:'s| is|s) (?:the day )?today\b|\bday of the week\b(?! (?:was|were|will|did)\b)"
+    rf"|\bis it (?:still |already )?{_DAY_NAMES}\b|\bhas {_DAY_NAMES} (?:started|begun|come)\b",
     re.I,
 )
 # Another time or date than now, or timers and alarms: not these tools.
@@ -45,8 +58,11 @@ def _parse(asked: re.Pattern[str], text: str) -> dict[str, object] | None:
 
 def parse_time(text: str) -> dict[str, object] | None:
     """A question for the time: "what time is it in new york" -> {"place": "new york"};
-    "what's the time" -> {}; None if it is not one."""
-    return _parse(_TIME_ASKED, text)
+    "what's the time" -> {}; "is it night in seoul" -> {"place": "seoul"}; None if it is not
+    one."""
+    asked = _PART_OF_DAY.search(text) and not _NOT_NOW.search(text)
+    found = mention(text) if asked else None
+    return {"place": found[0]} if found else _parse(_TIME_ASKED, text)
 
 
 def parse_date(text: str) -> dict[str, object] | None:

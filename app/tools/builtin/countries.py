@@ -95,6 +95,13 @@ _FACTS: list[tuple[Fact, str]] = [
 ]
 
 
+_NOT_A_NAME = re.compile(
+    r"\b(?:in|of|the|at|on|near|and|or|with|my|your|our|his|her|their|its|this|that|these"
+    r"|those|a|an|me|here|there)\b",
+    re.I,
+)
+
+
 def parse_country_question(text: str) -> dict[str, object] | None:
     """A question about a country: "what is the capital of spain" -> {"country": "spain",
     "fact": "capital"}; a city counts for its country's languages and money ("what do they
@@ -107,7 +114,10 @@ def parse_country_question(text: str) -> dict[str, object] | None:
     found = mention(text)
     if found is None:
         unknown = named_place(text, cue="of|in")
-        return {"country": unknown, "fact": fact} if unknown else None
+        # A name, not a phrase: "my house", "bacteria in the gut" are none.
+        if unknown is None or _NOT_A_NAME.search(unknown):
+            return None
+        return {"country": unknown, "fact": fact}
     words, place = found
     if place.kind == "country":
         return {"country": words, "fact": fact}

@@ -250,7 +250,7 @@ def named_place(text: str, cue: str = r"in|at|for") -> str | None:
     after = re.search(rf"\b(?:{cue})\s+(?:the\s+)?([a-z][\w' -]*?)[\s?.!,]*$", text, re.I)
     if after is None:
         return None
-    words = _FILLER.sub("", after[1]).strip()
+    words = _FILLER.sub("", f" {after[1]}").strip()  # "at today" too
     if not words or words.lower() in _HERE or len(words.split()) > 4:
         return None
     return words

@@ -1,0 +1,413 @@
+"""The built-in tools' parsers on the many ways people say a request aloud: other verbs and word
+orders, fillers ("um", "hey", "could you"), numbers in words or digits, and an ASR's text (lower
+case, no punctuation); and the questions worded like requests that no tool answers (None), each
+of which would be a false call if a parser read it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import pytest
+
+from dllm_voice.app.tools.builtin import calculator, clock, countries, timers, units
+from tests.app.tools.builtin_helpers import tool_of
+
+Parse = Callable[[str], "dict[str, object] | None"]
+
+
+def _parser(fn: Callable[..., object]) -> Parse:
+    parse = tool_of(fn).parse
+    assert parse is not None
+    return parse
+
+
+PARSERS: dict[str, Parse] = {
+    "get_time": clock.parse_time,
+    "get_date": clock.parse_date,
+    "set_timer": _parser(timers.set_timer),
+    "set_alarm": _parser(timers.set_alarm),
+    "list_timers": _parser(timers.list_timers),
+    "cancel_timer": _parser(timers.cancel_timer),
+    "calculate": calculator.parse_calculation,
+    "convert_units": units.parse_conversion,
+    "country_info": countries.parse_country_question,
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "place"),
+    [
+        ("um what time is it", None),
+        ("hey could you tell me the time please", None),
+        ("do you have the time", None),
+        ("what's the time right now", None),
+        ("what hour is it", None),
+        ("whats the hour", None),
+        ("so what time have we got", None),
+        ("what time is it in tokyo", "tokyo"),
+        ("tell me the current time in london", "london"),
+        ("what's the local time in sydney", "sydney"),
+        ("could you tell me what time it is in paris", "paris"),
+        ("time in berlin please", "berlin"),
+        ("in dubai what time is it", "dubai"),
+        ("do you know the time in mumbai", "mumbai"),
+        ("what's the hour in cairo right now", "cairo"),
+        ("can you check the time in rome for me", "rome"),
+        ("what time would it be in chicago right now", "chicago"),
+        ("i need the time in singapore", "singapore"),
+        ("What time is it over in Japan?", "Japan"),
+        ("my brother lives in denver is it late there", "denver"),
+        ("is it night time in seoul right now", "seoul"),
+        ("is it morning yet in new zealand", "new zealand"),
+        ("are they still awake in lisbon or is it the middle of the night", "lisbon"),
+    ],
+)
+def test_time_phrasings(text: str, place: str | None) -> None:
+    assert clock.parse_time(text) == ({} if place is None else {"place": place})
+
+
+@pytest.mark.parametrize(
+    ("text", "place"),
+    [
+        ("um what's the date", None),
+        ("what day is it", None),
+        ("hey what day is today", None),
+        ("could you tell me the date please", None),
+        ("what's today's date", None),
+        ("what date is it", None),
+        ("which day of the week is it", None),
+        ("what month are we in", None),
+        ("what year are we in", None),
+        ("do you know what day it is", None),
+        ("what is the date today", None),
+        ("what date are we at", None),
+        ("what's the day today", None),
+        ("what is the date in tokyo", "tokyo"),
+        ("what day is it in new zealand right now", "new zealand"),
+        ("is it already saturday in auckland", "auckland"),
+        ("has monday started in sydney yet", "sydney"),
+        ("is it still friday in los angeles", "los angeles"),
+        ("what's the date over in london", "london"),
+    ],
+)
+def test_date_phrasings(text: str, place: str | None) -> None:
+    assert clock.parse_date(text) == ({} if place is None else {"place": place})
+
+
+@pytest.mark.parametrize(
+    ("text", "args"),
+    [
+        ("um set a timer for like twenty minutes", {"seconds": 1200.0}),
+        ("could you start a three minute timer", {"seconds": 180.0}),
+        ("put a timer on for 15 minutes", {"seconds": 900.0}),
+        ("give me a 2 minute timer", {"seconds": 120.0}),
+        ("timer ten minutes", {"seconds": 600.0}),
+        ("ninety second timer", {"seconds": 90.0}),
+        ("set a timer for one second", {"seconds": 1.0}),
+        ("set a timer for a couple of minutes", {"seconds": 120.0}),
+        ("set a twenty-five minute timer please", {"seconds": 1500.0}),
+        ("start a countdown for 90 seconds", {"seconds": 90.0}),
+        ("count down from two minutes", {"seconds": 120.0}),
+        ("start counting down from ten seconds", {"seconds": 10.0}),
+        ("remind me in ten minutes", {"seconds": 600.0}),
+        ("buzz me in forty five minutes", {"seconds": 2700.0}),
+        ("ping me in half an hour", {"seconds": 1800.0}),
+        ("alert me in 30 seconds", {"seconds": 30.0}),
+        ("let me know in five minutes", {"seconds": 300.0}),
+        ("tell me when 10 minutes are up", {"seconds": 600.0}),
+        ("wake me in twenty minutes", {"seconds": 1200.0}),
+        ("can you time 4 minutes for me", {"seconds": 240.0}),
+        ("set timer 3 mins", {"seconds": 180.0}),
+        ("set a timer for an hour and 20 minutes", {"seconds": 4800.0}),
+        ("set a timer for two and a half minutes", {"seconds": 150.0}),
+        ("set a tea timer for four minutes", {"seconds": 240.0, "label": "tea"}),
+        ("twelve minute timer for the pasta please", {"seconds": 720.0, "label": "pasta"}),
+        ("the eggs need six minutes let me know", {"seconds": 360.0, "label": "eggs"}),
+        ("give the rice 18 minutes and tell me", {"seconds": 1080.0, "label": "rice"}),
+        ("my bread needs forty minutes can you keep track", {"seconds": 2400.0, "label": "bread"}),
+        (
+            "i'm putting the cookies in now remind me in twelve minutes",
+            {"seconds": 720.0, "label": "cookies"},
+        ),
+    ],
+)
+def test_set_timer_phrasings(text: str, args: dict[str, object]) -> None:
+    assert PARSERS["set_timer"](text) == args
+
+
+@pytest.mark.parametrize(
+    ("text", "at"),
+    [
+        ("set an alarm for 7 am", "7:00 AM"),
+        ("um wake me up at six thirty", "6:30"),
+        ("set alarm 6 am", "6:00 AM"),
+        ("can you wake me at half past seven", "7:30"),
+        ("please set an alarm at eight in the morning", "8:00 AM"),
+        ("i need an alarm for 5:45", "5:45"),
+        ("get me up at 6", "6:00"),
+        ("set my alarm to 9 pm", "9:00 PM"),
+        ("set an alarm for quarter past six", "6:15"),
+        ("create an alarm for ten o'clock", "10:00"),
+        ("wake me at noon", "12:00 PM"),
+        ("set an alarm for six fifteen a m", "6:15 AM"),
+        ("alarm at seven forty five please", "7:45"),
+        ("could you set an alarm for 11 pm", "11:00 PM"),
+        ("make my phone ring at five thirty tomorrow morning", "5:30 AM"),
+        ("wake me up tomorrow at 7 in the morning", "7:00 AM"),
+        ("buzz me at 4 this afternoon", "4:00 PM"),
+    ],
+)
+def test_set_alarm_phrasings(text: str, at: str) -> None:
+    assert PARSERS["set_alarm"](text) == {"at": at}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "what timers do i have",
+        "how long is left on my timer",
+        "are there any timers",
+        "list all my alarms",
+        "show me my timers",
+        "what alarms are set",
+        "check on my timer",
+        "how's the pasta timer doing",
+        "when does my timer go off",
+        "when is my alarm",
+        "what time is my alarm set for",
+        "how many timers are running",
+        "is my timer still going",
+        "um how much longer on the timer",
+        "what's left on the egg timer",
+    ],
+)
+def test_list_timers_phrasings(text: str) -> None:
+    assert PARSERS["list_timers"](text) == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "args"),
+    [
+        ("cancel the timer", {}),
+        ("stop my timer", {}),
+        ("kill the timer", {}),
+        ("stop the countdown", {}),
+        ("um never mind the timer", {}),
+        ("scrap that timer", {}),
+        ("i don't need the timer anymore", {}),
+        ("cancel my alarm", {"label": "alarm"}),
+        ("turn the alarm off", {"label": "alarm"}),
+        ("delete the pasta timer", {"label": "pasta"}),
+        ("cancel all my timers", {"label": "all"}),
+        ("clear every alarm", {"label": "all"}),
+        ("can you cancel the five minute timer", {"label": "5 minutes"}),
+        ("get rid of my 7 am alarm", {"label": "7 AM alarm"}),
+        ("please cancel the tea timer", {"label": "tea"}),
+        ("the eggs are done so drop the timer", {"label": "eggs"}),
+        ("the rice is ready you can stop the timer", {"label": "rice"}),
+    ],
+)
+def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
+    assert PARSERS["cancel_timer"](text) == args
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("what's twelve plus twenty nine", 41),
+        ("um what's a hundred divided by four", 25),
+        ("cut three hundred and fifty in half", 175),
+        ("split 120 three ways", 40),
+        ("halve 84", 42),
+        ("double forty five", 90),
+        ("triple 12", 36),
+        ("what do you get when you square nine", 81),
+        ("cube three", 27),
+        ("multiply 6 by 7", 42),
+        ("divide 100 by 8", 12.5),
+        ("subtract 17 from 50", 33),
+        ("take 8 away from 20", 12),
+        ("what do i get if i take thirty from two hundred", 170),
+        ("add up 13 and 29 for me", 42),
+        ("add 5 to 12", 17),
+        ("what's the sum of 10 20 and 30", 60),
+        ("the product of two hundred fifty and four", 1000),
+        ("hey what do you get if you multiply twelve by eleven", 132),
+        ("how much is three times four", 12),
+        ("what does 2 plus 2 equal", 4),
+        ("what is one point five plus two point two five", 3.75),
+        ("what's 15 percent of 80", 12),
+        ("what is fifteen percent of eighty", 12),
+        ("how much is 20% of 150", 30),
+        ("calculate 3 percent of a thousand", 30),
+        ("what's a 15 percent tip on 80 dollars", 12),
+        ("the bill is forty dollars what's a twenty percent tip", 8),
+        ("sixty dollars with ten percent off how much do i save", 6),
+        ("what is 45 plus 10 percent", 49.5),
+        ("what's 200 minus 25%", 150),
+        ("i have 63 marbles and lose 19 how many are left", 44),
+        ("if i had 12 eggs and used 5 how many would i have", 7),
+        ("i have 40 dollars and spend 15 what's left", 25),
+        ("i had 7 apples and bought 5 more how many do i have", 12),
+        ("ninety dollars split between 4 people", 22.5),
+        ("how much is 144 shared evenly among 12 friends", 12),
+        ("if 900 is divided among thirty six people what does each get", 25),
+        ("what's seven plus eight plus nine", 24),
+        ("can you work out 48 divided by 6", 8),
+        ("what is 100 minus 37", 63),
+        ("calculate seventeen times twenty three please", 391),
+        ("what's the square root of eighty one", 9),
+        ("what's 2 to the power of 8", 256),
+        ("how much is 30 dollars plus 15 dollars", 45),
+    ],
+)
+def test_calculation_phrasings(text: str, value: float) -> None:
+    args = calculator.parse_calculation(text)
+    assert args is not None, text
+    said = calculator.calculate(str(args["expression"]))
+    assert re.search(rf" is {value:g}\.$", said), said
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "source", "target"),
+    [
+        ("How many kilometers is a three mile run?", 3.0, "mile", "kilometer"),
+        ("its a hundred degrees fahrenheit outside what is that in celsius", 100.0, "degF", "degC"),
+        ("convert 5 miles to kilometers", 5.0, "mile", "kilometer"),
+        ("what's 10 kilos in pounds", 10.0, "kilogram", "pound"),
+        ("how many feet in a mile", 1.0, "mile", "foot"),
+        ("how many grams are in an ounce", 1.0, "ounce", "gram"),
+        ("um how many centimeters is 6 inches", 6.0, "inch", "centimeter"),
+        ("what is 72 fahrenheit in celsius", 72.0, "degF", "degC"),
+        ("72 degrees f in c", 72.0, "degF", "degC"),
+        ("how much is 3 cups in milliliters", 3.0, "cup", "milliliter"),
+        ("i'm six feet tall how much is that in centimeters", 6.0, "foot", "centimeter"),
+        ("what's 100 km in miles", 100.0, "kilometer", "mile"),
+        ("could you convert twenty degrees celsius to fahrenheit please", 20.0, "degC", "degF"),
+        ("how many liters is 2 gallons", 2.0, "gallon", "liter"),
+        ("two pounds in kilograms", 2.0, "pound", "kilogram"),
+        ("what is 30 miles per hour in kilometers per hour", 30.0, "mph", "kph"),
+        ("how many ounces in a cup", 1.0, "cup", "fluid_ounce"),
+        ("how far is 5 kilometers in miles", 5.0, "kilometer", "mile"),
+        ("how hot is 40 celsius in fahrenheit", 40.0, "degC", "degF"),
+        ("i ran 10 kilometers how many miles is that", 10.0, "kilometer", "mile"),
+        ("a marathon is 26.2 miles how far is that in kilometers", 26.2, "mile", "kilometer"),
+        ("my bag weighs 20 kilograms is that more than 40 pounds", 20.0, "kilogram", "pound"),
+        ("a 9 inch pan is how many centimeters wide", 9.0, "inch", "centimeter"),
+        ("my recipe calls for 250 grams of butter how many ounces is that", 250.0, "gram", "ounce"),
+        ("turn 3 tablespoons into teaspoons", 3.0, "tablespoon", "teaspoon"),
+        ("put 4 quarts in liters for me", 4.0, "quart", "liter"),
+        ("how many seconds are there in an hour", 1.0, "hour", "second"),
+        ("what's one and a half miles in meters", 1.5, "mile", "meter"),
+        ("express 5000 meters in kilometers", 5000.0, "meter", "kilometer"),
+        ("how many yards is a 100 meter dash", 100.0, "meter", "yard"),
+        ("a half gallon of milk is how many liters", 0.5, "gallon", "liter"),
+        ("minus ten celsius is how much in fahrenheit", -10.0, "degC", "degF"),
+        ("what's 100°F in celsius", 100.0, "degF", "degC"),
+    ],
+)
+def test_conversion_phrasings(text: str, value: float, source: str, target: str) -> None:
+    args = units.parse_conversion(text)
+    assert args is not None, text
+    assert args["value"] == pytest.approx(value)
+    said = units.convert_units(float(value), str(args["from_unit"]), str(args["to_unit"]))
+    assert said == units.convert_units(float(value), source, target)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["set a timer for 1 hour and 30 minutes", "remind me in 5 minutes", "wake me at 7 am"],
+)
+def test_conversion_leaves_timers(text: str) -> None:
+    assert units.parse_conversion(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "country", "fact"),
+    [
+        ("um what's the capital of france", "france", "capital"),
+        ("capital of japan", "japan", "capital"),
+        ("what is the capital city of australia", "australia", "capital"),
+        ("tell me the capital of canada please", "canada", "capital"),
+        ("which city is germany's capital", "germany", "capital"),
+        ("is sydney the capital of australia", "australia", "capital"),
+        ("what's the population of brazil", "brazil", "population"),
+        ("how many people live in china", "china", "population"),
+        ("how many people are there in india", "india", "population"),
+        ("how big is the population of mexico", "mexico", "population"),
+        ("population of nigeria", "nigeria", "population"),
+        ("what language do they speak in portugal", "portugal", "languages"),
+        ("what's the official language of egypt", "egypt", "languages"),
+        ("which languages are spoken in belgium", "belgium", "languages"),
+        ("what currency do they use in thailand", "thailand", "currency"),
+        ("what money does sweden use", "sweden", "currency"),
+        ("hey what currency is used in japan", "japan", "currency"),
+        ("what currency should i bring on my trip to vietnam", "vietnam", "currency"),
+        ("could you tell me the capital of italy please", "italy", "capital"),
+        ("what is kenya's capital", "kenya", "capital"),
+    ],
+)
+def test_country_phrasings(text: str, country: str, fact: str) -> None:
+    assert countries.parse_country_question(text) == {"country": country, "fact": fact}
+
+
+# Worded like requests, asked of no tool: every parser must leave them.
+NOT_TOOL_REQUESTS = [
+    "what time does the sun set",
+    "what time does the store close",
+    "tell me about the history of time zones",
+    "how much time do i need to boil an egg",
+    "what's a good time to visit japan",
+    "what time did the titanic sink",
+    "how many people live near me",
+    "how many people live in my house",
+    "why is the sky blue",
+    "what's half the battle",
+    "what day is thanksgiving",
+    "what's the date of the moon landing",
+    "what's a good date idea",
+    "how long does it take to boil an egg",
+    "i ran for ten minutes today",
+    "the meeting is in 10 minutes",
+    "i hate my alarm clock",
+    "how many feet does a centipede have",
+    "how far is the moon",
+    "how many miles did i run",
+    "what's the weather in paris",
+    "who won the world cup in 2018",
+    "tell me a joke about the number seven",
+    "i'm twenty five years old",
+    "what happened in 1969",
+    "i have two cats and three dogs",
+    "what's the plus side of moving",
+    "what is capital punishment",
+    "what language should i learn",
+    "how much money do i have",
+    "what is the population of bacteria in the gut",
+    "what's the square footage of my house",
+    "one more thing",
+    "how did washington end up being the capital",
+    "play the top 40",
+    "how do you say hello in french",
+    "what is the time complexity of quicksort",
+    "is it a good idea to take a second job",
+    "who is number one on the charts",
+    "my alarm didn't go off this morning",
+    "how many calories are in an apple",
+    "in 2020 about 20 percent of people worked from home",
+    "my phone is at 15 percent",
+    "back to square one",
+    "tell me about the five minute rule",
+    "can you tell me a two minute story",
+    "how many minutes does it take to walk a mile",
+    "how many hours do you sleep in a day",
+    "how many cups of flour in a 5 pound bag",
+    "what's the best way to cut an onion in half",
+]
+
+
+@pytest.mark.parametrize("text", NOT_TOOL_REQUESTS)
+@pytest.mark.parametrize("tool", list(PARSERS))
+def test_not_a_tool_request(tool: str, text: str) -> None:
+    assert PARSERS[tool](text) is None
