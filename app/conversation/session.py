@@ -107,6 +107,7 @@ class VoiceSession:
         self.tools = ToolUse(self)
         self._turn_events: dict[int, list[TraceEvent]] = {}
         self.state = "listening"
+        self.speaks = True  # False: answers in text only, never synthesized (a client's choice)
         self.last_audio_out_t: float | None = None
         self.tracer.listeners.append(self._collect)
 
@@ -334,7 +335,10 @@ class VoiceSession:
 
     def configure(self, cfg: Config) -> None:
         """This session's settings (``session.update``): VAD waits from the next frame, the
-        decoder and the voice from the next answer."""
+        decoder, the voice, the system prompt and the turn-taking rules from the next answer."""
+        tm = self.tm
+        tm.cfg, tm.end_of_turn = cfg.conversation, cfg.end_of_turn
+        tm.speculation, tm.barge_in = cfg.speculation, cfg.barge_in
         if cfg.vad != self.cfg.vad:
             self.vad.set_waits(cfg.vad.pause_ms, cfg.vad.speech_end_ms)
         if cfg.lm != self.cfg.lm:

@@ -72,8 +72,8 @@ class Connection:
         self.server = server
         self.id = uuid.uuid4().hex[:12]
         self.peer = peer  # the client's address (`exposure.connection_client`)
-        self.out: asyncio.Queue[str | tuple[bytes, asyncio.Future[None]] | None] = asyncio.Queue(
-            self.OUT_QUEUE_MESSAGES
+        self.out: asyncio.Queue[str | tuple[str | bytes, asyncio.Future[None]] | None] = (
+            asyncio.Queue(self.OUT_QUEUE_MESSAGES)
         )
         self.closing: asyncio.Task[None] | None = None
         self.last_audio = time.monotonic()  # in or out: what the idle timeout counts from
@@ -91,6 +91,10 @@ class Connection:
 
     def emit(self, event: events.Event) -> None:
         """Queue a JSON event for the client (callable from the event loop only)."""
+        self.send_event(event)
+
+    def send_event(self, event: events.Event) -> None:
+        """Queue ``event`` as strict JSON; one that cannot be becomes a ``server_error``."""
         if self.closing is not None:
             return  # the connection is ending: nothing more will reach the client
         try:
@@ -130,9 +134,17 @@ class Connection:
     async def send_audio(self, gen: int, pcm: bytes) -> None:
         """One audio message; returns once it is written to the socket."""
         self.last_audio = time.monotonic()
+        message = self.audio_message(gen, pcm)
+        if message is None:
+            return
         done = asyncio.get_running_loop().create_future()
-        await self.out.put((AUDIO_HEADER.pack(gen) + pcm, done))
+        await self.out.put((message, done))
         await done
+
+    def audio_message(self, gen: int, pcm: bytes) -> str | bytes | None:
+        """The message that carries ``pcm`` (at the voice's rate) of generation ``gen``; None:
+        none is sent."""
+        return AUDIO_HEADER.pack(gen) + pcm
 
     async def _writer(self) -> None:
         while (item := await self.out.get()) is not None:
@@ -234,6 +246,28 @@ class Connection:
         ClientError or Refused for one the protocol or the session does not allow."""
         self.dispatch(parse(message))
 
+    def refuse(self, exc: ClientError | Refused) -> None:
+        """Tell the client why its message was not taken."""
+        self.emit(events.error("invalid_request_error", str(exc)))
+
+    def greet(self) -> None:
+        """The first event: the session's formats and settings."""
+        cfg, components = self.server.cfg, self.server.components
+        assert components is not None
+        self.emit(
+            events.session_created(
+                self.id,
+                input_sample_rate_hz=cfg.audio.sample_rate_hz,
+                output_sample_rate_hz=components.tts.sample_rate_hz,
+                decoder=cfg.lm.decoder,
+                settings=describe(cfg),
+            )
+        )
+
+    def start(self, session: VoiceSession) -> None:
+        """Set up what the session needs before its first message (its control)."""
+        self.control = SessionControl(self.server.cfg, session, self.emit)
+
     async def run(self) -> None:
         from dllm_voice.app.conversation.session import VoiceSession
         from dllm_voice.app.observe.trace import Tracer
@@ -256,16 +290,8 @@ class Connection:
             self.send_audio, lambda: int(session.gen), components.tts.sample_rate_hz
         )
         self.session = session = VoiceSession(components, cfg, source, sink, tracer, self.emit)
-        self.control = SessionControl(cfg, session, self.emit)
-        self.emit(
-            events.session_created(
-                self.id,
-                input_sample_rate_hz=cfg.audio.sample_rate_hz,
-                output_sample_rate_hz=components.tts.sample_rate_hz,
-                decoder=cfg.lm.decoder,
-                settings=describe(cfg),
-            )
-        )
+        self.start(session)
+        self.greet()
         writer = asyncio.create_task(self._writer(), name=f"writer-{self.id}")
         pipeline = asyncio.create_task(session.run(), name=f"session-{self.id}")
         watchers = [asyncio.create_task(self._watch_playback(), name=f"watch-{self.id}")]
@@ -276,7 +302,7 @@ class Connection:
                 try:
                     self.handle_message(message)
                 except (ClientError, Refused) as exc:
-                    self.emit(events.error("invalid_request_error", str(exc)))
+                    self.refuse(exc)
                 except Exception:  # a server bug: logged whole, the session goes on
                     self.server.log_bug("session %s: a client message raised", self.id)
                     self.emit(events.error("server_error", "the server failed on this message"))

@@ -1,9 +1,9 @@
 """Who may open a session, and who a connection is for.
 
-/ws is refused at the handshake, before a session exists, for a browser page of a foreign
-origin and, when the server has a token (always off loopback), for a client without it. The
-client's address, which the per-client session cap counts, is the peer's, or behind a trusted
-proxy the one its X-Forwarded-For names.
+/ws and /v1/realtime are refused at the handshake, before a session exists, for a browser page
+of a foreign origin and, when the server has a token (always off loopback), for a client without
+it. The client's address, which the per-client session cap counts, is the peer's, or behind a
+trusted proxy the one its X-Forwarded-For names.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dllm_voice.app.config import ConfigError, ServerConfig
 from dllm_voice.app.conversation.events import brief
 
 _LOOPBACK_NAMES = ("localhost", "localhost.", "ip6-localhost")
+INSECURE_KEY_PREFIX = "openai-insecure-api-key."
 
 Networks = tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
 
@@ -50,9 +51,13 @@ def refusal(request: Request, token: str, allowed_origins: tuple[str, ...]) -> s
     if token:
         query = parse_qs(urlsplit(request.path).query).get("token", [""])[0]
         bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
-        given = query or bearer
+        given = query or bearer or subprotocol_key(request)
         if not hmac.compare_digest(given.encode(), token.encode()):
-            return "wrong token" if given else "missing token (/ws?token=...)"
+            return (
+                "wrong token"
+                if given
+                else "missing token (?token=... or an Authorization: Bearer key)"
+            )
     origin = request.headers.get("Origin")
     # A client that sends no Origin is not a browser, which is what Origin guards against.
     if origin is None or origin in allowed_origins:
@@ -69,6 +74,16 @@ def refusal(request: Request, token: str, allowed_origins: tuple[str, ...]) -> s
     if host and token and parts.netloc == request.headers.get("Host"):
         return None
     return f"origin {brief(origin)} not allowed (server.allowed_origins)"
+
+
+def subprotocol_key(request: Request) -> str:
+    """The key a browser's Realtime client passes as the subprotocol
+    ``openai-insecure-api-key.<key>`` (a browser cannot set Authorization on a websocket)."""
+    offered = ",".join(request.headers.get_all("Sec-WebSocket-Protocol"))
+    for name in offered.split(","):
+        if name.strip().startswith(INSECURE_KEY_PREFIX):
+            return name.strip().removeprefix(INSECURE_KEY_PREFIX)
+    return ""
 
 
 def trusted_networks(proxies: tuple[str, ...]) -> Networks:

@@ -35,7 +35,10 @@ JSONObject = dict[str, Any]
 
 
 class ClientError(ValueError):
-    """A message the client sent that the protocol does not allow; reported, never fatal."""
+    """A message the client sent that the protocol does not allow; reported, never fatal.
+    ``event_id``: the client's id of the event, which the error names (Realtime API)."""
+
+    event_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -233,13 +236,19 @@ _PARSERS: dict[str, Callable[[JSONObject], Command]] = {
 CLIENT_TYPES = tuple(_PARSERS)  # the JSON messages a client may send, by "type"
 
 
+def json_object(message: str) -> JSONObject:
+    """A JSON text message as an object with a string "type"; ClientError if it is not one."""
+    event = _json(message)
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise ClientError('JSON messages must be objects with a string "type"')
+    return event
+
+
 def parse(message: str | bytes) -> Command:
     """The command `message` carries; ClientError says why it carries none."""
     if isinstance(message, bytes):
         return Audio(message)
-    event = _json(message)
-    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-        raise ClientError('JSON messages must be objects with a string "type"')
+    event = json_object(message)
     parser = _PARSERS.get(event["type"])
     if parser is None:
         raise ClientError(f"unknown event type {brief(event['type'])}")

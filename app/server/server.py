@@ -1,4 +1,5 @@
-"""Websocket server: GET / serves the web client, /ws carries one voice session per connection.
+"""Websocket server: GET / serves the web client, /ws carries one voice session per connection,
+and /v1/realtime one in the OpenAI Realtime API's events (app/server/realtime/).
 
 Protocol (docs/protocol.md): the client streams binary PCM16LE mono 16 kHz; the server answers
 with JSON events named after the OpenAI Realtime API and binary audio messages, each a 4-byte
@@ -23,14 +24,15 @@ import logging
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from websockets.asyncio.server import ServerConnection
 from websockets.asyncio.server import serve as ws_serve
 from websockets.http11 import Request, Response
+from websockets.typing import Subprotocol
 
 from dllm_voice.app.config import Config, ConfigError
 from dllm_voice.app.conversation import events
@@ -53,6 +55,7 @@ from dllm_voice.app.server.http import (
     method_refused,
     static_response,
 )
+from dllm_voice.app.server.realtime.connection import RealtimeConnection
 
 if TYPE_CHECKING:
     from dllm_voice.app.conversation.components import Components
@@ -60,6 +63,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LOG_EVERY_S = 10.0
+REALTIME_PATH = "/v1/realtime"
+SESSION_PATHS = ("/ws", REALTIME_PATH)
+
+
+def connection_for(ws: ServerConnection, server: VoiceServer, peer: str) -> Connection:
+    """Our protocol's connection on /ws, the Realtime API's on /v1/realtime."""
+    parts = urlsplit(ws.request.path if ws.request is not None else "/ws")
+    if parts.path != REALTIME_PATH:
+        return Connection(ws, server, peer)
+    model = parse_qs(parts.query).get("model", [""])[0][:64]
+    return RealtimeConnection(ws, server, peer, model)
+
+
+def select_subprotocol(ws: ServerConnection, offered: Sequence[Subprotocol]) -> Subprotocol | None:
+    """ "realtime" when a browser's Realtime client offers it (with its key as another
+    subprotocol): a browser drops a connection whose server picks none of those it offered."""
+    return Subprotocol("realtime") if "realtime" in offered else None
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -123,16 +143,16 @@ class VoiceServer:
         return str(self.trace_folder() / f"serve-{session_id}.jsonl")
 
     def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
-        """The answer to a plain HTTP request, a 403 for a refused /ws, or None: upgrade."""
+        """The answer to a plain HTTP request, a 403 for a refused session, or None: upgrade."""
         path = urlsplit(request.path).path
         if (refused := method_refused(request, path)) is not None:
             return refused
-        if path != "/ws":
+        if path not in SESSION_PATHS:
             return for_method(request, self._operator_response(path) or static_response(path))
         why = refusal(request, self.token, self.cfg.server.allowed_origins)
         if why is None:
             return None
-        self.log_refused("refused /ws from %s: %s", self.client(connection, request), why)
+        self.log_refused("refused %s from %s: %s", path, self.client(connection, request), why)
         return forbidden(why)
 
     def _operator_response(self, path: str) -> Response | None:
@@ -176,7 +196,7 @@ class VoiceServer:
                 "close one or try again later",
             )
             return
-        conn = Connection(ws, self, peer)
+        conn = connection_for(ws, self, peer)
         self.active.add(conn)
         self.metrics.sessions.set(len(self.active))
         log.info("session %s: connected from %s (%d active)", conn.id, peer, len(self.active))
@@ -219,6 +239,7 @@ class VoiceServer:
             scfg.host,
             scfg.port,
             process_request=self.process_request,
+            select_subprotocol=select_subprotocol,
             max_size=scfg.max_message_bytes,
             create_connection=HttpConnection,
         ) as server:

@@ -127,7 +127,10 @@ def test_token_is_required_when_set(serve: Callable[..., Running]) -> None:
     run = serve(token="s3cret")
     assert run.url.endswith("/?token=s3cret") and run.ws_url.endswith("/ws?token=s3cret")
     bare = run.ws_url.split("?")[0]
-    assert refused(bare) == (403, "forbidden: missing token (/ws?token=...)\n")
+    assert refused(bare) == (
+        403,
+        "forbidden: missing token (?token=... or an Authorization: Bearer key)\n",
+    )
     assert refused(bare + "?token=guess")[0] == 403
     assert asyncio.run(open_session(run.ws_url))["type"] == "session.created"
     bearer = {"Authorization": "Bearer s3cret"}
