@@ -201,11 +201,22 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(rf"\b{_SHARE} {_N}{_THING} {_AMONG} {_N}"), r"\1 / \2"),
     (re.compile(rf"\b(?:the )?product of {_N} (?:and|by|times|with) {_N}"), r"\1 * \2"),
     (re.compile(rf"\bmultiply {_N} (?:and|by|times|with) {_N}"), r"\1 * \2"),
+    (
+        re.compile(rf"{_N}{_THING} (?:at|for) {_N}(?: each| apiece| a piece| per [a-z]+)"),
+        r"\1 * \2",
+    ),
+    (re.compile(rf"\bdifference between {_N} and {_N}"), r"\1 - \2"),
+    (re.compile(rf"\b(?:increase|raise|add) {_N} by {_N} ?(?:percent\b|%)"), r"\1 plus \2 percent"),
+    (
+        re.compile(rf"\b(?:decrease|reduce|lower|cut|discount) {_N} by {_N} ?(?:percent\b|%)"),
+        r"\1 minus \2 percent",
+    ),
 ]
 _SUM = re.compile(
     rf"\b(?:add(?: up| together)?|sum(?: up)?|total(?: up)?|(?:the )?(?:sum|total) of) "
     rf"{_N}(?:,? (?:and |plus |to )?-?\d+(?:\.\d+)?)+"
 )
+_AVERAGE = re.compile(rf"\b(?:average|mean) of {_N}(?:,? (?:and )?-?\d+(?:\.\d+)?)+")
 _MONEY = re.compile(r"\$|\b(?:dollars?|bucks|euros?)\b")
 _OPERATOR_WORDS = re.compile(
     r"\b(?:plus|minus|times|divided|over|multiplied|power|squared|cubed|root|mod)\b|[-+*/^×÷]"
@@ -216,7 +227,9 @@ _RATE_OF_AMOUNT = re.compile(
     r"|bill|costs?|price|markup|raise|fee|deposit|how much)\b"
 )
 # "10 percent off": the price paid when asked for it, else the saving ("how much do I save").
-_PAID = re.compile(r"\b(?:pay|paying|cost|costs|price|after|total|final|now)\b")
+_PAID = re.compile(
+    r"\b(?:pay|paying|final|after|sale price|new price|price now|costs? now|come to|comes to)\b"
+)
 
 
 def _task(words: str) -> str | None:
@@ -228,6 +241,10 @@ def _task(words: str) -> str | None:
     added = _SUM.search(words)
     if added:
         return " + ".join(re.findall(r"-?\d+(?:\.\d+)?", added[0]))
+    averaged = _AVERAGE.search(words)
+    if averaged:
+        numbers = re.findall(r"-?\d+(?:\.\d+)?", averaged[0])
+        return f"({' + '.join(numbers)}) / {len(numbers)}"
     return _percentage(words)
 
 
@@ -241,7 +258,8 @@ def _percentage(words: str) -> str | None:
     if re.search(r"(?:percent|%) of \d", words) or not _RATE_OF_AMOUNT.search(words):
         return None  # said as an expression (kept in the user's words), or not an amount
     rate, amount = percents[0], next(n for n, p in numbers if not p)
-    if re.search(r"\b(?:off|discount|discounted)\b", words) and _PAID.search(words):
+    saving = re.search(r"\b(?:save|saving|savings)\b", words)
+    if re.search(r"\b(?:off|discount|discounted)\b", words) and _PAID.search(words) and not saving:
         return f"{amount} minus {rate} percent"
     return f"{rate} percent of {amount}"
 

@@ -18,7 +18,7 @@ _END = r"(?=\s+(?:in|at|over|for|now|right|there|currently|please|today)\b|\s*[?
 _TIME_ASKED = re.compile(
     rf"\bwhat(?:'s| is|s)?(?: the)?(?: current| local)? (?:time|hour)(?: is it| it is|'s it)?{_END}"
     rf"|\b(?:the|current|local) (?:time|hour){_END}"
-    r"|^(?:and |so )?(?:the )?time (?:in|at|over in)\b"
+    r"|^(?:and |so )?(?:the )?time (?:in|at|over in)\b|^(?:the )?time,? (?:please|now)\W*$"
     r"|\bwhat time (?:would|will|could|might) it be\b|\bwhat time (?:have|has|do) (?:we|you) got\b"
     r"|\bhow late is it\b|\bwhat hour is it\b",
     re.I,
@@ -36,9 +36,11 @@ _DAY_NAMES = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|the w
 _DATE_ASKED = re.compile(
     r"\bwhat(?:'s| is|s)?(?: the)?(?: today's)? date\b(?!\s+(?:of|for|when|did|does|do)\b)"
     r"|\b(?:the|today's) date\b(?!\s+(?:of|for|when|did|does|do)\b)|\bdate today\b"
-    r"|\b(?:what|which) (?:day|date|month|year)(?: of the week)? (?:is (?:it|today)|it is|are we)\b"
+    r"|\b(?:what|which) (?:day|date|month|year)(?: of the (?:week|month|year))?"
+    r" (?:is (?:it|today)|it is|are we)\b"
     r"|\bwhat(?:'s| is|s) (?:the day )?today\b|\bday of the week\b(?! (?:was|were|will|did)\b)"
-    rf"|\bis it (?:still |already )?{_DAY_NAMES}\b|\bhas {_DAY_NAMES} (?:started|begun|come)\b",
+    rf"|\bis (?:it|today) (?:still |already )?{_DAY_NAMES}\b"
+    rf"|\bhas {_DAY_NAMES} (?:started|begun|come)\b",
     re.I,
 )
 # Another time or date than now, or timers and alarms: not these tools.

@@ -203,9 +203,9 @@ _RING_AT = re.compile(
 
 def _parse_set_alarm(text: str) -> dict[str, object] | None:
     lower = text.lower()
-    asked = re.search(r"\b(?:alarm|wake me|wake us|get me up)\b", lower) or _RING_AT.search(
-        digits(lower)
-    )
+    asked = re.search(
+        r"\b(?:alarm|wake me|wake us|get me up|(?:need|have|got) to (?:be|get) up)\b", lower
+    ) or _RING_AT.search(digits(lower))
     if not asked or _CANCEL.search(lower):
         return None
     wanted = _clock_time(lower)
@@ -217,6 +217,9 @@ def _parse_set_alarm(text: str) -> dict[str, object] | None:
 
 def _parse_list(text: str) -> dict[str, object] | None:
     lower = text.lower()
+    # "How much time is left?" with nothing after: of the timers, not of a game or a film.
+    if re.search(r"\bhow (?:much (?:time|longer)|long)(?: is| do i have)? left\W*$", lower):
+        return {}
     if not re.search(r"\b(?:timers?|alarms?)\b", lower) or _CANCEL.search(lower):
         return None
     if re.search(r"\b(?:set|start|make) (?:a|an|the|my|up|me)\b|\bwake me\b", lower):

@@ -175,7 +175,7 @@ _TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[a-z]+")
 # many feet are there in a mile", not "how many hours do you sleep in a day").
 _LINKING = frozenset(
     """are is there in into inside make makes made up equal equals go goes fit fits to does do it
-    take takes of a an one per
+    take takes of a an one per how many much
     """.split()  # noqa: SIM905 - a word table
 )
 _INTO = frozenset({"in", "into", "to", "as", "terms"})  # "... in kilometers", "in terms of"

@@ -45,6 +45,8 @@ PARSERS: dict[str, Parse] = {
         ("what hour is it", None),
         ("whats the hour", None),
         ("so what time have we got", None),
+        ("time please", None),
+        ("what time's it", None),
         ("what time is it in tokyo", "tokyo"),
         ("tell me the current time in london", "london"),
         ("what's the local time in sydney", "sydney"),
@@ -83,6 +85,8 @@ def test_time_phrasings(text: str, place: str | None) -> None:
         ("what is the date today", None),
         ("what date are we at", None),
         ("what's the day today", None),
+        ("is today tuesday", None),
+        ("what day of the month is it", None),
         ("what is the date in tokyo", "tokyo"),
         ("what day is it in new zealand right now", "new zealand"),
         ("is it already saturday in auckland", "auckland"),
@@ -121,6 +125,10 @@ def test_date_phrasings(text: str, place: str | None) -> None:
         ("set timer 3 mins", {"seconds": 180.0}),
         ("set a timer for an hour and 20 minutes", {"seconds": 4800.0}),
         ("set a timer for two and a half minutes", {"seconds": 150.0}),
+        ("start a 30 second countdown", {"seconds": 30.0}),
+        ("remind me in an hour", {"seconds": 3600.0}),
+        ("set a timer for 3 minutes and 30 seconds", {"seconds": 210.0}),
+        ("notify me in 2 minutes", {"seconds": 120.0}),
         ("set a tea timer for four minutes", {"seconds": 240.0, "label": "tea"}),
         ("twelve minute timer for the pasta please", {"seconds": 720.0, "label": "pasta"}),
         ("the eggs need six minutes let me know", {"seconds": 360.0, "label": "eggs"}),
@@ -156,6 +164,8 @@ def test_set_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("make my phone ring at five thirty tomorrow morning", "5:30 AM"),
         ("wake me up tomorrow at 7 in the morning", "7:00 AM"),
         ("buzz me at 4 this afternoon", "4:00 PM"),
+        ("i need to be up at 5 am", "5:00 AM"),
+        ("alarm 7 15", "7:15"),
     ],
 )
 def test_set_alarm_phrasings(text: str, at: str) -> None:
@@ -180,6 +190,8 @@ def test_set_alarm_phrasings(text: str, at: str) -> None:
         "is my timer still going",
         "um how much longer on the timer",
         "what's left on the egg timer",
+        "how much time is left",
+        "how long until my timer goes off",
     ],
 )
 def test_list_timers_phrasings(text: str) -> None:
@@ -260,6 +272,15 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("what's the square root of eighty one", 9),
         ("what's 2 to the power of 8", 256),
         ("how much is 30 dollars plus 15 dollars", 45),
+        ("i bought 3 shirts at 20 dollars each how much did i spend", 60),
+        ("what's the difference between 100 and 37", 63),
+        ("what's the average of 4 8 and 12", 8),
+        ("increase 80 by 10 percent", 88),
+        ("reduce 200 by 15 percent", 170),
+        ("whats 7 x 8", 56),
+        ("negative 5 plus 8", 3),
+        ("how much is a third of 120", 40),
+        ("a coat costs 120 dollars with 25 percent off how much do i pay", 90),
     ],
 )
 def test_calculation_phrasings(text: str, value: float) -> None:
@@ -305,6 +326,13 @@ def test_calculation_phrasings(text: str, value: float) -> None:
         ("a half gallon of milk is how many liters", 0.5, "gallon", "liter"),
         ("minus ten celsius is how much in fahrenheit", -10.0, "degC", "degF"),
         ("what's 100°F in celsius", 100.0, "degF", "degC"),
+        ("a liter is how many cups", 1.0, "liter", "cup"),
+        ("10 miles equals how many kilometers", 10.0, "mile", "kilometer"),
+        ("twenty celsius what's that in fahrenheit", 20.0, "degC", "degF"),
+        ("whats 5 foot in cm", 5.0, "foot", "centimeter"),
+        ("how many tablespoons in a quarter cup", 0.25, "cup", "tablespoon"),
+        ("how fast is 100 kilometers an hour in miles per hour", 100.0, "kph", "mph"),
+        ("how heavy is 12 stone in kilograms", 12.0, "stone", "kilogram"),
     ],
 )
 def test_conversion_phrasings(text: str, value: float, source: str, target: str) -> None:
@@ -404,6 +432,10 @@ NOT_TOOL_REQUESTS = [
     "how many hours do you sleep in a day",
     "how many cups of flour in a 5 pound bag",
     "what's the best way to cut an onion in half",
+    "how much time is left in the game",
+    "what's the difference between a frog and a toad",
+    "is today a holiday",
+    "what's the average height of a man",
 ]
 
 
