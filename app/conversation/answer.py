@@ -249,6 +249,7 @@ class Answer:
             if isinstance(frame, EndOfAnswerFrame) or frame.stale(self.gen) or self.cancelled:
                 break
             if not self.speaks:
+                self.first_voiced.set()  # never voiced: the LM waits for no synthesis
                 continue
             if frame.index > 0:  # speculation prepares the first clause only
                 await self.released.wait()
