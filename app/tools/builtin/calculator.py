@@ -163,6 +163,9 @@ _GAIN = (
 # "Divided by" alone is an operator the run of the words reads as said.
 _SHARE = r"(?:split|shared?|divided?(?! by))(?: up| out)?(?: evenly| equally)?"
 _AMONG = r"(?:among|amongst|between|by|into|across|with|for)"
+# Where a command starts: the first word, or after a filler or a subject ("hey, square 46",
+# "when you square 7").
+_COMMAND = r"(?:^|\b(?:you|i|we|please|now|then|hey|hi|um|uh|ok|okay|so|alright|oh) )"
 _TASKS: list[tuple[re.Pattern[str], str]] = [
     (
         re.compile(rf"\b(?:cut|split|divide|break|chop) {_N}{_THING} (?:in|into) (?:half|2)\b"),
@@ -178,8 +181,10 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
     ),
     (re.compile(rf"\bhalve {_N}"), r"\1 / 2"),
     # Only as a command ("square 7", "when you square 7"): "back to square 1" is not one.
-    (re.compile(rf"(?:^|\b(?:you|i|we|please|now|then) )square {_N}"), r"\1 ** 2"),
-    (re.compile(rf"(?:^|\b(?:you|i|we|please|now|then) )cube {_N}"), r"\1 ** 3"),
+    (re.compile(rf"{_COMMAND}square {_N}"), r"\1 ** 2"),
+    (re.compile(rf"{_COMMAND}cube {_N}"), r"\1 ** 3"),
+    (re.compile(rf"{_N} times itself\b"), r"\1 ** 2"),
+    (re.compile(rf"{_N} take away {_N}"), r"\1 - \2"),
     (
         re.compile(rf"\b(?:take|subtract|remove|deduct)(?: away)? {_N}(?: away)? from {_N}"),
         r"\2 - \1",

@@ -14,11 +14,17 @@ _DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Su
 _MONTHS = """January February March April May June July August September October November
     December""".split()  # noqa: SIM905 - a word table
 
-_END = r"(?=\s+(?:in|at|over|for|now|right|there|currently|please|today)\b|\s*[?.!]?\s*$)"
+_END = (
+    r"(?=\s+(?:in|at|over|for|now|right|there|currently|please|today)\b"
+    r"|,? (?:thanks|thank you)\W*$|\s*[?.!]?\s*$)"
+)
 _TIME_ASKED = re.compile(
     rf"\bwhat(?:'s| is|s)?(?: the)?(?: current| local)? (?:time|hour)(?: is it| it is|'s it)?{_END}"
     rf"|\b(?:the|current|local) (?:time|hour){_END}"
-    r"|^(?:and |so )?(?:the )?time (?:in|at|over in)\b|^(?:the )?time,? (?:please|now)\W*$"
+    r"|(?:^|[,.!?]\s*)(?:and |so )?(?:the )?time (?:in|at|over in)\b"
+    r"|^(?:the )?time,? (?:please|now)\W*$"
+    r"|^(?:[a-z']+,? ){0,4}time,? (?:right )?now(?: please)?\W*$"
+    r"|\bwhat o'?clock is it\b|\bwhat(?:'s| does) the clock say\b"
     r"|\bwhat time (?:would|will|could|might) it be\b|\bwhat time (?:have|has|do) (?:we|you) got\b"
     r"|\bhow late is it\b|\bwhat hour is it\b",
     re.I,
@@ -38,7 +44,8 @@ _DATE_ASKED = re.compile(
     r"|\b(?:the|today's) date\b(?!\s+(?:of|for|when|did|does|do)\b)|\bdate today\b"
     r"|\b(?:what|which) (?:day|date|month|year)(?: of the (?:week|month|year))?"
     r" (?:is (?:it|today)|it is|are we)\b"
-    r"|\bwhat(?:'s| is|s) (?:the day )?today\b|\bday of the week\b(?! (?:was|were|will|did)\b)"
+    r"|\bwhat(?:'s| is|s) (?:the day )?today\b|\bthe day and (?:the )?date\b"
+    r"|\bcheck the date\b|\bday of the week\b(?! (?:was|were|will|did)\b)"
     rf"|\bis (?:it|today) (?:still |already )?{_DAY_NAMES}\b"
     rf"|\bhas {_DAY_NAMES} (?:started|begun|come)\b",
     re.I,

@@ -97,7 +97,7 @@ _FACTS: list[tuple[Fact, str]] = [
 
 _NOT_A_NAME = re.compile(
     r"\b(?:in|of|the|at|on|near|and|or|with|my|your|our|his|her|their|its|this|that|these"
-    r"|those|a|an|me|here|there)\b",
+    r"|those|a|an|me|here|there|world)\b",
     re.I,
 )
 
@@ -114,8 +114,8 @@ def parse_country_question(text: str) -> dict[str, object] | None:
     found = mention(text)
     if found is None:
         unknown = named_place(text, cue="of|in")
-        # A name, not a phrase: "my house", "bacteria in the gut" are none.
-        if unknown is None or _NOT_A_NAME.search(unknown):
+        # A name, not a phrase or a plural noun: "my house", "bacteria in the gut", "ants".
+        if unknown is None or _NOT_A_NAME.search(unknown) or re.search(r"[^su]s$", unknown):
             return None
         return {"country": unknown, "fact": fact}
     words, place = found

@@ -40,7 +40,7 @@ _COMMON_WORDS = frozenset(
     salt pace marks bell airport superior begun holiday march fate lens independence drama mile
     wedding semi coin golden punch orange fleet sake hire liberty temple horn peer alliance
     oral retreat enterprise prosper boom summit imperial crystal tire manga ware brick bend
-    banning humble swords dire victoria
+    banning humble swords dire victoria universal
     """.split()  # noqa: SIM905 - a word table
 )
 
@@ -154,10 +154,11 @@ def _gazetteer() -> _Gazetteer:
     city_places: dict[str, Place] = {}
     for city in cities:
         key, place = _key(city["name"]), _city(city)
-        gaz.add(key, place, " " not in key and (len(key) < 4 or key in _COMMON_WORDS))
+        gaz.add(key, place, _word_like(key))
         city_places[key] = place
         if key.endswith(" city"):  # "New York City" is "New York" too
-            gaz.add(key.removesuffix(" city"), place)
+            short = key.removesuffix(" city")
+            gaz.add(short, place, _word_like(short))
     for code, state in geo.get_us_states().items():
         in_state = [c for c in by_country.get("US", []) if c["admin1code"] == code]
         if in_state:  # the largest city's zone is the state's main one
@@ -169,6 +170,11 @@ def _gazetteer() -> _Gazetteer:
     for alias, (zone, name) in _ZONE_ALIASES.items():
         gaz.add(alias, Place(name, zone, "zone", where=name))
     return gaz
+
+
+def _word_like(key: str) -> bool:
+    """A one-word name that is an everyday word or under four letters."""
+    return " " not in key and (len(key) < 4 or key in _COMMON_WORDS)
 
 
 def _city(city: City) -> Place:

@@ -88,7 +88,7 @@ def spoken_duration(seconds: float) -> str:
 
 _CANCEL = re.compile(
     r"\b(?:cancel|stop|delete|remove|clear|turn off|switch off|shut off|kill|dismiss|abort|"
-    r"disable|get rid of|never ?mind|forget|drop|scrap|ditch|call off|silence|"
+    r"disable|get rid of|never ?mind|forget|drop|scrap|ditch|call off|silence|no more|"
     r"(?:turn|switch|shut) (?:\w+ ){1,2}off|(?:don'?t|do not|no longer) need)\b"
 )
 _ASKS = re.compile(
@@ -101,7 +101,7 @@ _NOTIFY = re.compile(
     r"\b(?:timer|countdown|count(?:ing)? (?:me )?down|(?:remind|buzz|ping|alert|nudge|notify|"
     r"beep|ring|wake|signal|call) (?:me|us)|tell (?:me|us)(?: when\b|\W*$)|let (?:me|us) know|"
     r"keep track|"
-    r"time (?:me|it|this|that|\d))\b"
+    r"time (?:me|it|this|that|my|the|\d+)|start timing|go(?:es)? off in)\b"
 )
 _UNIT = r"(hours?|hrs?|h|minutes?|mins?|m|seconds?|secs?|s)\b"
 _DURATION = re.compile(rf"(?:\b(\d+(?:\.\d+)?)\s*|\b(an?)\s+){_UNIT}")
@@ -109,7 +109,7 @@ _NOT_LABEL = frozenset(
     """a an the my this that your new another one it me us now please timer alarm minute minutes
     second seconds hour hours min mins sec secs countdown set start make quick and next following
     rest like about around roughly exactly just time phone clock watch same other way moment end
-    meantime kitchen oven
+    meantime kitchen oven more
     """.split()  # noqa: SIM905 - a word table
 )
 _NAMED = re.compile(
@@ -190,6 +190,7 @@ def _clock_time(text: str) -> tuple[int, int, str] | None:
     if clock is None:
         return None
     hour, minute = int(clock[1]), int(clock[2] or 0)
+    half = half if hour <= 12 else ""  # "21:30 tomorrow morning" is 21:30
     if hour > 23 or (half and not 1 <= hour <= 12):
         return None
     return hour, minute, half
@@ -204,7 +205,9 @@ _RING_AT = re.compile(
 def _parse_set_alarm(text: str) -> dict[str, object] | None:
     lower = text.lower()
     asked = re.search(
-        r"\b(?:alarm|wake me|wake us|get me up|(?:need|have|got) to (?:be|get) up)\b", lower
+        r"\b(?:alarm|wake me|wake us|get me up|wake ?-?up call|wake up at|i'?m up"
+        r"|(?:need|have|got) to (?:be|get) up)\b",
+        lower,
     ) or _RING_AT.search(digits(lower))
     if not asked or _CANCEL.search(lower):
         return None
@@ -220,11 +223,19 @@ def _parse_list(text: str) -> dict[str, object] | None:
     # "How much time is left?" with nothing after: of the timers, not of a game or a film.
     if re.search(r"\bhow (?:much (?:time|longer)|long)(?: is| do i have)? left\W*$", lower):
         return {}
+    if re.search(r"\bhow much longer (?:on|for) (?:the|my) [a-z]+\W*$", lower):
+        return {}
     if not re.search(r"\b(?:timers?|alarms?)\b", lower) or _CANCEL.search(lower):
         return None
-    if re.search(r"\b(?:set|start|make) (?:a|an|the|my|up|me)\b|\bwake me\b", lower):
+    if re.search(r"\b(?:about|for) (?:timers|alarms)\b|\balarm clocks?\b|\btimer apps?\b", lower):
+        return None  # timers as a topic, not the user's
+    setting = r"(?<!did i )(?<!have i )\b(?:set|start|make) (?:a|an|the|my|up|me)\b|\bwake me\b"
+    if re.search(setting, lower):
         return None
-    listing = r"\b(?:list|show|check|read|tell me|what|which|any|do i have|how(?:'s| is))\b"
+    listing = (
+        r"\b(?:list|show|check|read|tell me|what|which|any|do i have|how(?:'s| is)|is there|"
+        r"are there|did i set|status|how far along)\b"
+    )
     return {} if _ASKS.search(lower) or re.search(listing, lower) else None
 
 

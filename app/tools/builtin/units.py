@@ -184,8 +184,9 @@ _COMPARED = frozenset({"than", "over", "under", "above", "below", "exceed", "exc
 
 def _words_of(text: str) -> list[str]:
     """The request's words for reading a conversion: numbers in digits, lower case, a minus
-    sign on negative numbers, "km/h" as "km per h"."""
-    words = digits(text).replace("/", " per ").replace("'", "")
+    sign on negative numbers, "km/h" as "km per hour"."""
+    words = re.sub(r"\b(km|mi)/h\b", r"\1 per hour", digits(text))
+    words = words.replace("/", " per ").replace("'", "")
     words = re.sub(r"\b(?:minus|negative) (?=\d)", "-", words)
     return _TOKEN.findall(words)
 

@@ -46,6 +46,10 @@ PARSERS: dict[str, Parse] = {
         ("whats the hour", None),
         ("so what time have we got", None),
         ("time please", None),
+        ("what o'clock is it", None),
+        ("tell me the time, thanks", None),
+        ("what does the clock say in lima", "lima"),
+        ("ok so utc time right now", "utc"),
         ("what time's it", None),
         ("what time is it in tokyo", "tokyo"),
         ("tell me the current time in london", "london"),
@@ -86,6 +90,7 @@ def test_time_phrasings(text: str, place: str | None) -> None:
         ("what date are we at", None),
         ("what's the day today", None),
         ("is today tuesday", None),
+        ("what's the day and date", None),
         ("what day of the month is it", None),
         ("what is the date in tokyo", "tokyo"),
         ("what day is it in new zealand right now", "new zealand"),
@@ -129,6 +134,7 @@ def test_date_phrasings(text: str, place: str | None) -> None:
         ("remind me in an hour", {"seconds": 3600.0}),
         ("set a timer for 3 minutes and 30 seconds", {"seconds": 210.0}),
         ("notify me in 2 minutes", {"seconds": 120.0}),
+        ("can you time 40 seconds", {"seconds": 40.0}),
         ("set a tea timer for four minutes", {"seconds": 240.0, "label": "tea"}),
         ("twelve minute timer for the pasta please", {"seconds": 720.0, "label": "pasta"}),
         ("the eggs need six minutes let me know", {"seconds": 360.0, "label": "eggs"}),
@@ -166,6 +172,8 @@ def test_set_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("buzz me at 4 this afternoon", "4:00 PM"),
         ("i need to be up at 5 am", "5:00 AM"),
         ("alarm 7 15", "7:15"),
+        ("set a wake up call for 6", "6:00"),
+        ("alarm for 21:30 tomorrow morning", "21:30"),
     ],
 )
 def test_set_alarm_phrasings(text: str, at: str) -> None:
@@ -192,6 +200,9 @@ def test_set_alarm_phrasings(text: str, at: str) -> None:
         "what's left on the egg timer",
         "how much time is left",
         "how long until my timer goes off",
+        "did i set an alarm",
+        "is there a timer running",
+        "timer status",
     ],
 )
 def test_list_timers_phrasings(text: str) -> None:
@@ -204,6 +215,7 @@ def test_list_timers_phrasings(text: str) -> None:
         ("cancel the timer", {}),
         ("stop my timer", {}),
         ("kill the timer", {}),
+        ("no more timer please", {}),
         ("stop the countdown", {}),
         ("um never mind the timer", {}),
         ("scrap that timer", {}),
@@ -279,6 +291,9 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("reduce 200 by 15 percent", 170),
         ("whats 7 x 8", 56),
         ("negative 5 plus 8", 3),
+        ("hey square 12", 144),
+        ("what's forty times itself", 1600),
+        ("90 take away 12", 78),
         ("how much is a third of 120", 40),
         ("a coat costs 120 dollars with 25 percent off how much do i pay", 90),
     ],
@@ -333,6 +348,7 @@ def test_calculation_phrasings(text: str, value: float) -> None:
         ("how many tablespoons in a quarter cup", 0.25, "cup", "tablespoon"),
         ("how fast is 100 kilometers an hour in miles per hour", 100.0, "kph", "mph"),
         ("how heavy is 12 stone in kilograms", 12.0, "stone", "kilogram"),
+        ("what's 5 km/h in mph", 5.0, "kph", "mph"),
     ],
 )
 def test_conversion_phrasings(text: str, value: float, source: str, target: str) -> None:
@@ -436,6 +452,10 @@ NOT_TOOL_REQUESTS = [
     "what's the difference between a frog and a toad",
     "is today a holiday",
     "what's the average height of a man",
+    "what's a good alarm clock",
+    "tell me a joke about timers",
+    "how many languages are there in the world",
+    "is universal healthcare a good idea",
 ]
 
 
