@@ -323,14 +323,21 @@ class VoiceSession:
 
     def answer_tool_outputs(self) -> str | None:
         """Answer the turn again from the client's tool outputs noted in it (``response.create``
-        after ``function_call_output``); returns why not, or None."""
+        after ``function_call_output``): said as they are when they read as sentences, else the
+        LM answers from them. Returns why not, or None."""
         if self.vad.in_speech or self.ears.final_pending:
             return "the user is speaking"
         actions = self.tm.answer_again()
         if not actions:
             return "an answer is under way"
-        self.tools.outputs = 0
-        self.do(actions)
+        spoken = self.tools.spoken_outputs()
+        self.tools.outputs, self.tools.output_texts = 0, []
+        if spoken is None:
+            self.do(actions)
+        else:
+            start = actions[0]
+            assert isinstance(start, StartAnswer)
+            self.responses.say(start.gen, spoken)
         return None
 
     def configure(self, cfg: Config) -> None:

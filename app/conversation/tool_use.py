@@ -35,6 +35,7 @@ class ToolUse:
         self.ledger = Ledger()
         self.pending: dict[str, tuple[int, str]] = {}  # client call id -> (turn, tool name)
         self.outputs = 0  # client outputs noted since the last answer
+        self.output_texts: list[str] = []  # and what they said
         self.ctx = ToolContext(say=self._say_soon)
         self._notices: deque[str] = deque()
         self._said: set[int] = set()  # generations that speak a notice, not answer a turn
@@ -70,6 +71,16 @@ class ToolUse:
             raise ToolDefinitionError(f"call {call_id!r} is late: the user has spoken since")
         self.s.tm.history.note_tool(name, output)
         self.outputs += 1
+        self.output_texts.append(output.strip())
+
+    def spoken_outputs(self) -> str | None:
+        """The client's outputs as the answer, when each already reads as a short spoken
+        sentence ("Order 4521 shipped on Monday."): a 135M LM rephrasing one drops its facts.
+        None for data (JSON, lists, long text), which the LM answers from."""
+        texts = self.output_texts
+        if texts and all(_sentence(t) for t in texts):
+            return " ".join(texts)
+        return None
 
     # ---- what the agent says unasked ----------------------------------------------------------
 
@@ -108,3 +119,15 @@ class ToolUse:
 
     def names(self) -> Sequence[str]:
         return list(self.box.tools)
+
+
+MAX_SPOKEN_WORDS = 40  # a tool's sentence longer than this is data for the LM to sum up
+
+
+def _sentence(text: str) -> bool:
+    """Prose that ends a sentence, no markup or data brackets, at most MAX_SPOKEN_WORDS words."""
+    return (
+        text[-1:] in ".!?"
+        and not any(c in text for c in "{}[]<>|=")
+        and 0 < len(text.split()) <= MAX_SPOKEN_WORDS
+    )
