@@ -164,6 +164,15 @@ class SessionControl:
         self._created += 1
         self.emit(events.item_created(f"item_{self._created}", text))
 
+    def withdraw(self, text: str) -> bool:
+        """Take back a typed item still waiting for ``response.create`` (the client deleted it);
+        False when none holds ``text``."""
+        if text not in self.items:
+            return False
+        self.items.remove(text)
+        self.waiting_chars = max(0, sum(map(len, self.items)) + len(self.items) - 1)
+        return True
+
     def tool_output(self, call_id: str, output: str) -> None:
         """``conversation.item.create`` of a ``function_call_output``: the result of the client's
         tool call ``call_id``, which the next ``response.create`` answers from."""

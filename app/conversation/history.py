@@ -86,6 +86,16 @@ class History:
                 return True
         return False
 
+    def forget(self, role: str, text: str) -> bool:
+        """Drop the newest ``role`` message that begins with ``text`` (a client deleted it);
+        False when none does."""
+        for i in range(len(self.messages) - 1, -1, -1):
+            msg = self.messages[i]
+            if msg.role == role and text and msg.content.startswith(text):
+                del self.messages[i]
+                return True
+        return False
+
     def note_tool(self, name: str, result: object) -> None:
         """A tool's result joins the turn that called it (the newest user message), so it stays
         when the spoken answer is cut and a follow-up can use it."""

@@ -299,3 +299,26 @@ def test_the_key_as_bearer_or_browser_subprotocol(serve: Callable[..., Running])
     with pytest.raises(InvalidStatus) as refused:
         asyncio.run(wrong())
     assert refused.value.response.status_code == 403
+
+
+def test_items_are_retrieved_and_deleted(serve: Callable[..., Running]) -> None:  # noqa: F811
+    run = serve()
+
+    async def talk() -> Reader:
+        async with client(run).realtime.connect(model="x") as conn:
+            r = Reader(conn)
+            await r.until("session.created")
+            await conn.conversation.item.create(item={**user("Forget this one."), "id": "mine_1"})
+            await r.until("conversation.item.done")
+            await conn.conversation.item.retrieve(item_id="mine_1")
+            got = await r.until("conversation.item.retrieved")
+            assert got["item"]["content"][0]["text"] == "Forget this one."
+            await conn.conversation.item.delete(item_id="mine_1")
+            assert (await r.until("conversation.item.deleted"))["item_id"] == "mine_1"
+            await conn.response.create()  # the deleted item no longer waits for an answer
+            assert "no typed user item" in (await r.until("error"))["error"]["message"]
+            await conn.conversation.item.retrieve(item_id="mine_1")
+            assert "no item" in (await r.until("error"))["error"]["message"]
+        return r
+
+    asyncio.run(talk())

@@ -148,7 +148,7 @@ class RealtimeConnection(Connection):
             case AddItem():
                 raise ClientError("conversation.item.create: unknown item")
             case DeleteItem(item_id):
-                self._one(self.api.delete(item_id), item_id)
+                self._delete(item_id)
             case RetrieveItem(item_id):
                 self._one(self.api.retrieve(item_id), item_id)
             case TruncateItem(item_id, audio_end_ms):
@@ -169,6 +169,18 @@ class RealtimeConnection(Connection):
         if ev is None:
             raise ClientError(f"no item {item_id!r} in the conversation")
         self.send_event(ev)
+
+    def _delete(self, item_id: str) -> None:
+        """The item leaves the conversation: the history, or the typed items still waiting."""
+        said = self.api.said(item_id)
+        self._one(self.api.delete(item_id), item_id)
+        if said is None:
+            return
+        role, text = said
+        session, control = self.session, self.control
+        assert session is not None and control is not None
+        if not (role == "user" and control.withdraw(text)):
+            session.tm.history.forget(role, text)
 
     def _append(self, data: bytes) -> None:
         pcm = np.frombuffer(self._in.feed(data), dtype="<i2").astype(np.int16)

@@ -120,6 +120,14 @@ class RealtimeEvents:
         item = self.items.get(item_id)
         return None if item is None else self.event("conversation.item.retrieved", item=item)
 
+    def said(self, item_id: str) -> tuple[str, str] | None:
+        """The role and words of a message item (its text or transcript); None for others."""
+        item = self.items.get(item_id)
+        if item is None or item["type"] != "message" or not item["content"]:
+            return None
+        part = item["content"][0]
+        return item["role"], part.get("text") or part.get("transcript") or ""
+
     def delete(self, item_id: str) -> Event | None:
         if self.items.pop(item_id, None) is None:
             return None
