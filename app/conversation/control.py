@@ -137,6 +137,8 @@ class Session(Protocol):
 
     def text_turn(self, text: str) -> str | None: ...
     def answer_tool_outputs(self) -> str | None: ...
+    def turn_waiting(self) -> bool: ...
+    def answer_waiting_turn(self) -> str | None: ...
     def configure(self, cfg: Config) -> None: ...
 
 
@@ -186,9 +188,14 @@ class SessionControl:
     def create_response(self) -> None:
         """``response.create``: answer the waiting items as one user turn (taken by the session,
         or refused: either way they wait no more); with none, answer from the client's tool
-        outputs."""
+        outputs, or the spoken turn left waiting (``answers_turns`` off)."""
         if not self.items and self.session.tools.outputs:
             refused = self.session.answer_tool_outputs()
+            if refused is not None:
+                raise Refused(f"response.create: {refused}")
+            return
+        if not self.items and self.session.turn_waiting():
+            refused = self.session.answer_waiting_turn()
             if refused is not None:
                 raise Refused(f"response.create: {refused}")
             return

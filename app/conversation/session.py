@@ -321,6 +321,20 @@ class VoiceSession:
         self.do(self.tm.on_final(text))
         return None
 
+    def turn_waiting(self) -> bool:
+        """A spoken turn was committed and waits for ``response.create``."""
+        return not self.tm.answers_turns and self.tm.turn_waiting()
+
+    def answer_waiting_turn(self) -> str | None:
+        """Answer the turn that waits (``response.create``); returns why not, or None."""
+        if self.vad.in_speech or self.ears.final_pending:
+            return "the user is speaking"
+        actions = self.tm.answer_again(tools=True)
+        if not actions:
+            return "an answer is under way"
+        self.do(actions)
+        return None
+
     def answer_tool_outputs(self) -> str | None:
         """Answer the turn again from the client's tool outputs noted in it (``response.create``
         after ``function_call_output``): said as they are when they read as sentences, else the

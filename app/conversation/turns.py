@@ -132,6 +132,9 @@ class TurnManager:
     spec: _Speculation | None = None
     barge: _Barge | None = None
     near_end_sure: bool = False  # an echo canceller's double-talk detector can tell echo apart
+    # False: a committed turn joins the history and waits for an explicit answer (a Realtime
+    # client's turn_detection.create_response: false).
+    answers_turns: bool = True
     history: History = field(init=False)
 
     def __post_init__(self) -> None:
@@ -387,6 +390,10 @@ class TurnManager:
 
     def _commit(self, text: str) -> list[Action]:
         """``text`` is the user's turn: release the matching speculation or start an answer."""
+        if not self.answers_turns:
+            actions = self._drop_spec("waiting")
+            self.history.add_user(text)
+            return actions
         spec, self.spec = self.spec, None
         self.history.add_user(text)
         self.agent, self.answer_turn = "thinking", self.turn
@@ -420,16 +427,21 @@ class TurnManager:
         self.answer_gen, self.agent = None, "idle"
         return self._reject_barge("answer finished") if self.barge else []
 
-    def answer_again(self) -> list[Action]:
-        """Answer the latest turn again, from what its tools said (a client's tool outputs);
-        nothing while an answer is under way."""
+    def turn_waiting(self) -> bool:
+        """A turn is committed and unanswered (``answers_turns`` off)."""
+        past = self.history.messages
+        return bool(past) and past[-1].role == "user" and self.agent == "idle"
+
+    def answer_again(self, tools: bool = False) -> list[Action]:
+        """Answer the latest turn again, from what its tools said (a client's tool outputs), or
+        a turn left waiting (``tools``: it may call one); nothing while an answer is under way."""
         if self.agent != "idle" or self.user_speaking:
             return []
         text = next((m.content for m in reversed(self.history.messages) if m.role == "user"), "")
         self.agent, self.answer_turn = "thinking", self.turn
         self.answer_gen = self._next_gen()
         prompt = self.history.prompt(self.cfg.system_prompt)
-        return [StartAnswer(self.answer_gen, text, prompt, tools=False)]
+        return [StartAnswer(self.answer_gen, text, prompt, tools=tools)]
 
     def announce(self) -> int | None:
         """A new generation for something the agent says unasked (a timer going off), or None

@@ -322,3 +322,28 @@ def test_items_are_retrieved_and_deleted(serve: Callable[..., Running]) -> None:
         return r
 
     asyncio.run(talk())
+
+
+def test_a_spoken_turn_waits_for_response_create(serve: Callable[..., Running]) -> None:  # noqa: F811
+    run = serve()
+
+    async def talk() -> Reader:
+        async with client(run).realtime.connect(model="x") as conn:
+            r = Reader(conn)
+            await r.until("session.created")
+            await conn.session.update(session={"type": "realtime", "audio": {"input": {
+                "turn_detection": {"type": "server_vad", "create_response": False}}}})  # fmt: skip
+            await r.until("session.updated")
+            speech = resample(SPEECH_16K, 16000, 24000).tobytes()
+            await send_speech(conn, speech, 4800, lambda b: b)
+            await r.until("conversation.item.input_audio_transcription.completed")
+            await asyncio.sleep(0.5)
+            assert "response.created" not in r.kinds()  # committed, not answered
+            await conn.response.create()
+            await r.until("response.done")
+        return r
+
+    r = asyncio.run(talk())
+    done = r.of("response.done")[0]["response"]
+    assert done["status"] == "completed"
+    assert done["output"][0]["content"][0]["transcript"] == ANSWER

@@ -317,5 +317,7 @@ class RealtimeConnection(Connection):
         self.settings = settings
         self.api.modalities, self.api.extras = settings.modalities, settings.extras
         session.speaks = settings.speaks
+        td = settings.turn_detection
+        session.tm.answers_turns = td is None or bool(td["create_response"])
         control.cfg = cfg
         session.configure(cfg)

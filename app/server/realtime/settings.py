@@ -197,6 +197,8 @@ class RealtimeSettings:
         if td is None:
             return out
         out["barge_in"] = {"enabled": bool(td["interrupt_response"])}
+        # With create_response off no answer starts before response.create: none to draft.
+        out["speculation"] = {"enabled": base.speculation.enabled and bool(td["create_response"])}
         if td["type"] == "server_vad":
             out["end_of_turn"] = {"mode": "fixed"}
             out["vad"] = {"speech_end_ms": td["silence_duration_ms"]}
@@ -216,6 +218,7 @@ class RealtimeSettings:
     ) -> dict[str, object]:
         """The ``session`` object of ``session.created`` and ``session.updated``."""
         td = self.turn_detection
+        ours = {"dllm_voice": {"events": sorted(self.extras)}} if self.extras else {}
         return {
             "type": "realtime",
             "object": "realtime.session",
@@ -240,7 +243,7 @@ class RealtimeSettings:
             "tool_choice": tool_choice,
             "max_output_tokens": self.max_output_tokens,
             "tracing": None,
-            "dllm_voice": {"events": sorted(self.extras)},
+            **ours,
         }
 
 
