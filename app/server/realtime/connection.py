@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -187,7 +188,7 @@ class RealtimeConnection(Connection):
         if not self.settings.push_to_talk:
             self._push(pcm.tobytes())
             return
-        self.last_audio = asyncio.get_running_loop().time()
+        self.last_audio = time.monotonic()
         held = sum(len(p) for p in self._ptt) + len(pcm)
         if held * 1000 > self.buffer_ms * self.server.cfg.audio.sample_rate_hz:
             raise ClientError(
