@@ -73,7 +73,12 @@ def connection_for(ws: ServerConnection, server: VoiceServer, peer: str) -> Conn
     if parts.path != REALTIME_PATH:
         return Connection(ws, server, peer)
     model = parse_qs(parts.query).get("model", [""])[0][:64]
-    return RealtimeConnection(ws, server, peer, model)
+    headers = ws.request.headers if ws.request is not None else None
+    beta = headers is not None and (
+        "realtime=v1" in headers.get("OpenAI-Beta", "")
+        or "openai-beta.realtime-v1" in headers.get("Sec-WebSocket-Protocol", "")
+    )
+    return RealtimeConnection(ws, server, peer, model, beta)
 
 
 def select_subprotocol(ws: ServerConnection, offered: Sequence[Subprotocol]) -> Subprotocol | None:

@@ -347,3 +347,30 @@ def test_a_spoken_turn_waits_for_response_create(serve: Callable[..., Running]) 
     done = r.of("response.done")[0]["response"]
     assert done["status"] == "completed"
     assert done["output"][0]["content"][0]["transcript"] == ANSWER
+
+
+def test_a_beta_client_gets_the_beta_names(serve: Callable[..., Running]) -> None:  # noqa: F811
+    run = serve()
+    url = f"ws://{urlsplit(run.url).netloc}/v1/realtime?model=x"
+
+    async def talk() -> list[dict[str, Any]]:
+        seen: list[dict[str, Any]] = []
+        async with connect(url, additional_headers={"OpenAI-Beta": "realtime=v1"}) as ws:
+            seen.append(json.loads(await ws.recv()))
+            await ws.send(json.dumps({"type": "conversation.item.create", "item": user("Hi")}))
+            await ws.send(json.dumps({"type": "response.create"}))
+            async with asyncio.timeout(20):
+                while seen[-1]["type"] != "response.done":
+                    seen.append(json.loads(await ws.recv()))
+        return seen
+
+    seen = asyncio.run(talk())
+    kinds = [e["type"] for e in seen]
+    assert seen[0]["session"]["input_audio_format"] == "pcm16"
+    beta = {"conversation.item.created", "response.audio.delta", "response.audio.done",
+            "response.audio_transcript.delta", "response.audio_transcript.done"}  # fmt: skip
+    assert beta <= set(kinds)
+    assert not {"conversation.item.added", "conversation.item.done"} & set(kinds)
+    assert not any(k.startswith("response.output_audio") for k in kinds)
+    output = seen[-1]["response"]["output"][0]["content"][0]
+    assert output["type"] == "audio" and output["transcript"].endswith("Fine, thanks.")

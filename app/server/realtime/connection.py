@@ -40,7 +40,7 @@ from dllm_voice.app.server.realtime.messages import (
     parse,
 )
 from dllm_voice.app.server.realtime.settings import RealtimeSettings
-from dllm_voice.app.server.realtime.translate import RealtimeEvents
+from dllm_voice.app.server.realtime.translate import RealtimeEvents, as_beta
 from dllm_voice.app.tools.registry import ToolDefinitionError
 
 if TYPE_CHECKING:
@@ -66,9 +66,15 @@ class RealtimeConnection(Connection):
     """A VoiceSession spoken to in the OpenAI Realtime API's events."""
 
     def __init__(
-        self, ws: ServerConnection, server: VoiceServer, peer: str = "", model: str = ""
+        self,
+        ws: ServerConnection,
+        server: VoiceServer,
+        peer: str = "",
+        model: str = "",
+        beta: bool = False,
     ) -> None:
         super().__init__(ws, server, peer)
+        self.beta = beta  # an OpenAI-Beta: realtime=v1 client: events under the beta names
         cfg = server.cfg
         self.settings = RealtimeSettings(cfg, model=model or "dllm-voice")
         self.api = RealtimeEvents(f"conv_{self.id}")
@@ -86,6 +92,11 @@ class RealtimeConnection(Connection):
         for ev in self.api.translate(event):
             self.send_event(ev)
 
+    def send_event(self, event: events.Event) -> None:
+        said = as_beta(event) if self.beta else event
+        if said is not None:
+            super().send_event(said)
+
     def audio_message(self, gen: int, pcm: bytes) -> str | None:
         assert self.server.components is not None
         if self._out is None or gen != self._out_gen:  # a new answer: no filter tail carried
@@ -98,7 +109,7 @@ class RealtimeConnection(Connection):
             return None
         for ev in evs[:-1]:
             self.send_event(ev)
-        return json.dumps(evs[-1])
+        return json.dumps(as_beta(evs[-1]) if self.beta else evs[-1])
 
     def refuse(self, exc: ClientError | Refused) -> None:
         event_id = exc.event_id if isinstance(exc, ClientError) else None
@@ -109,7 +120,8 @@ class RealtimeConnection(Connection):
     def _session_event(self, kind: str) -> None:
         tools = self.session.tools if self.session is not None else None
         choice = tools.choice if tools is not None else "auto"
-        session = self.settings.as_json(self.id, self.client_tools, choice)
+        describe = self.settings.as_beta_json if self.beta else self.settings.as_json
+        session = describe(self.id, self.client_tools, choice)
         self.send_event(self.api.event(kind, session=session))
 
     def greet(self) -> None:

@@ -213,6 +213,29 @@ class RealtimeSettings:
         out["vad"] = {"speech_end_ms": base.vad.speech_end_ms}
         return out
 
+    def as_beta_json(
+        self, session_id: str, tools: list[dict[str, object]], tool_choice: str
+    ) -> dict[str, object]:
+        """The ``session`` object as the beta API said it."""
+        beta = {"audio/pcm": "pcm16", "audio/pcmu": "g711_ulaw", "audio/pcma": "g711_alaw"}
+        td = self.turn_detection
+        return {
+            "object": "realtime.session",
+            "id": session_id,
+            "model": self.model,
+            "instructions": self.instructions,
+            "modalities": ["text", "audio"] if self.speaks else ["text"],
+            "input_audio_format": beta[self.input_format.type],
+            "output_audio_format": beta[self.output_format.type],
+            "input_audio_transcription": {"model": TRANSCRIBER, "language": "en"},
+            "turn_detection": dict(td) if td is not None else None,
+            "voice": self.voice,
+            "speed": self.speed,
+            "tools": tools,
+            "tool_choice": tool_choice,
+            "max_response_output_tokens": self.max_output_tokens,
+        }
+
     def as_json(
         self, session_id: str, tools: list[dict[str, object]], tool_choice: str
     ) -> dict[str, object]:

@@ -33,6 +33,41 @@ _EXTRA = {
 }
 
 
+# GA names the beta API (an ``OpenAI-Beta: realtime=v1`` client) knew by others.
+_BETA_NAMES = {
+    "response.output_audio.delta": "response.audio.delta",
+    "response.output_audio.done": "response.audio.done",
+    "response.output_audio_transcript.delta": "response.audio_transcript.delta",
+    "response.output_audio_transcript.done": "response.audio_transcript.done",
+    "response.output_text.delta": "response.text.delta",
+    "response.output_text.done": "response.text.done",
+    "conversation.item.added": "conversation.item.created",
+}
+_BETA_PARTS = {"output_audio": "audio", "output_text": "text"}
+
+
+def as_beta(event: Event) -> Event | None:
+    """``event`` as the beta API said it; None for one it did not have."""
+    if event["type"] == "conversation.item.done":
+        return None
+    event = {**event, "type": _BETA_NAMES.get(event["type"], event["type"])}
+    for key in ("item", "response"):
+        if isinstance(event.get(key), dict):
+            event[key] = _beta_parts(event[key])
+    return event
+
+
+def _beta_parts(obj: dict[str, Any]) -> dict[str, Any]:
+    out = dict(obj)
+    if isinstance(out.get("content"), list):
+        out["content"] = [
+            {**c, "type": _BETA_PARTS.get(c.get("type"), c.get("type"))} for c in out["content"]
+        ]
+    if isinstance(out.get("output"), list):
+        out["output"] = [_beta_parts(o) for o in out["output"]]
+    return out
+
+
 @dataclass
 class _Response:
     gen: int
