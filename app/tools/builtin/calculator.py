@@ -22,6 +22,8 @@ _VERBS = [
     (re.compile(r"^divide (.+?) by (.+)$"), r"\1 divided by \2"),
 ]
 _TO_PYTHON = [
+    # Whisper writes "15 percent of 80" as "15% of 80%": a percent of a percent is not asked.
+    (r"(\d+(?:\.\d+)?) ?(%|percent\b) of (\d+(?:\.\d+)?) ?(?:%|percent\b)", r"\1 \2 of \3"),
     # "80 plus 15 percent" is 80 and its 15 percent, as on a calculator (92, not 80.15).
     (
         r"(\d+(?:\.\d+)?) (?:plus|\+) (\d+(?:\.\d+)?) ?(?:%|percent\b)(?! of\b)",

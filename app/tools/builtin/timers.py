@@ -179,6 +179,7 @@ def _clock_time(text: str) -> tuple[int, int, str] | None:
     half = "am" if re.search(_AM, t) else ("pm" if re.search(_PM, t) else "")
     t = re.sub(r"\b(\d{1,2}) oh (\d)\b", r"\1:0\2", t)  # "seven oh five"
     t = re.sub(r"\b(\d{1,2})(\d{2})(?= hours\b| ?[ap]\.? ?m\b)", r"\1:\2", t)  # "1900 hours"
+    t = re.sub(r"\bat (\d{1,2})([0-5]\d)\b", r"at \1:\2", t)  # Whisper's "at 615" for 6:15
     past = _PAST.search(t)
     if past:
         minutes = {"half": 30, "quarter": 15}.get(past[1]) or int(past[1])

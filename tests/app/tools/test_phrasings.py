@@ -174,6 +174,7 @@ def test_set_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("alarm 7 15", "7:15"),
         ("set a wake up call for 6", "6:00"),
         ("alarm for 21:30 tomorrow morning", "21:30"),
+        ("could you make my phone ring at 730 tomorrow morning", "7:30 AM"),  # Whisper's digits
     ],
 )
 def test_set_alarm_phrasings(text: str, at: str) -> None:
@@ -264,6 +265,7 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("what's 15 percent of 80", 12),
         ("what is fifteen percent of eighty", 12),
         ("how much is 20% of 150", 30),
+        ("25% of 60% please", 15),  # Whisper's "25 percent of 60"
         ("calculate 3 percent of a thousand", 30),
         ("what's a 15 percent tip on 80 dollars", 12),
         ("the bill is forty dollars what's a twenty percent tip", 8),
