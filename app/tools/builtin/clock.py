@@ -19,7 +19,8 @@ _END = (
     r"|,? (?:thanks|thank you)\W*$|\s*[?.!]?\s*$)"
 )
 _TIME_ASKED = re.compile(
-    rf"\bwhat(?:'s| is|s)?(?: the)?(?: current| local)? (?:time|hour)(?: is it| it is|'s it)?{_END}"
+    rf"\bwhat(?:'s| is|s)?(?: the)?(?: current| local)? (?:time|hour)"
+    rf"(?: is it| it is|'s it| is)?{_END}"
     rf"|\b(?:the|current|local) (?:time|hour){_END}"
     r"|(?:^|[,.!?]\s*)(?:and |so )?(?:the )?time (?:in|at|over in)\b"
     r"|^(?:the )?time,? (?:please|now)\W*$"

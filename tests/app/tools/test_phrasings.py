@@ -38,6 +38,8 @@ PARSERS: dict[str, Parse] = {
 @pytest.mark.parametrize(
     ("text", "place"),
     [
+        ("any idea what the hour is over in lisbon", "lisbon"),
+        ("do you know what the time is in denver right now", "denver"),
         ("um what time is it", None),
         ("hey could you tell me the time please", None),
         ("do you have the time", None),
