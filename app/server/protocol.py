@@ -168,7 +168,7 @@ def _number(event: JSONObject, key: str) -> float:
     return float(value)
 
 
-def _append(event: JSONObject) -> Audio:
+def append_audio(event: JSONObject) -> Audio:
     try:
         return Audio(base64.b64decode(event.get("audio", ""), validate=True))
     except (ValueError, TypeError):  # binascii.Error, and non-ASCII text
@@ -224,7 +224,7 @@ def _update_session(event: JSONObject) -> UpdateSession:
 
 
 _PARSERS: dict[str, Callable[[JSONObject], Command]] = {
-    "input_audio_buffer.append": _append,
+    "input_audio_buffer.append": append_audio,
     "output_audio_buffer.played": _played,
     "conversation.item.truncate": _truncate,
     "response.cancel": lambda event: CancelResponse(),

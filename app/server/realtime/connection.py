@@ -23,11 +23,16 @@ from dllm_voice.app.conversation import events
 from dllm_voice.app.conversation.control import Refused, apply_settings
 from dllm_voice.app.conversation.scheduler import URGENT
 from dllm_voice.app.server.connection import Connection
-from dllm_voice.app.server.protocol import CancelResponse, ClientError, CreateItem, ToolOutput
+from dllm_voice.app.server.protocol import (
+    Audio,
+    CancelResponse,
+    ClientError,
+    CreateItem,
+    ToolOutput,
+)
 from dllm_voice.app.server.realtime.formats import Converter, to_client, to_pipeline
 from dllm_voice.app.server.realtime.messages import (
     AddItem,
-    AppendAudio,
     ClearAudio,
     ClearOutput,
     Command,
@@ -143,7 +148,7 @@ class RealtimeConnection(Connection):
         session, control = self.session, self.control
         assert session is not None and control is not None
         match command:
-            case AppendAudio(data):
+            case Audio(data):
                 self._append(data)
             case CommitAudio():
                 self._commit()
@@ -158,8 +163,6 @@ class RealtimeConnection(Connection):
             case AddItem(ToolOutput(call_id, output), item_id):
                 control.tool_output(call_id, output)
                 self._send_all(self.api.tool_output_item(item_id, call_id, output))
-            case AddItem():
-                raise ClientError("conversation.item.create: unknown item")
             case DeleteItem(item_id):
                 self._delete(item_id)
             case RetrieveItem(item_id):

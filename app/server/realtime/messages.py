@@ -7,30 +7,24 @@ A client's ``event_id`` comes back in the ``error`` its event causes.
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
 from typing import Any
 
 from dllm_voice.app.conversation.control import MAX_TEXT_CHARS, Refused, user_text
 from dllm_voice.app.conversation.events import brief
 from dllm_voice.app.server.protocol import (
+    Audio,
     CancelResponse,
     ClientError,
     CreateItem,
     ToolOutput,
+    append_audio,
     json_object,
 )
 
 # A client's event_id, and an item id it may name: the API's ids are at most 32 characters;
 # 64 leaves room for a client's own scheme.
 MAX_ID_CHARS = 64
-
-
-@dataclass(frozen=True)
-class AppendAudio:
-    """input_audio_buffer.append: audio in the session's input format."""
-
-    data: bytes
 
 
 @dataclass(frozen=True)
@@ -91,7 +85,7 @@ class UpdateSession:
 
 
 Command = (
-    AppendAudio
+    Audio
     | CommitAudio
     | ClearAudio
     | ClearOutput
@@ -114,13 +108,6 @@ def _id(event: dict[str, Any], key: str, required: bool = True) -> str | None:
             f"{event['type']}: {key} must be a string of 1 to {MAX_ID_CHARS} characters"
         )
     return value
-
-
-def _append(event: dict[str, Any]) -> AppendAudio:
-    try:
-        return AppendAudio(base64.b64decode(event.get("audio", ""), validate=True))
-    except (ValueError, TypeError):  # binascii.Error, and non-ASCII text
-        raise ClientError("input_audio_buffer.append: audio must be base64") from None
 
 
 def _create_item(event: dict[str, Any]) -> AddItem:
@@ -200,7 +187,7 @@ def _item_event(cls: type[DeleteItem] | type[RetrieveItem]) -> Any:
 
 
 _PARSERS = {
-    "input_audio_buffer.append": _append,
+    "input_audio_buffer.append": append_audio,  # in the session's input format
     "input_audio_buffer.commit": lambda event: CommitAudio(),
     "input_audio_buffer.clear": lambda event: ClearAudio(),
     "output_audio_buffer.clear": lambda event: ClearOutput(),
@@ -211,7 +198,6 @@ _PARSERS = {
     "response.create": _create_response,
     "response.cancel": lambda event: CancelResponse(),
     "session.update": _update_session,
-    # beta: transcription_session.update has no GA counterpart on this endpoint
 }
 CLIENT_TYPES = tuple(_PARSERS)
 
