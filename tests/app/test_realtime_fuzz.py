@@ -6,22 +6,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from dllm_voice.app.server.realtime.messages import CLIENT_TYPES
-from dllm_voice.app.server.server import VoiceServer
 from testkit.protocol_fuzz import DOCUMENTED_CLOSES, ErrorLog, binaries, json_values, pathological
-from tests.app.fakes import FakeComponents
 from tests.app.test_server import Running
-from tests.app.test_server_fuzz import FUZZ
-from tests.app.test_server_playback import fake_cfg
+from tests.app.test_server_fuzz import FUZZ, running  # noqa: F401 - fixture
 
 FIELDS = ("audio", "item", "item_id", "content_index", "audio_end_ms", "session", "response",
           "event_id")  # fmt: skip
@@ -82,16 +77,6 @@ texts = st.one_of(
 messages = st.lists(st.one_of(texts, texts, binaries), min_size=1, max_size=8)
 
 
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    cfg = fake_cfg(tmp_path_factory.mktemp("fuzz"), max_sessions=64, max_sessions_per_client=0)
-    comps = FakeComponents(["hi"] * 10_000, lm={"tail": "Fine."}, ms_per_word=100)
-    run = Running(VoiceServer(cfg, comps))
-    yield run
-    run.close()
-    comps.close()
-
-
 async def run_case(url: str, case: list[str | bytes]) -> tuple[set[str], int | None, bool]:
     """The error types and close code a case got, and whether its end was answered."""
     kinds: set[str] = set()
@@ -116,7 +101,8 @@ async def run_case(url: str, case: list[str | bytes]) -> tuple[set[str], int | N
 @FUZZ
 @given(case=messages)
 def test_any_messages_get_answers_and_the_session_goes_on(
-    running: Running, case: list[str | bytes]
+    running: Running,  # noqa: F811 - the fixture
+    case: list[str | bytes],
 ) -> None:
     url = running.ws_url.replace("/ws", "/v1/realtime")
     with ErrorLog() as errors:
