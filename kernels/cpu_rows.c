@@ -19,7 +19,9 @@
  * in fp32, so fma(q, d, m) rounds once, as d q + m does), and each row's sum runs in the same
  * order as above: the outputs are bit-identical to rows_matmul's on the dequantized weight, at a
  * fifth of the memory traffic. Expanding costs arithmetic, so here rows are not free (a whole
- * forward of 9 rows ~2.5x one row).
+ * forward of 9 rows ~2.5x one row). Two more formats carry llama.cpp's K-quants with fp32 scales
+ * per 32 inputs (FMT_Q4_F: Q4_K's; FMT_Q8_F: int8 codes with a scale per 16 inputs and an offset,
+ * Q5_K's, Q6_K's, Q5_1's), expanded the same way and as exactly.
  *
  * layers_rows, at the end, runs whole decoder layers around these products in one call.
  */
@@ -106,56 +108,104 @@ void rows_matmul(const float *x, const float *wp, float *y, int m, int n, int k,
     rows_matmul_ws(x, wp, y, m, n, k);
 }
 
+/* The block formats of quant_rows / expand_blocks (the fmt codes of quant_matmul): per panel of
+ * 16 columns and block of 32 inputs, the scales, then the codes of the 32 inputs, 16 columns
+ * each. FMT_Q4_F and FMT_Q8_F hold GGUF's K-quants (Q4_K; Q5_K, Q6_K, Q5_1) in 32-input blocks:
+ * their per-32 (Q6_K: per-16) scales d sc are products of an fp16 and a 6- or 8-bit integer,
+ * kept exactly in fp32, and q d sc stays exact (at most 24 bits), so fma(q, d, m) still rounds
+ * once, as the dequantized weight d q + m does. */
+#define FMT_Q4_1 1 /* d[16], m[16] fp16; 32 x 8 bytes, column j low nibble, j + 8 high */
+#define FMT_Q8_0 2 /* d[16] fp16; 32 x 16 int8 */
+#define FMT_Q4_F 5 /* d[16], m[16] fp32; nibbles as Q4_1 */
+#define FMT_Q8_F 6 /* d_lo[16] (inputs 0-15), d_hi[16] (16-31), m[16] fp32; 32 x 16 int8 */
+#define Q4_F_BYTES (8 * PANEL + QK * PANEL / 2)
+#define Q8_F_BYTES (12 * PANEL + QK * PANEL)
+#define QBYTES(fmt)                                                                                \
+    ((fmt) == FMT_Q4_1 ? Q4_1_BYTES : (fmt) == FMT_Q8_0 ? Q8_0_BYTES                             \
+     : (fmt) == FMT_Q4_F ? Q4_F_BYTES : Q8_F_BYTES)
+#define NIBBLES(fmt) ((fmt) == FMT_Q4_1 || (fmt) == FMT_Q4_F)
+
+/* The scales of half h (inputs 16 h..16 h + 15) of the block at blk, 8 columns a register: d,
+ * and m (none in Q8_0's). */
+static inline __attribute__((always_inline)) void block_scales(const uint8_t *blk, const int fmt,
+                                                               int h, __m256 d[2], __m256 m[2]) {
+    if (fmt == FMT_Q4_1 || fmt == FMT_Q8_0) {
+        d[0] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+        d[1] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
+        if (fmt == FMT_Q4_1) {
+            m[0] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32)));
+            m[1] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 48)));
+        }
+        return;
+    }
+    const float *s = (const float *)blk;
+    const int dm = fmt == FMT_Q8_F ? 2 * PANEL : PANEL; /* where m starts */
+    d[0] = _mm256_loadu_ps(s + (fmt == FMT_Q8_F ? PANEL * h : 0));
+    d[1] = _mm256_loadu_ps(s + (fmt == FMT_Q8_F ? PANEL * h : 0) + 8);
+    m[0] = _mm256_loadu_ps(s + dm);
+    m[1] = _mm256_loadu_ps(s + dm + 8);
+}
+
+/* The 16 weights of input k of a block whose codes start at q, from its scales: w[0] columns
+ * 0-7, w[1] 8-15. One fma (Q8_0: one product) per 8, each exact but for its one rounding. */
+static inline __attribute__((always_inline)) void input_weights(const uint8_t *q, int k,
+                                                                const int fmt, const __m256 d[2],
+                                                                const __m256 m[2], __m256 w[2]) {
+    if (NIBBLES(fmt)) {
+        const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * k)));
+        w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15))),
+                               d[0], m[0]);
+        w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)), d[1], m[1]);
+        return;
+    }
+    const __m128i v = _mm_loadu_si128((const __m128i *)(q + PANEL * k));
+    const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+    const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)));
+    if (fmt == FMT_Q8_0) {
+        w[0] = _mm256_mul_ps(lo, d[0]);
+        w[1] = _mm256_mul_ps(hi, d[1]);
+    } else {
+        w[0] = _mm256_fmadd_ps(lo, d[0], m[0]);
+        w[1] = _mm256_fmadd_ps(hi, d[1], m[1]);
+    }
+}
+
 /* Rows r < rows of y[., 0..16 np) = x[r, .] . the np (1, 2) panels at wq, wq + pstride, ...,
  * dequantized on the fly: the 2 np x rows accumulators stay in registers for the whole of k (at one
- * row, 2 panels give the fma chains the independence one panel lacks). */
+ * row, 2 panels give the fma chains the independence one panel lacks). fmt: a constant, so the
+ * k loop has no branch. */
 static inline __attribute__((always_inline)) void quant_rows(
     const float *x, const uint8_t *wq, size_t pstride, float *y, const int rows, const int np,
-    int blocks, int k_dim, int n_dim, const int q4) {
-    const size_t bytes = q4 ? Q4_1_BYTES : Q8_0_BYTES;
-    const __m256i low = _mm256_set1_epi32(15);
+    int blocks, int k_dim, int n_dim, const int fmt) {
+    const size_t bytes = QBYTES(fmt), codes = bytes - QK * PANEL / (NIBBLES(fmt) ? 2 : 1);
     __m256 acc[2][ROWS][2];
     for (int p = 0; p < np; p++)
         for (int r = 0; r < rows; r++)
             acc[p][r][0] = acc[p][r][1] = _mm256_setzero_ps();
     for (int b = 0; b < blocks; b++) {
         __m256 d[2][2], m[2][2];
-        const uint8_t *q[2];
+        const uint8_t *blk[2];
         for (int p = 0; p < np; p++) {
-            const uint8_t *blk = wq + p * pstride + b * bytes;
+            blk[p] = wq + p * pstride + b * bytes;
             for (size_t line = 0; line < bytes; line += 64)
-                _mm_prefetch((const char *)(blk + QPREFETCH * bytes + line), _MM_HINT_T0);
-            d[p][0] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-            d[p][1] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
-            if (q4) {
-                m[p][0] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32)));
-                m[p][1] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 48)));
-            }
-            q[p] = blk + (q4 ? 4 : 2) * PANEL;
+                _mm_prefetch((const char *)(blk[p] + QPREFETCH * bytes + line), _MM_HINT_T0);
+            block_scales(blk[p], fmt, 0, d[p], m[p]);
         }
         const float *xb = x + QK * b;
-        for (int k = 0; k < QK; k++) {
-            __m256 w[2][2];
-            for (int p = 0; p < np; p++) {
-                if (q4) {
-                    const __m256i v =
-                        _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q[p] + 8 * k)));
-                    w[p][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, low)),
-                                              d[p][0], m[p][0]);
-                    w[p][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)),
-                                              d[p][1], m[p][1]);
-                } else {
-                    const __m128i v = _mm_loadu_si128((const __m128i *)(q[p] + PANEL * k));
-                    w[p][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d[p][0]);
-                    w[p][1] = _mm256_mul_ps(
-                        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))), d[p][1]);
-                }
-            }
-            for (int r = 0; r < rows; r++) {
-                const __m256 bx = _mm256_broadcast_ss(xb + (size_t)r * k_dim + k);
-                for (int p = 0; p < np; p++) {
-                    acc[p][r][0] = _mm256_fmadd_ps(bx, w[p][0], acc[p][r][0]);
-                    acc[p][r][1] = _mm256_fmadd_ps(bx, w[p][1], acc[p][r][1]);
+        for (int h = 0; h < 2; h++) {
+            if (fmt == FMT_Q8_F && h) /* inputs 16-31 have their own scale */
+                for (int p = 0; p < np; p++)
+                    block_scales(blk[p], fmt, 1, d[p], m[p]);
+            for (int k = 16 * h; k < 16 * h + 16; k++) {
+                __m256 w[2][2];
+                for (int p = 0; p < np; p++)
+                    input_weights(blk[p] + codes, k, fmt, d[p], m[p], w[p]);
+                for (int r = 0; r < rows; r++) {
+                    const __m256 bx = _mm256_broadcast_ss(xb + (size_t)r * k_dim + k);
+                    for (int p = 0; p < np; p++) {
+                        acc[p][r][0] = _mm256_fmadd_ps(bx, w[p][0], acc[p][r][0]);
+                        acc[p][r][1] = _mm256_fmadd_ps(bx, w[p][1], acc[p][r][1]);
+                    }
                 }
             }
         }
@@ -170,59 +220,48 @@ static inline __attribute__((always_inline)) void quant_rows(
 /* buf[kk][0..15] = the weights of inputs 32 b0 + kk of one panel, for its blocks b0..b0 + nb - 1,
  * dequantized with quant_rows' arithmetic (the same bits). */
 static inline __attribute__((always_inline)) void expand_blocks(const uint8_t *wp, int b0, int nb,
-                                                                float *buf, const int q4) {
-    const size_t bytes = q4 ? Q4_1_BYTES : Q8_0_BYTES;
-    const __m256i low = _mm256_set1_epi32(15);
+                                                                float *buf, const int fmt) {
+    const size_t bytes = QBYTES(fmt), codes = bytes - QK * PANEL / (NIBBLES(fmt) ? 2 : 1);
     for (int b = b0; b < b0 + nb; b++) {
         const uint8_t *blk = wp + b * bytes;
         for (size_t line = 0; line < bytes; line += 64)
             _mm_prefetch((const char *)(blk + QPREFETCH * bytes + line), _MM_HINT_T0);
-        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
         float *out = buf + (size_t)(b - b0) * QK * PANEL;
-        if (q4) {
-            const __m256 m0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32)));
-            const __m256 m1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 48)));
-            for (int k = 0; k < QK; k++) {
-                const __m256i v = _mm256_cvtepu8_epi32(
-                    _mm_loadl_epi64((const __m128i *)(blk + 4 * PANEL + 8 * k)));
-                _mm256_storeu_ps(out + PANEL * k, _mm256_fmadd_ps(
-                    _mm256_cvtepi32_ps(_mm256_and_si256(v, low)), d0, m0));
-                _mm256_storeu_ps(out + PANEL * k + 8, _mm256_fmadd_ps(
-                    _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)), d1, m1));
-            }
-        } else {
-            for (int k = 0; k < QK; k++) {
-                const __m128i v = _mm_loadu_si128((const __m128i *)(blk + 2 * PANEL + PANEL * k));
-                _mm256_storeu_ps(out + PANEL * k,
-                                 _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d0));
-                _mm256_storeu_ps(out + PANEL * k + 8, _mm256_mul_ps(
-                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))), d1));
-            }
+        __m256 d[2], m[2], w[2];
+        block_scales(blk, fmt, 0, d, m);
+        for (int k = 0; k < QK; k++) {
+            if (fmt == FMT_Q8_F && k == 16)
+                block_scales(blk, fmt, 1, d, m);
+            input_weights(blk + codes, k, fmt, d, m, w);
+            _mm256_storeu_ps(out + PANEL * k, w[0]);
+            _mm256_storeu_ps(out + PANEL * k + 8, w[1]);
         }
     }
 }
 
-/* As rows_matmul, from wq: (n / 16, k / 32) blocks of Q4_1_BYTES (q4 != 0) or Q8_0_BYTES. Each
- * group of rows dequantizes in registers for itself (quant_rows): a panel's blocks are read from
- * memory once, by the first group, and from cache by the others. From 3 groups on (13+ rows:
- * prefills) that repeated expansion costs more than a store: each K_BLOCK slice of a panel is
- * expanded once into an L1 buffer that every group multiplies like an fp32 panel (panel_rows;
- * whole forwards of 64 rows ~10 % faster). */
+/* As rows_matmul, from wq: (n / 16, k / 32) blocks of QBYTES(fmt), fmt FMT_Q4_1, FMT_Q8_0,
+ * FMT_Q4_F or FMT_Q8_F. Each group of rows dequantizes in registers for itself (quant_rows): a
+ * panel's blocks are read from memory once, by the first group, and from cache by the others.
+ * From 3 groups on (13+ rows: prefills) that repeated expansion costs more than a store: each
+ * K_BLOCK slice of a panel is expanded once into an L1 buffer that every group multiplies like
+ * an fp32 panel (panel_rows; whole forwards of 64 rows ~10 % faster). */
 static void quant_matmul_ws(const float *x, const uint8_t *wq, float *y, int m, int n, int k,
-                            int q4) {
+                            int fmt) {
     const int panels = n / PANEL, blocks = k / QK;
-    const size_t pstride = (q4 ? Q4_1_BYTES : Q8_0_BYTES) * (size_t)blocks;
+    const size_t pstride = QBYTES(fmt) * (size_t)blocks;
     if (m > 2 * ROWS) {
 #pragma omp for schedule(static)
         for (int p = 0; p < panels; p++) {
             float buf[K_BLOCK * PANEL] __attribute__((aligned(32)));
             for (int b0 = 0; b0 < blocks; b0 += K_BLOCK / QK) {
                 const int nb = blocks - b0 < K_BLOCK / QK ? blocks - b0 : K_BLOCK / QK;
-                if (q4)
-                    expand_blocks(wq + p * pstride, b0, nb, buf, 1);
-                else
-                    expand_blocks(wq + p * pstride, b0, nb, buf, 0);
+                const uint8_t *wp = wq + p * pstride;
+                switch (fmt) { /* a constant format each: no branch in the loop */
+                case FMT_Q4_1: expand_blocks(wp, b0, nb, buf, FMT_Q4_1); break;
+                case FMT_Q8_0: expand_blocks(wp, b0, nb, buf, FMT_Q8_0); break;
+                case FMT_Q4_F: expand_blocks(wp, b0, nb, buf, FMT_Q4_F); break;
+                default: expand_blocks(wp, b0, nb, buf, FMT_Q8_F); break;
+                }
                 for (int g = 0, r0 = 0; r0 < m; r0 += GROUP_ROWS(m, g), g++)
                     all_rows(x + (size_t)r0 * k + QK * b0, buf, y + (size_t)r0 * n + PANEL * p,
                              GROUP_ROWS(m, g), nb * QK, k, n, b0 == 0, 0);
@@ -238,17 +277,18 @@ static void quant_matmul_ws(const float *x, const uint8_t *wq, float *y, int m, 
             const float *xr = x + (size_t)r0 * k;
             float *yr = y + (size_t)r0 * n + PANEL * p;
             /* constant row and panel counts and format: registers, no branch in the k loop */
-#define QR(R, NP, Q4) quant_rows(xr, wq + p * pstride, pstride, yr, R, NP, blocks, k, n, Q4); break
-#define QUANT_ROWS_SWITCH(Q4)                                                                      \
+#define QR(R, NP, F) quant_rows(xr, wq + p * pstride, pstride, yr, R, NP, blocks, k, n, F); break
+#define QUANT_ROWS_SWITCH(F)                                                                       \
     switch (GROUP_ROWS(m, g) * 2 + two) {                                                          \
-    case 2: QR(1, 1, Q4); case 3: QR(1, 2, Q4);                                                    \
-    case 4: QR(2, 1, Q4); case 6: QR(3, 1, Q4); case 8: QR(4, 1, Q4); case 10: QR(5, 1, Q4);       \
-    default: QR(6, 1, Q4);                                                                         \
+    case 2: QR(1, 1, F); case 3: QR(1, 2, F);                                                      \
+    case 4: QR(2, 1, F); case 6: QR(3, 1, F); case 8: QR(4, 1, F); case 10: QR(5, 1, F);           \
+    default: QR(6, 1, F);                                                                          \
     }
-            if (q4) {
-                QUANT_ROWS_SWITCH(1)
-            } else {
-                QUANT_ROWS_SWITCH(0)
+            switch (fmt) {
+            case FMT_Q4_1: QUANT_ROWS_SWITCH(FMT_Q4_1) break;
+            case FMT_Q8_0: QUANT_ROWS_SWITCH(FMT_Q8_0) break;
+            case FMT_Q4_F: QUANT_ROWS_SWITCH(FMT_Q4_F) break;
+            default: QUANT_ROWS_SWITCH(FMT_Q8_F) break;
             }
 #undef QUANT_ROWS_SWITCH
 #undef QR
@@ -479,13 +519,15 @@ VNNI static void vnni_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, in
         }
 }
 
-/* y = x @ w.T from GGUF blocks in fmt 1 Q4_1, 2 Q8_0 (fp32 products) or 3 Q4_1, 4 Q8_0 (the
- * VNNI layouts, integer products). */
+#define VNNI_FMT(fmt) ((fmt) == 3 || (fmt) == 4)
+
+/* y = x @ w.T from GGUF blocks in fmt 1 Q4_1, 2 Q8_0, 5 Q4_F, 6 Q8_F (fp32 products) or 3 Q4_1,
+ * 4 Q8_0 (the VNNI layouts, integer products). */
 void quant_matmul(const float *x, const uint8_t *wq, float *y, int m, int n, int k, int threads,
                   int fmt) {
-    if (fmt <= 2) {
+    if (!VNNI_FMT(fmt)) {
 #pragma omp parallel num_threads(threads)
-        quant_matmul_ws(x, wq, y, m, n, k, fmt == 1);
+        quant_matmul_ws(x, wq, y, m, n, k, fmt);
         return;
     }
     const XRows xr = xrows_alloc(m, k);
@@ -707,15 +749,15 @@ void attend_rows(const float *q, float *k, float *v, float *out, const uint8_t *
     free(seq_of);
 }
 
-/* y = x @ w.T through the kernel w's format asks for: fmt 0 fp32 panels, 1 Q4_1, 2 Q8_0, 3 Q4_1
- * and 4 Q8_0 in the VNNI layouts (x rounded into xr first, by one thread); y: (m, n) with n a
- * multiple of 16; shared among the enclosing region's threads. */
+/* y = x @ w.T through the kernel w's format asks for: fmt 0 fp32 panels, 1 Q4_1, 2 Q8_0, 5 Q4_F,
+ * 6 Q8_F, 3 Q4_1 and 4 Q8_0 in the VNNI layouts (x rounded into xr first, by one thread); y:
+ * (m, n) with n a multiple of 16; shared among the enclosing region's threads. */
 static void matmul_fmt_ws(const float *x, const void *w, int fmt, float *y, int m, int n, int k,
                           XRows xr) {
     if (fmt == 0) {
         rows_matmul_ws(x, (const float *)w, y, m, n, k);
-    } else if (fmt <= 2) {
-        quant_matmul_ws(x, (const uint8_t *)w, y, m, n, k, fmt == 1);
+    } else if (!VNNI_FMT(fmt)) {
+        quant_matmul_ws(x, (const uint8_t *)w, y, m, n, k, fmt);
     } else {
 #pragma omp single
         quantize_rows(x, m, k, xr, fmt == 3);

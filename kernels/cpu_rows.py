@@ -20,6 +20,17 @@ the arithmetic). The expansion's arithmetic is gone: a whole SmolLM2-135M forwar
 about half the time, and the logits stay within 0.01 of the fp32 products' (BENCHMARKS.md,
 "Integer products").
 
+The other block types of llama.cpp's Q4_K_M / Q5_K_M / Q6_K files reach the kernel through
+`from_gguf`, each converted exactly (the same weights as gguf.quants.dequantize): Q4_0 to Q4_1
+(m = -8 d), Q5_0 to Q8_0 (codes q - 16), and the K-quants, whose 256-input super-blocks scale
+each 32 (Q6_K: 16) inputs by an fp16 times a 6-bit (8-bit) integer, to two formats of 32-input
+blocks with those products as fp32 scales: "q4_f" (Q4_K: d, m, Q4_1's nibbles; 0.75 bytes a
+weight) and "q8_f" (Q5_K, Q6_K, Q5_1: d for inputs 0-15, d for 16-31, m, int8 codes; 1.375
+bytes). d q stays exact in fp32 (at most 24 significant bits), so their expansion, a single
+fma, keeps the kernel's exactness. `fuse` stacks the q|k|v and gate|up matrices, in q8_f where
+their formats differ (Q4_K_M mixes Q4_K and Q6_K). These two formats take the fp32 products on
+every CPU: the integer products are Q4_1's and Q8_0's.
+
 `rms_norm` and `attention` replace torch's composite ops for decode's rows (one C call each
 instead of several small ones), and like the product they give a row the same bits whatever
 rows share the call: together they make a verify row exactly the row `ar` computes. `layers`
@@ -41,19 +52,31 @@ import logging
 import os
 import subprocess
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from dllm_voice.kernels import cpu_rows_build
 
+if TYPE_CHECKING:  # gguf takes ~0.4 s to import; the loader has it imported already
+    from gguf import GGMLQuantizationType
+
 log = logging.getLogger(__name__)
 
 PANEL = 16  # output columns per panel (cpu_rows.c)
 QK = 32  # inputs per quantization block
-# Block formats: (bytes of a block of 32 inputs in a GGUF row, bytes of a 32 x 16 panel block).
-QUANT_FORMATS = {"q4_1": (20, 4 * PANEL + QK * PANEL // 2), "q8_0": (34, 2 * PANEL + QK * PANEL)}
+# Block formats: (bytes of a block of 32 inputs in a row, bytes of a 32 x 16 panel block).
+QUANT_FORMATS = {
+    "q4_1": (20, 4 * PANEL + QK * PANEL // 2),
+    "q8_0": (34, 2 * PANEL + QK * PANEL),
+    "q4_f": (24, 8 * PANEL + QK * PANEL // 2),
+    "q8_f": (44, 12 * PANEL + QK * PANEL),
+}
+# The scales that open each format's blocks: (how many, bytes each: fp16 or fp32); codes follow.
+_SCALES = {"q4_1": (2, 2), "q8_0": (1, 2), "q4_f": (2, 4), "q8_f": (3, 4)}
+# The formats multiplied by the integer products where the CPU has them (`has_vnni`).
+VNNI_FORMATS = ("q4_1", "q8_0")
 # Up to this many rows the kernel beats oneDNN and MKL on whole forwards (they tie at 128 rows);
 # above it the product is compute-bound and MKL's blocked gemm on the plain weight takes over.
 MAX_ROWS = 128
@@ -63,8 +86,8 @@ MAX_INT_ROWS = 512
 
 
 class Panels(NamedTuple):
-    """A weight (n, k) in the kernel's layout. fmt "f32": (ceil(n / 16), k, 16) floats; "q4_1" /
-    "q8_0": (ceil(n / 16), k / 32, bytes) uint8 blocks (`pack_quant`). Zero-padded columns."""
+    """A weight (n, k) in the kernel's layout. fmt "f32": (ceil(n / 16), k, 16) floats; a block
+    format: (ceil(n / 16), k / 32, bytes) uint8 blocks (`pack_quant`). Zero-padded columns."""
 
     data: torch.Tensor
     n: int
@@ -82,12 +105,24 @@ class Panels(NamedTuple):
 
 
 class Quantized(NamedTuple):
-    """A weight (n, k) as a GGUF file stores it: fmt "q4_1" or "q8_0", rows uint8 (n, bytes per
-    row), each row k / 32 blocks (Q4_1: fp16 d, fp16 m, 16 bytes of 4-bit codes, input i in the
-    low nibble of byte i, input i + 16 in its high nibble; Q8_0: fp16 d, 32 int8)."""
+    """A weight (n, k) in blocks of 32 inputs: rows uint8 (n, bytes per row), k / 32 blocks a row,
+    in fmt (`from_gguf` makes them from any block type the kernel takes):
+    "q4_1": GGUF's Q4_1, fp16 d, fp16 m, 16 bytes of 4-bit codes q (input i in the low nibble of
+    byte i, input i + 16 in its high nibble), w = d q + m;
+    "q8_0": GGUF's Q8_0, fp16 d, 32 int8 q, w = d q;
+    "q4_f": fp32 d, fp32 m, 16 bytes of codes as Q4_1's, w = d q + m (Q4_K);
+    "q8_f": fp32 d_lo, d_hi, m, 32 int8 q, w = d q + m with d_lo for inputs 0-15, d_hi for
+    16-31 (Q5_K, Q6_K, Q5_1, and the rows of mixed formats `fuse` stacks).
+    In q4_f and q8_f, d q is exact in fp32 (d = an fp16 times a small integer), so the kernel's
+    fma(q, d, m) gives exactly the dequantized weight."""
 
     fmt: str
     rows: torch.Tensor
+
+    @property
+    def cols(self) -> int:
+        """k: the inputs of each row."""
+        return self.rows.shape[1] // QUANT_FORMATS[self.fmt][0] * QK
 
 
 @functools.cache
@@ -127,11 +162,18 @@ def _call(lib: ctypes.CDLL, x: torch.Tensor, w: Panels) -> torch.Tensor:
 
 
 def random_quantized(fmt: str, n: int, k: int, gen: torch.Generator) -> Quantized:
-    """Random well-formed blocks (finite fp16 scales) of an (n, k) weight: tests."""
+    """Random well-formed blocks of an (n, k) weight: tests. Finite fp16 scales; q4_f / q8_f
+    scales d as from_gguf makes them (an fp16 times an integer below 64, so d q is exact), m any
+    fp32."""
     raw, _ = QUANT_FORMATS[fmt]
+    count, size = _SCALES[fmt]
     rows = torch.randint(0, 256, (n, k // QK, raw), dtype=torch.uint8, generator=gen)
-    scales = (torch.rand(n, k // QK, 2 if fmt == "q4_1" else 1, generator=gen) - 0.5).half()
-    rows[:, :, : 2 * scales.shape[-1]] = scales.view(torch.uint8)  # d (and m)
+    scales = (torch.rand(n, k // QK, count, generator=gen) - 0.5).half()
+    if size == 4:
+        scales = scales.float()
+        ints = torch.randint(0, 64, (n, k // QK, count), generator=gen).float()
+        scales[..., : count - 1] *= ints[..., : count - 1]  # d (d_lo, d_hi); m as it is
+    rows[:, :, : count * size] = scales.view(torch.uint8)
     return Quantized(fmt, rows.reshape(n, -1))
 
 
@@ -150,28 +192,184 @@ def quantize_q8_0(w: torch.Tensor) -> Quantized | None:
     return Quantized("q8_0", rows.reshape(n, -1))
 
 
+def _unpack(fmt: str, blocks: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Blocks (..., bytes) of fmt: their scales, fp32 (..., 1) each, and their codes (..., 32),
+    uint8 (4-bit codes) or int8."""
+    count, size = _SCALES[fmt]
+    kind = torch.float16 if size == 2 else torch.float32
+    spans = [blocks[..., i * size : (i + 1) * size] for i in range(count)]
+    scales = [b.contiguous().view(kind).float() for b in spans]
+    codes = blocks[..., count * size :]
+    if fmt in ("q4_1", "q4_f"):
+        return scales, torch.cat([codes & 15, codes >> 4], dim=-1)
+    return scales, codes.contiguous().view(torch.int8)
+
+
 def dequantize(w: Quantized) -> torch.Tensor:
-    """The fp32 weight (n, k) that `w` stands for, as gguf.quants computes it."""
+    """The fp32 weight (n, k) that `w` stands for, as gguf.quants computes it (from_gguf's
+    blocks: as it computes the GGUF blocks they came from) and as the kernel expands it."""
     n = w.rows.shape[0]
-    blocks = w.rows.reshape(n, -1, QUANT_FORMATS[w.fmt][0])
-    d = blocks[..., :2].contiguous().view(torch.float16).float()  # (n, k / 32, 1)
+    scales, q = _unpack(w.fmt, w.rows.reshape(n, -1, QUANT_FORMATS[w.fmt][0]))
+    q = q.float()  # (n, k / 32, 32)
     if w.fmt == "q8_0":
-        return (blocks[..., 2:].contiguous().view(torch.int8).float() * d).reshape(n, -1)
-    m = blocks[..., 2:4].contiguous().view(torch.float16).float()
-    codes = blocks[..., 4:]
-    q = torch.cat([codes & 15, codes >> 4], dim=-1).float()  # (n, k / 32, 32)
+        return (q * scales[0]).reshape(n, -1)
+    if w.fmt == "q8_f":  # d_lo for inputs 0-15, d_hi for 16-31
+        d_lo, d_hi, m = scales
+        d = torch.cat([d_lo, d_hi], dim=-1).repeat_interleave(QK // 2, dim=-1)
+        return (d * q + m).reshape(n, -1)
+    d, m = scales
     return (d * q + m).reshape(n, -1)
+
+
+def _fp16(b: torch.Tensor) -> torch.Tensor:
+    """Bytes (..., 2) of fp16 values as fp32 (..., 1)."""
+    return b.contiguous().view(torch.float16).float()
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """A tensor (..., c) as its bytes (..., c * itemsize)."""
+    return t.contiguous().view(torch.uint8)
+
+
+def _q8_f(q: torch.Tensor, d_lo: torch.Tensor, d_hi: torch.Tensor, m: torch.Tensor) -> Quantized:
+    """q8_f rows from codes (n, k / 32, 32) (values in int8's range) and fp32 scales
+    (n, k / 32, 1)."""
+    n = q.shape[0]
+    scales = torch.cat([d_lo, d_hi, m], dim=-1).float()
+    rows = torch.cat([_bytes(scales), _bytes(q.to(torch.int8))], dim=-1)
+    return Quantized("q8_f", rows.reshape(n, -1))
+
+
+def _high_bits(qh: torch.Tensor) -> torch.Tensor:
+    """Bits (..., 8 c) of bytes qh (..., c), bit i of byte j at 8 j + i: the fifth bit of Q5_0 /
+    Q5_1 codes (their uint32 qh, little-endian)."""
+    bits = (qh[..., None] >> torch.arange(8, dtype=torch.uint8)) & 1
+    return bits.reshape(*qh.shape[:-1], -1)
+
+
+def _k_scales(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The 6-bit scales and mins (..., 8) of Q4_K / Q5_K's 12 bytes (..., 12): bytes 0-3 hold
+    scales 0-3 and the top bits of 4-7, bytes 4-7 mins 0-3 and the top bits of mins 4-7, bytes
+    8-11 the low nibbles of scales 4-7 (low) and mins 4-7 (high); gguf-py's get_scale_min."""
+    s = s.reshape(*s.shape[:-1], 3, 4)
+    d, m, md = s[..., 0, :], s[..., 1, :], s[..., 2, :]
+    sc = torch.cat([d & 63, (md & 15) | ((d >> 2) & 48)], dim=-1)
+    mn = torch.cat([m & 63, (md >> 4) | ((m >> 2) & 48)], dim=-1)
+    return sc.float(), mn.float()
+
+
+def _nibble_rows(blocks: torch.Tensor, at: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q4_K / Q5_K super-blocks (n, b, bytes): their per-32 scales d sc and offsets -dmin m,
+    fp32 (n, b, 8, 1) (exact: an fp16 times a 6-bit integer), and the low 4 bits of their codes
+    (n, b, 8, 32) from the 128 bytes at `at`: sub-blocks 2 j and 2 j + 1 are the low and the high
+    nibbles of bytes 32 j..32 j + 31."""
+    n, b, _ = blocks.shape
+    d, dmin = _fp16(blocks[..., 0:2]), _fp16(blocks[..., 2:4])
+    sc, mn = _k_scales(blocks[..., 4:16])
+    qs = blocks[..., at : at + 128].reshape(n, b, 4, 1, 32)
+    low = torch.cat([qs & 15, qs >> 4], dim=3).reshape(n, b, 8, 32)
+    return (d * sc)[..., None], (-(dmin * mn))[..., None], low
+
+
+# GGUF block types by name: bytes of a block and inputs per block (gguf's GGML_QUANT_SIZES).
+_GGUF_BLOCKS = {
+    "Q4_0": (18, 32), "Q4_1": (20, 32), "Q5_0": (22, 32), "Q5_1": (24, 32), "Q8_0": (34, 32),
+    "Q4_K": (144, 256), "Q5_K": (176, 256), "Q6_K": (210, 256),
+}  # fmt: skip
+
+
+def from_gguf(qtype: GGMLQuantizationType, rows: torch.Tensor) -> Quantized | None:
+    """The kernel's blocks for a GGUF tensor's rows (uint8 (n, bytes per row), as the file holds
+    them), each giving exactly the weights gguf.quants.dequantize gives; None for types the
+    kernel does not take (F32, F16, BF16, Q2_K, Q3_K, IQ*, ...). Q4_1, Q8_0 stay as they are;
+    Q4_0 (w = d (q - 8)) becomes q4_1 with m = -8 d (exact in fp16; q8_f where |d| > 8188 would
+    overflow it), Q5_0 (w = d (q - 16)) q8_0 with codes q - 16; Q4_K q4_f; Q5_K, Q6_K (its
+    scale per 16 inputs: d_lo, d_hi) and Q5_1 q8_f."""
+    name = getattr(qtype, "name", None)
+    if name not in _GGUF_BLOCKS:
+        return None
+    rows = torch.as_tensor(rows)
+    if name in ("Q4_1", "Q8_0"):
+        return Quantized(name.lower(), rows)
+    size, _ = _GGUF_BLOCKS[name]
+    n = rows.shape[0]
+    blocks = rows.reshape(n, -1, size)
+    b = blocks.shape[1]
+    if name == "Q4_0":
+        d = _fp16(blocks[..., :2])
+        m = (-8 * d).half()
+        if torch.isfinite(m).all():
+            rows = torch.cat([blocks[..., :2], _bytes(m), blocks[..., 2:]], dim=-1)
+            return Quantized("q4_1", rows.reshape(n, -1))
+        qs = blocks[..., 2:]
+        q = torch.cat([qs & 15, qs >> 4], dim=-1).to(torch.int8) - 8
+        return _q8_f(q, d, d, torch.full_like(d, -0.0))
+    if name in ("Q5_0", "Q5_1"):
+        at = 2 if name == "Q5_0" else 4
+        qs = blocks[..., at + 4 :]
+        q = torch.cat([qs & 15, qs >> 4], dim=-1) | (_high_bits(blocks[..., at : at + 4]) << 4)
+        if name == "Q5_0":  # w = d (q - 16): int8 codes q - 16
+            codes = _bytes(q.to(torch.int8) - 16)
+            return Quantized("q8_0", torch.cat([blocks[..., :2], codes], -1).reshape(n, -1))
+        d = _fp16(blocks[..., :2])
+        return _q8_f(q, d, d, _fp16(blocks[..., 2:4]))
+    if name == "Q4_K":
+        d, m, low = _nibble_rows(blocks, 16)
+        nibbles = low[..., :16] | (low[..., 16:] << 4)  # Q4_1's order: i low, i + 16 high
+        rows = torch.cat([_bytes(d), _bytes(m), nibbles], dim=-1)  # (n, b, 8, 24)
+        return Quantized("q4_f", rows.reshape(n, -1))
+    if name == "Q5_K":  # bit 4 of sub-block i's codes: bit i of the 32 bytes of qh
+        d, m, low = _nibble_rows(blocks, 48)
+        high = (blocks[..., None, 16:48] >> torch.arange(8, dtype=torch.uint8)[:, None]) & 1
+        q = (low | (high << 4)).reshape(n, b * 8, QK)
+        d = d.reshape(n, b * 8, 1)
+        return _q8_f(q, d, d, m.reshape(n, b * 8, 1))
+    # Q6_K: ql (128), qh (64), int8 scales (16), fp16 d; in each half of 128 inputs the low
+    # nibbles of its 64 ql bytes, then their high ones; bits 4-5 from qh's bit pairs 0-3.
+    ql = blocks[..., :128].reshape(n, b, 2, 1, 64)
+    ql = torch.cat([ql & 15, ql >> 4], dim=3).reshape(n, b, 8, 32)
+    qh = blocks[..., 128:192].reshape(n, b, 2, 1, 32)
+    qh = (qh >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8)[:, None]) & 3
+    q = (ql | (qh.reshape(n, b, 8, 32) << 4)).to(torch.int8) - 32
+    ds = _fp16(blocks[..., 208:210]) * blocks[..., 192:208].contiguous().view(torch.int8).float()
+    ds = ds.reshape(n, b * 8, 2, 1)  # exact: an fp16 times an int8
+    none = torch.full_like(ds[:, :, 0], -0.0)
+    return _q8_f(q.reshape(n, b * 8, QK), ds[:, :, 0], ds[:, :, 1], none)
+
+
+def _as_q8_f(w: Quantized) -> Quantized:
+    """w in q8_f, the same weights bit for bit (every format's d q + m is exact in it; m = -0
+    where a format has none, so that d q + m keeps d q's sign of zero)."""
+    if w.fmt == "q8_f":
+        return w
+    n = w.rows.shape[0]
+    scales, q = _unpack(w.fmt, w.rows.reshape(n, -1, QUANT_FORMATS[w.fmt][0]))
+    d = scales[0]
+    m = scales[1] if len(scales) > 1 else torch.full_like(d, -0.0)
+    return _q8_f(q, d, d, m)
+
+
+def fuse(parts: Sequence[Quantized]) -> Quantized:
+    """The rows of several matrices of k inputs stacked into one (fused q|k|v, gate|up): rows
+    concatenated where every part has the same format, else each part in q8_f first (Q4_K_M
+    files mix Q4_K and Q6_K in them)."""
+    if len({p.cols for p in parts}) != 1:
+        raise ValueError(f"parts of different widths: {[p.cols for p in parts]}")
+    if len({p.fmt for p in parts}) == 1:
+        return Quantized(parts[0].fmt, torch.cat([p.rows for p in parts]))
+    return Quantized("q8_f", torch.cat([_as_q8_f(p).rows for p in parts]))
 
 
 def _self_test(lib: ctypes.CDLL) -> bool:
     gen = torch.Generator().manual_seed(0)
     w, x = torch.randn(40, 19, generator=gen), torch.randn(8, 19, generator=gen)
     ok = torch.allclose(_call(lib, x, pack(w)), F.linear(x, w), atol=1e-5, rtol=1e-5)
-    x = torch.randn(8, 64, generator=gen)
-    for fmt in QUANT_FORMATS:
+    x = torch.randn(13, 64, generator=gen)
+    for fmt in QUANT_FORMATS:  # 1 row: two panels at once; 13: expanded into a buffer
         quant = random_quantized(fmt, 40, 64, gen)
-        blocks = pack_quant(quant, vnni=False)
-        ok = ok and torch.equal(_call(lib, x, blocks), _call(lib, x, pack(dequantize(quant))))
+        blocks, fp32 = pack_quant(quant, vnni=False), pack(dequantize(quant))
+        for m in (1, 8, 13):
+            ok = ok and torch.equal(_call(lib, x[:m], blocks), _call(lib, x[:m], fp32))
     x = torch.randn(3, 20, generator=gen)
     g = torch.randn(20, generator=gen)
     ok = ok and torch.allclose(_norm(lib, x, g, 1e-5), F.rms_norm(x, (20,), g, 1e-5))
@@ -201,7 +399,7 @@ def has_vnni() -> bool:
         return False
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(9, 96, generator=gen)
-    for fmt in QUANT_FORMATS:
+    for fmt in VNNI_FORMATS:
         q = random_quantized(fmt, 40, 96, gen)
         ref = vnni_reference(x, q).float()
         if not torch.allclose(_call(lib, x, pack_quant(q, vnni=True)), ref, atol=1e-4, rtol=1e-4):
@@ -268,7 +466,16 @@ def attention(
     return out
 
 
-FORMAT_CODES = {"f32": 0, "q4_1": 1, "q8_0": 2, "q4_1_vnni": 3, "q8_0_vnni": 4}  # matmul_fmt_ws
+# matmul_fmt_ws's fmt (cpu_rows.c)
+FORMAT_CODES = {
+    "f32": 0,
+    "q4_1": 1,
+    "q8_0": 2,
+    "q4_1_vnni": 3,
+    "q8_0_vnni": 4,
+    "q4_f": 5,
+    "q8_f": 6,
+}
 
 
 # Up to this many rows `layers` runs integer-product layers on one thread: waking OpenMP's
@@ -387,18 +594,22 @@ def pack(weight: torch.Tensor) -> Panels:
 
 
 def pack_quant(w: Quantized, vnni: bool | None = None) -> Panels:
-    """The kernel's copy of a GGUF-quantized weight: per panel of 16 columns and block of 32
-    inputs, the 16 scales (fp16) then the codes. For the fp32 products (fmt "q4_1", "q8_0"):
-    input by input, 16 columns each (Q4_1: d[16], m[16], then 8 bytes per input, column j in the
-    low nibble of byte j, column j + 8 in its high nibble; Q8_0: d[16], then 16 int8 per input).
-    For the integer products (`vnni`, default where the CPU has them; fmt "q4_1_vnni",
-    "q8_0_vnni"): Q4_1 d[16], m[16], then 4 chunks of 64 bytes whose byte 4 j + i holds input
-    8 c + i of column j in its low nibble and 8 c + 4 + i in its high one (vpdpbusd's order);
-    Q8_0 d[16], then 16 chunks of 32 bytes whose byte 2 j + i is input 2 c + i of column j
-    (vpdpwssd's, after widening to int16)."""
+    """The kernel's copy of a block-quantized weight: per panel of 16 columns and block of 32
+    inputs, the 16 columns' scales (each scale of the format in turn, fp16 or fp32 as in its
+    blocks) then the codes. For the fp32 products (fmt "q4_1", "q8_0", "q4_f", "q8_f"): input by
+    input, 16 columns each (Q4_1: d[16], m[16], then 8 bytes per input, column j in the low
+    nibble of byte j, column j + 8 in its high nibble; Q8_0: d[16], then 16 int8 per input;
+    q4_f: fp32 d[16], m[16], then as Q4_1; q8_f: fp32 d_lo[16], d_hi[16], m[16], then as Q8_0).
+    For the integer products (`vnni`, default where the CPU has them; Q4_1 and Q8_0 only, fmt
+    "q4_1_vnni", "q8_0_vnni"; q4_f and q8_f keep the fp32 products): Q4_1 d[16], m[16], then 4
+    chunks of 64 bytes whose byte 4 j + i holds input 8 c + i of column j in its low nibble and
+    8 c + 4 + i in its high one (vpdpbusd's order); Q8_0 d[16], then 16 chunks of 32 bytes whose
+    byte 2 j + i is input 2 c + i of column j (vpdpwssd's, after widening to int16)."""
     if vnni is None:
         vnni = has_vnni()
+    vnni = vnni and w.fmt in VNNI_FORMATS
     raw, _ = QUANT_FORMATS[w.fmt]
+    count, size = _SCALES[w.fmt]
     n = w.rows.shape[0]
     blocks = w.rows.reshape(n, -1, raw)
     pad = -n % PANEL
@@ -406,16 +617,17 @@ def pack_quant(w: Quantized, vnni: bool | None = None) -> Panels:
         blocks = torch.cat([blocks, blocks.new_zeros(pad, *blocks.shape[1:])])
     panels = blocks.view(-1, PANEL, blocks.shape[1], raw).transpose(1, 2)  # (P, k/32, 16, raw)
     lead = panels.shape[:2]
-    d = panels[..., :2].reshape(*lead, 2 * PANEL)  # fp16 bytes, column by column
-    scales = [d] if w.fmt == "q8_0" else [d, panels[..., 2:4].reshape(*lead, 2 * PANEL)]
-    if w.fmt == "q8_0":
-        codes = panels[..., 2:]  # (P, k/32, 16 columns, 32 inputs) int8 bytes
-    else:
-        nib = panels[..., 4:]  # (P, k/32, 16 columns, 16 bytes)
+    # each scale's bytes, column by column
+    scales = [panels[..., i * size : (i + 1) * size].reshape(*lead, -1) for i in range(count)]
+    nibbles = w.fmt in ("q4_1", "q4_f")
+    if nibbles:
+        nib = panels[..., count * size :]  # (P, k/32, 16 columns, 16 bytes)
         codes = torch.cat([nib & 15, nib >> 4], dim=-1)  # (P, k/32, 16, 32 inputs)
+    else:
+        codes = panels[..., count * size :]  # (P, k/32, 16 columns, 32 inputs) int8 bytes
     if not vnni:
         by_input = codes.transpose(2, 3)  # (P, k/32, 32 inputs, 16 columns)
-        if w.fmt == "q4_1":
+        if nibbles:
             by_input = by_input[..., : PANEL // 2] | (by_input[..., PANEL // 2 :] << 4)
         return Panels(torch.cat([*scales, by_input.reshape(*lead, -1)], -1).contiguous(), n, w.fmt)
     if w.fmt == "q4_1":  # (P, k/32, chunk c, 16 columns, 4 inputs): byte 4 j + i of chunk c
@@ -428,9 +640,9 @@ def pack_quant(w: Quantized, vnni: bool | None = None) -> Panels:
 
 
 def vnni_reference(x: torch.Tensor, w: Quantized) -> torch.Tensor:
-    """What the integer products compute for fp32 x (m, k) and blocks w (n, k), in float64: per
-    row and block of 32 inputs the largest |x| (the first) kept in fp32, the others rounded to
-    int16 (dx = their max |x| / 32767), the codes' sums exact; per block Q4_1
+    """What the integer products compute for fp32 x (m, k) and Q4_1 / Q8_0 blocks w (n, k), in
+    float64: per row and block of 32 inputs the largest |x| (the first) kept in fp32, the others
+    rounded to int16 (dx = their max |x| / 32767), the codes' sums exact; per block Q4_1
     d (dx sum(q xq) + out q_out) + m sum(x), Q8_0 the same without m. Tests."""
     m, k = x.shape
     xb = x.reshape(m, k // QK, QK)
