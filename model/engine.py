@@ -248,8 +248,8 @@ class ChatSession:
         *past, last = messages
         words = _TRAILING_MARKS.sub("", last["content"])
         ids = self.fit_budget([*past, {**last, "content": words}], self.lm.cfg.max_new_tokens)
-        stops = self.lm.tokenizer.stop_ids
-        end = next((i for i in range(len(ids) - 1, 0, -1) if ids[i] in stops), 0)
+        close = self.lm.tokenizer.user_end_id  # the template's end of a user message
+        end = next((i for i in range(len(ids) - 1, 0, -1) if ids[i] == close), 0)
         return (ids, end) if end and words else None
 
     def _p_end(self, logits: torch.Tensor, ids: list[int], end: int) -> float:

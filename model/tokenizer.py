@@ -1,11 +1,12 @@
 """Tokenizer, chat template and streaming detokenizer.
 
-Byte-level BPE rebuilt from GGUF metadata with the `tokenizers` library (vocab + merges +
-the pre-tokenizer named by `tokenizer.ggml.pre`), or a Hugging Face tokenizer.json. Chat
-templates are written out in Python (ChatML for SmolLM2/Qwen2, Llama-3 headers, Mistral
-[INST]) and chosen by the model's own jinja template text, so no jinja dependency; ChatML's
-default system prompt is read from that template. `StreamDecoder` turns token ids into text
-increments that never split a multi-byte UTF-8 character.
+Rebuilt from GGUF metadata with the `tokenizers` library: byte-level BPE (`tokenizer.ggml.model`
+"gpt2": vocab + merges + the pre-tokenizer named by `tokenizer.ggml.pre`) or SentencePiece
+("llama": Gemma, Llama 2, Mistral; a byte-fallback BPE whose merges come from the vocab and its
+scores), each encoding as transformers' GGUF tokenizer does; or a Hugging Face tokenizer.json.
+The chat template is the file's own Jinja template (model/chat_template.py), the stop tokens
+its EOS/EOT ids and the token that template closes a turn with. `StreamDecoder` turns token
+ids into text increments that never split a multi-byte UTF-8 character.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as RustTokenizer
 
+from dllm_voice.model.chat_template import ChatTemplate, fallback_template
 from dllm_voice.model.errors import ModelLoadError
 from dllm_voice.model.gguf_file import MetaValue, ints, scalar, strings
 
@@ -67,6 +71,155 @@ def _gguf_pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
     return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)  # gpt2 / default
 
 
+# Architectures whose SentencePiece files transformers reads as Gemma's (see _sentencepiece).
+_GEMMA_ARCHS = ("gemma", "gemma2", "gemma3")
+_HASH_BASE = np.uint64(0x100000001B3)  # FNV's 64-bit prime: an odd multiplier mod 2**64
+
+
+def _spm_merges(tokens: Sequence[str], scores: Sequence[float]) -> list[tuple[str, str]]:
+    """BPE merges that replay SentencePiece's BPE: every split of a token into two tokens, best
+    first by the whole token's score, then the longer left piece, the longer right piece, and
+    vocab order: transformers' `generate_merges`, so encodings match its GGUF tokenizer.
+
+    The pieces are looked up as 64-bit polynomial hashes in numpy: a Python loop over the 1.2M
+    splits of Gemma 3's 262K tokens took 1.7x as long. A hash collision could only name a piece
+    outside the vocab, which BPE's constructor refuses: never a silent wrong merge."""
+    best = dict(zip(tokens, scores, strict=True))  # transformers': first place, last score
+    names = list(best)
+    n = len(names)
+    lens = np.fromiter(map(len, names), np.int64, n)
+    codes = np.frombuffer("".join(names).encode("utf-32-le"), np.uint32).astype(np.uint64) + 1
+    starts = np.cumsum(lens) - lens
+    prefix = np.zeros(len(codes), np.uint64)  # prefix[starts[t] + j]: hash of names[t][: j + 1]
+    with np.errstate(over="ignore"):
+        prefix[starts[lens > 0]] = codes[starts[lens > 0]]
+        for j in range(1, int(lens.max(initial=0))):
+            at = starts[lens > j] + j
+            prefix[at] = prefix[at - 1] * _HASH_BASE + codes[at]
+        powers = np.cumprod(np.full(max(int(lens.max(initial=0)), 1), _HASH_BASE))  # B**(k+1)
+        whole = prefix[np.maximum(starts + lens - 1, 0)]
+        known = np.sort(whole[lens > 0])
+        cuts = np.maximum(lens - 1, 0)
+        t = np.repeat(np.arange(n), cuts)
+        i = (
+            np.repeat(lens, cuts)
+            - 1
+            - (np.arange(len(t)) - np.repeat(np.cumsum(cuts) - cuts, cuts))
+        )
+        left = prefix[starts[t] + i - 1]
+        right = whole[t] - left * powers[lens[t] - i - 1]
+
+    def member(h: np.ndarray) -> np.ndarray:
+        k = np.minimum(np.searchsorted(known, h), len(known) - 1)
+        return known[k] == h
+
+    ok = member(left)
+    ok[ok] = member(right[ok])
+    t, i = t[ok], i[ok]
+    score = np.asarray(list(best.values()), np.float64)
+    order = np.lexsort((t, i - lens[t], -i, -score[t]))
+    return [
+        (names[a][:b], names[a][b:])
+        for a, b in zip(t[order].tolist(), i[order].tolist(), strict=True)
+    ]
+
+
+def _byte_level(
+    metadata: Mapping[str, MetaValue], tokens: list[str], types: list[int]
+) -> RustTokenizer:
+    pairs = (m.partition(" ") for m in strings(metadata, "tokenizer.ggml.merges"))
+    merges = [(a, b) for a, _, b in pairs]
+    tok = RustTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+    tok.pre_tokenizer = _gguf_pre_tokenizer(str(scalar(metadata, "tokenizer.ggml.pre", "gpt2")))
+    tok.decoder = decoders.ByteLevel()
+    # 3 = control, 4 = user-defined: matched whole in text, never split by BPE.
+    tok.add_special_tokens(
+        [
+            AddedToken(t, special=True, normalized=False)
+            for t, ty in zip(tokens, types, strict=True)
+            if ty in (3, 4)
+        ]
+    )
+    return tok
+
+
+def _sentencepiece(
+    metadata: Mapping[str, MetaValue], tokens: list[str], types: list[int]
+) -> RustTokenizer:
+    """A byte-fallback BPE over the vocab: "▁" for spaces (prepended to the text where
+    tokenizer.ggml.add_space_prefix says so, llama.cpp's default), control tokens (type 3)
+    matched whole as special tokens, user-defined ones (type 4: Gemma's "\\n" runs, <think>)
+    matched whole as plain ones."""
+    gemma = metadata.get("general.architecture") in _GEMMA_ARCHS
+    if gemma:
+        # Gemma files store the runs-of-spaces tokens as spaces, which the text (with "▁" for
+        # " ") never holds; and Gemma's scores are not its merge order, the token order is.
+        pieces = ["▁" * len(t) if " " in t and not t.strip() else t for t in tokens]
+        scores: Sequence[float] = range(0, -len(tokens), -1)
+    else:
+        pieces = tokens
+        raw = metadata.get("tokenizer.ggml.scores")
+        if not isinstance(raw, list) or len(raw) != len(tokens):
+            raise TypeError("GGUF tokenizer.ggml.scores: not one score per token")
+        scores = [float(s) for s in raw]  # type: ignore[arg-type]
+    vocab = {t: i for i, t in enumerate(pieces)}
+    unk = metadata.get("tokenizer.ggml.unknown_token_id")
+    bpe = models.BPE(
+        vocab=vocab,
+        merges=_spm_merges(pieces, scores),
+        byte_fallback=True,
+        fuse_unk=True,
+        unk_token=pieces[unk] if isinstance(unk, int) and 0 <= unk < len(pieces) else None,
+    )
+    tok = RustTokenizer(bpe)
+    prefix = bool(metadata.get("tokenizer.ggml.add_space_prefix", True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(
+        replacement="▁", prepend_scheme="first" if prefix else "never", split=False
+    )
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
+    tok.add_special_tokens(
+        [
+            AddedToken(t, special=True, normalized=False)
+            for t, ty in zip(tokens, types, strict=True)
+            if ty == 3
+        ]
+    )
+    # As transformers: a user-defined token whose text is no vocab piece (Gemma's runs of
+    # spaces, respelled above) is left to BPE.
+    tok.add_tokens(
+        [
+            AddedToken(t, special=False, normalized=False)
+            for t, ty in zip(tokens, types, strict=True)
+            if ty == 4 and t in vocab
+        ]
+    )
+    return tok
+
+
+def _token_text(tokens: list[str], metadata: Mapping[str, MetaValue], key: str) -> str:
+    i = metadata.get(key)
+    return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else ""
+
+
+def _content(value: Any) -> str:
+    """A tokenizer_config.json special token: a string or {"content": ...}."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else ""
+
+
+class _Vocab:
+    """`text in vocab` for a tokenizer."""
+
+    def __init__(self, tok: RustTokenizer) -> None:
+        self._tok = tok
+
+    def __contains__(self, text: object) -> bool:
+        return isinstance(text, str) and self._tok.token_to_id(text) is not None
+
+
 class Tokenizer:
     def __init__(
         self,
@@ -75,58 +228,85 @@ class Tokenizer:
         chat_template: str = "",
         eos_ids: Iterable[int] = (),
         byte_level: bool = True,
+        bos_token: str = "",
+        eos_token: str = "",
+        add_bos: bool = False,
+        eot_ids: Iterable[int] = (),
     ) -> None:
+        """`chat_template`: the file's Jinja template ("" = none: `fallback_template`'s);
+        `eos_ids`/`eot_ids`: the file's end-of-sequence and end-of-turn ids; `bos_token` /
+        `eos_token`: their texts, as templates see them; `add_bos`: prompts start with BOS."""
         self._tok = tok
         self.template_text = chat_template
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         self.byte_level = byte_level
-        vocab = tok.get_vocab(with_added_tokens=True)
-        stops = {vocab[t] for t in STOP_TOKEN_TEXTS if t in vocab}
-        self.stop_ids: frozenset[int] = frozenset(stops | set(eos_ids))
+        vocab = _Vocab(tok)  # get_vocab() would build a 262K-entry dict for a few lookups
+        eos_ids = list(eos_ids)
+        if not eos_token and eos_ids:
+            eos_token = tok.id_to_token(eos_ids[0]) or ""
+        self.bos_id: int | None = tok.token_to_id(bos_token) if bos_token else None
+        self.add_bos = add_bos and self.bos_id is not None
         self.special_ids: frozenset[int] = frozenset(
             i for i, t in tok.get_added_tokens_decoder().items() if t.special
         )
-        if "<|start_header_id|>" in chat_template:
-            self.template = "llama3"
-        elif "[INST]" in chat_template:
-            self.template = "mistral"
-        else:
-            self.template = "chatml"
-        m = re.search(r"<\|im_start\|>system(?:\n|\\n)(.*?)<\|im_end\|>", chat_template, re.S)
-        self.default_system = m.group(1) if m and self.template == "chatml" else ""
+        self.template = ChatTemplate(
+            chat_template or fallback_template(vocab), bos_token=bos_token, eos_token=eos_token
+        )
+        turn = self.template.turn_texts()
+        # The token that closes a user message (the end-of-turn score reads its probability)
+        # and the one that closes an assistant message; None where that text opens with no
+        # control token (Mistral's [/INST] in older vocabs, the plain fallback's newline).
+        self.user_end_id = self._control_id(turn.user_end)
+        self.assistant_end_id = self._control_id(turn.assistant_end)
+        self.end_of_turn_ids: frozenset[int] = frozenset(
+            {i for i in (self.user_end_id, self.assistant_end_id) if i is not None}
+        )
+        # From the end of a user's words to the start of the assistant's: "<|im_end|>\\n
+        # <|im_start|>assistant\\n" (ChatML), "<|eot_id|><|start_header_id|>assistant...".
+        self.turn_handoff = turn.user_end + turn.assistant_start
+        stops = {i for t in STOP_TOKEN_TEXTS if (i := tok.token_to_id(t)) is not None}
+        self.stop_ids: frozenset[int] = frozenset(
+            stops | set(eos_ids) | set(eot_ids) | self.end_of_turn_ids
+        )
+
+    def _control_id(self, text: str) -> int | None:
+        ids = self.encode(text) if text else []
+        return ids[0] if ids and ids[0] in self.special_ids else None
 
     # --- construction ---------------------------------------------------------------------
 
     @classmethod
     def from_gguf_meta(cls, metadata: Mapping[str, MetaValue]) -> Tokenizer:
-        """From GGUF metadata: tokenizer.ggml.{model,tokens,merges,token_type,pre,...}."""
+        """From GGUF metadata: tokenizer.ggml.{model,tokens,scores,merges,token_type,pre,...}."""
         kind = metadata.get("tokenizer.ggml.model")
-        if kind != "gpt2":
+        if kind not in ("gpt2", "llama"):
             raise ModelLoadError(
-                f"GGUF tokenizer model {kind!r} is not supported (supported: gpt2 byte-level BPE)"
+                f"GGUF tokenizer model {kind!r} is not supported (supported: gpt2 byte-level "
+                "BPE, llama SentencePiece)"
             )
         tokens = strings(metadata, "tokenizer.ggml.tokens")
-        pairs = (m.partition(" ") for m in strings(metadata, "tokenizer.ggml.merges"))
-        merges = [(a, b) for a, _, b in pairs]
         typed = "tokenizer.ggml.token_type" in metadata
         types = ints(metadata, "tokenizer.ggml.token_type") if typed else [1] * len(tokens)
-        bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges)
-        tok = RustTokenizer(bpe)
-        tok.pre_tokenizer = _gguf_pre_tokenizer(str(scalar(metadata, "tokenizer.ggml.pre", "gpt2")))
-        tok.decoder = decoders.ByteLevel()
-        # 3 = control, 4 = user-defined: matched whole in text, never split by BPE.
-        tok.add_special_tokens(
-            [
-                AddedToken(t, special=True, normalized=False)
-                for t, ty in zip(tokens, types, strict=True)
-                if ty in (3, 4)
-            ]
-        )
-        eos = "tokenizer.ggml.eos_token_id"
+        if kind == "gpt2":
+            tok = _byte_level(metadata, tokens, types)
+        else:
+            tok = _sentencepiece(metadata, tokens, types)
+        ids = {
+            k: [int(scalar(metadata, f"tokenizer.ggml.{k}_token_id"))]
+            if f"tokenizer.ggml.{k}_token_id" in metadata
+            else []
+            for k in ("eos", "eot", "eom")
+        }
         return cls(
             tok,
             chat_template=str(scalar(metadata, "tokenizer.chat_template", "")),
-            eos_ids=(int(scalar(metadata, eos)),) if eos in metadata else (),
+            eos_ids=ids["eos"],
+            eot_ids=ids["eot"] + ids["eom"],
+            byte_level=kind == "gpt2",
+            bos_token=_token_text(tokens, metadata, "tokenizer.ggml.bos_token_id"),
+            eos_token=_token_text(tokens, metadata, "tokenizer.ggml.eos_token_id"),
+            # llama.cpp adds BOS to a SentencePiece vocab whose file does not say otherwise.
+            add_bos=bool(metadata.get("tokenizer.ggml.add_bos_token", kind == "llama")),
         )
 
     @classmethod
@@ -140,6 +320,9 @@ class Tokenizer:
         template = cfg.get("chat_template") or ""
         if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
             template = next((t["template"] for t in template if t.get("name") == "default"), "")
+        jinja = path / "chat_template.jinja"  # where newer transformers save it
+        if not template and jinja.is_file():
+            template = jinja.read_text()
         eos: set[int] = set()
         for name in ("generation_config.json", "config.json"):
             gf = path / name
@@ -147,7 +330,15 @@ class Tokenizer:
                 e = json.loads(gf.read_text()).get("eos_token_id")
                 eos.update(e if isinstance(e, list) else [] if e is None else [e])
         byte_level = "Ġ" in tok.get_vocab() or "Ċ" in tok.get_vocab()
-        return cls(tok, chat_template=template, eos_ids=eos, byte_level=byte_level)
+        return cls(
+            tok,
+            chat_template=template,
+            eos_ids=eos,
+            byte_level=byte_level,
+            bos_token=_content(cfg.get("bos_token")),
+            eos_token=_content(cfg.get("eos_token")),
+            add_bos=bool(cfg.get("add_bos_token", False)),
+        )
 
     # --- text <-> ids ---------------------------------------------------------------------
 
@@ -161,8 +352,9 @@ class Tokenizer:
 
     @cached_property
     def sentence_end_ids(self) -> tuple[int, ...]:
-        """Ids of ".", "?" and "!" where each is a token of its own."""
-        return tuple(ids[0] for m in ".?!" if len(ids := self.encode(m)) == 1)
+        """Ids of ".", "?" and "!" where each is a token of its own (looked up, not encoded:
+        a SentencePiece vocab would encode "." as "▁.", the mark after a space)."""
+        return tuple(i for m in ".?!" if (i := self._tok.token_to_id(m)) is not None)
 
     @cached_property
     def token_bytes(self) -> list[bytes]:
@@ -187,49 +379,27 @@ class Tokenizer:
     # --- chat template --------------------------------------------------------------------
 
     def render_chat(
-        self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> str:
-        for m in messages:
-            if m.get("role") not in ("system", "user", "assistant"):
-                raise ValueError(f"chat message role must be system|user|assistant, got {m!r}")
-        if self.template == "llama3":
-            parts = ["<|begin_of_text|>"]
-            parts += [
-                f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n{m['content'].strip()}<|eot_id|>"
-                for m in messages
-            ]
-            if add_generation_prompt:
-                parts.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
-            return "".join(parts)
-        if self.template == "mistral":
-            return self._render_mistral(messages)
-        parts = []
-        if self.default_system and (not messages or messages[0]["role"] != "system"):
-            parts.append(f"<|im_start|>system\n{self.default_system}<|im_end|>\n")
-        parts += [f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages]
-        if add_generation_prompt:
-            parts.append("<|im_start|>assistant\n")
-        return "".join(parts)
-
-    @staticmethod
-    def _render_mistral(messages: Sequence[dict[str, str]]) -> str:
-        """Mistral [INST] format; a system message is prepended to the first user turn (the
-        generation prompt is implicit: the answer follows [/INST])."""
-        system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
-        parts = ["<s>"]
-        for m in messages:
-            if m["role"] == "user":
-                text = f"{system}\n\n{m['content']}" if system else m["content"]
-                parts.append(f"[INST] {text} [/INST]")
-                system = ""
-            elif m["role"] == "assistant":
-                parts.append(f"{m['content']}</s>")
-        return "".join(parts)
+        """`messages` in the model's chat template; `tools`: OpenAI-style function schemas,
+        for a template that takes them. ValueError where the template refuses the messages."""
+        return self.template.render(messages, add_generation_prompt, tools)
 
     def apply_chat(
-        self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[int]:
-        return self.encode(self.render_chat(messages, add_generation_prompt))
+        """render_chat's ids, BOS first where the vocab adds one and the template wrote none."""
+        ids = self.encode(self.render_chat(messages, add_generation_prompt, tools))
+        if self.add_bos and (not ids or ids[0] != self.bos_id):
+            assert self.bos_id is not None
+            ids.insert(0, self.bos_id)
+        return ids
 
 
 class StreamDecoder:
