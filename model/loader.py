@@ -227,11 +227,19 @@ def _read_gguf(
     try:
         args = _gguf_args(f, arch)
 
-        def tensor(name: str) -> torch.Tensor:
-            return torch.from_numpy(f.read(name))  # float32 (rows, cols)
+        kept: dict[str, Quantized | None] = {}
 
         def blocks(name: str) -> Quantized | None:
-            return cpu_rows.from_gguf(tensors[name].qtype, torch.from_numpy(np.array(f.raw(name))))
+            if name not in kept:
+                raw = torch.from_numpy(np.array(f.raw(name)))
+                kept[name] = cpu_rows.from_gguf(tensors[name].qtype, raw)
+            return kept[name]
+
+        def tensor(name: str) -> torch.Tensor:
+            """float32 (rows, cols): from the kernel's blocks where it takes the type (the values
+            gguf's dequantization gives, in torch: Gemma 3 270M loads in 5.5 s, not 13)."""
+            q = blocks(name)
+            return torch.from_numpy(f.read(name)) if q is None else cpu_rows.dequantize(q)
 
         state = {"embed.weight": tensor("token_embd.weight"), "norm": tensor("output_norm.weight")}
         quant = {"embed.weight": blocks("token_embd.weight")}
