@@ -97,8 +97,14 @@ def run_one(lm: LM, decoder: str, prompt: str | list, max_new: int) -> dict[str,
         "cpu_ms": cpu_s * 1e3,
         "tokens_per_cpu_s": st.new_tokens / cpu_s if cpu_s > 0 else None,
         "e2e_tokens_per_s": st.new_tokens / st.total_ms * 1e3 if st.total_ms else None,
+        "prefill_tokens_per_s": prefill_rate(st.prompt_tokens - st.cached_tokens, st.ttft_ms),
         "token_ids": gen.token_ids,
     }
+
+
+def prefill_rate(tokens: int, ttft_ms: float) -> float | None:
+    """Prompt tokens per second of the time to the first token (the prefill and one sample)."""
+    return tokens / ttft_ms * 1e3 if ttft_ms > 0 else None
 
 
 def load_transformers(lm: LM, path: str):
@@ -165,6 +171,7 @@ def run_llama_cpp(llm, lm: LM, prompt: str | list, max_new: int) -> dict[str, ob
         "prompt": messages[-1]["content"],
         "new_tokens": len(out),
         "ttft_ms": (t_first - t0) * 1e3,
+        "prefill_tokens_per_s": prefill_rate(len(ids), (t_first - t0) * 1e3),
         "tokens_per_s": (len(out) - 1) / decode_s if len(out) > 1 and decode_s > 0 else None,
         "e2e_tokens_per_s": len(out) / (t_end - t0) if t_end > t0 else None,
         "token_ids": out,
@@ -191,7 +198,8 @@ def summarize_vs_ar(rows: list[dict[str, object]], ar_rows: list[dict[str, objec
 
 
 def summarize(rows: list[dict[str, object]], ar_rows: list[dict[str, object]] | None) -> dict:
-    keys = ("tokens_per_s", "e2e_tokens_per_s", "tokens_per_cpu_s", "ttft_ms", "first_clause_ms")
+    keys = ("tokens_per_s", "e2e_tokens_per_s", "tokens_per_cpu_s", "ttft_ms", "first_clause_ms",
+            "prefill_tokens_per_s")  # fmt: skip
     out = {k: median(rows, k) for k in (*keys, "tokens_per_forward", "forwards", "new_tokens")}
     if ar_rows is not None:
         out.update(summarize_vs_ar(rows, ar_rows))
@@ -480,15 +488,19 @@ def transformers_report(rows: dict[str, list[dict[str, object]]], ref_rows: list
 
 
 def llama_cpp_report(rows: dict[str, list[dict[str, object]]], ref_rows: list) -> dict:
-    ref = {k: median(ref_rows, k) for k in ("tokens_per_s", "ttft_ms", "e2e_tokens_per_s")}
+    keys = ("tokens_per_s", "ttft_ms", "e2e_tokens_per_s", "prefill_tokens_per_s")
+    ref = {k: median(ref_rows, k) for k in keys}
     ar_rows = rows.get("ar")
+
+    def ratios(key: str) -> dict[str, float]:
+        """Each run's median `key` over llama.cpp's."""
+        ours = {d: median(d_rows, key) for d, d_rows in rows.items()}
+        return {d: round(v / ref[key], 2) for d, v in ours.items() if v and ref[key]}
+
     return {
         "median": {**ref, **(summarize_vs_ar(ref_rows, ar_rows) if ar_rows else {})},
-        "speed_vs_llama_cpp": {
-            d: round(median(d_rows, "tokens_per_s") / ref["tokens_per_s"], 2)
-            for d, d_rows in rows.items()
-            if median(d_rows, "tokens_per_s") and ref["tokens_per_s"]
-        },
+        "speed_vs_llama_cpp": ratios("tokens_per_s"),
+        "prefill_vs_llama_cpp": ratios("prefill_tokens_per_s"),
         "per_prompt": [{k: v for k, v in r.items() if k != "token_ids"} for r in ref_rows],
     }
 

@@ -30,9 +30,11 @@ never does that, so `parallel` at 1.0 is exactly `hybrid`.
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import torch
@@ -68,6 +70,8 @@ CPU_DRAFTER_PAYS = {"vnni": False, "quant": False, "rows": False, "onednn": True
 # The drafter pass is skipped when a free draft (prompt lookup, n-gram store) already gives the
 # next token this confidence: the fastest of 0.4-0.8 on held-out answers.
 DRAFTER_SKIP_CONF = 0.6
+
+log = logging.getLogger(__name__)
 
 
 def batch_row_cost(row_cost: float, sessions: int) -> float:
@@ -343,9 +347,19 @@ def _decode(req: DecodeRequest, threshold: float) -> Steps:
 
 
 def prepare(model: Transformer, cfg: LMConfig) -> None:
-    """Load the drafter and n-gram store the config names (LM.load, before the first answer)."""
-    drafter_for(model, bundled_only(cfg.drafter, cfg.path))
-    ngram_for(model, bundled_only(cfg.ngram, cfg.path))
+    """Load the drafter and n-gram store the config names (LM.load, before the first answer);
+    say once where a model of the user's own has neither."""
+    drafter = drafter_for(model, bundled_only(cfg.drafter, cfg.path))
+    store = ngram_for(model, bundled_only(cfg.ngram, cfg.path))
+    missing = [name for name, have in (("drafter", drafter), ("n-gram store", store)) if not have]
+    if cfg.path and missing:
+        log.warning(
+            "lm: %s has no %s: hybrid drafts without it, from prompt lookup%s (lm.drafter and "
+            "lm.ngram take files made for this model)",
+            Path(cfg.path).name,
+            " or ".join(missing),
+            "" if len(missing) == 2 else " and the other",
+        )
 
 
 @register("hybrid", prepare)
