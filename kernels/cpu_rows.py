@@ -18,7 +18,10 @@ the blocks are multiplied as integers instead: each row of x rounded to int16 pe
 Q4_1's byte codes, vpdpwssd on Q8_0's), finished per block in fp32 (`vnni_reference` states
 the arithmetic). The expansion's arithmetic is gone: a whole SmolLM2-135M forward of 1 row takes
 about half the time, and the logits stay within 0.01 of the fp32 products' (BENCHMARKS.md,
-"Integer products").
+"Integer products"). Without VNNI, Q8_0 takes the same integer products on AVX2 (vpmaddwd on
+codes widened to int16; the same results bit for bit): a 1-row 2048 x 2048 product 0.57 ms
+instead of 0.97 on Zen 1, Gemma 3 270M's 262144-row head 21 ms instead of 35; Q4_1 keeps the
+fp32 products there (`integer_products` says which formats take them here).
 
 The other block types of llama.cpp's Q4_K_M / Q5_K_M / Q6_K files reach the kernel through
 `from_gguf`, each converted exactly (the same weights as gguf.quants.dequantize): Q4_0 to Q4_1
@@ -75,7 +78,7 @@ QUANT_FORMATS = {
 }
 # The scales that open each format's blocks: (how many, bytes each: fp16 or fp32); codes follow.
 _SCALES = {"q4_1": (2, 2), "q8_0": (1, 2), "q4_f": (2, 4), "q8_f": (3, 4)}
-# The formats multiplied by the integer products where the CPU has them (`has_vnni`).
+# The formats with an integer-product layout ("_vnni"; `integer_products`: where they run).
 VNNI_FORMATS = ("q4_1", "q8_0")
 # Up to this many rows the kernel beats oneDNN and MKL on whole forwards (they tie at 128 rows);
 # above it the product is compute-bound and MKL's blocked gemm on the plain weight takes over.
@@ -219,6 +222,13 @@ def dequantize(w: Quantized) -> torch.Tensor:
         return (d * q + m).reshape(n, -1)
     d, m = scales
     return (d * q + m).reshape(n, -1)
+
+
+def dequantize_rows(w: Quantized, ids: torch.Tensor) -> torch.Tensor:
+    """dequantize(w)[ids], (*ids.shape, k), from the rows of the given ids alone (an embedding
+    lookup from the blocks: 262144 x 640 fp32 is 671 MB)."""
+    rows = w.rows[ids.reshape(-1)]
+    return dequantize(Quantized(w.fmt, rows)).reshape(*ids.shape, -1)
 
 
 def _fp16(b: torch.Tensor) -> torch.Tensor:
@@ -392,18 +402,35 @@ def _norm(lib: ctypes.CDLL, x: torch.Tensor, g: torch.Tensor, eps: float) -> tor
 
 @functools.cache
 def has_vnni() -> bool:
-    """The integer products run here: the kernel is available and the CPU has AVX-512 VNNI
-    (they then agree with `vnni_reference`; else quantized weights keep the fp32 products)."""
+    """The CPU has AVX-512 VNNI and the kernel's products there agree with `vnni_reference` (for
+    Q4_1 and Q8_0)."""
     lib = _library()
-    if lib is None or not lib.vnni_supported():
-        return False
+    return lib is not None and bool(lib.vnni_supported()) and _integer_self_test(lib, VNNI_FORMATS)
+
+
+@functools.cache
+def _avx2_integer() -> bool:
+    """The AVX2 integer products (Q8_0, where VNNI is absent) agree with `vnni_reference`."""
+    lib = _library()
+    return lib is not None and _integer_self_test(lib, ("q8_0",))
+
+
+def integer_products(fmt: str) -> bool:
+    """Blocks of fmt are multiplied as integers here (`pack_quant`'s default): Q8_0 wherever the
+    kernel runs (AVX-512 VNNI, else AVX2), Q4_1 with AVX-512 VNNI only; q4_f and q8_f never."""
+    if fmt == "q8_0":
+        return has_vnni() or _avx2_integer()
+    return fmt == "q4_1" and has_vnni()
+
+
+def _integer_self_test(lib: ctypes.CDLL, fmts: Sequence[str]) -> bool:
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(9, 96, generator=gen)
-    for fmt in VNNI_FORMATS:
+    for fmt in fmts:
         q = random_quantized(fmt, 40, 96, gen)
         ref = vnni_reference(x, q).float()
         if not torch.allclose(_call(lib, x, pack_quant(q, vnni=True)), ref, atol=1e-4, rtol=1e-4):
-            log.info("cpu_rows integer products off: they disagreed with vnni_reference")
+            log.info("cpu_rows integer products of %s off: they disagreed with vnni_reference", fmt)
             return False
     return True
 
@@ -600,14 +627,12 @@ def pack_quant(w: Quantized, vnni: bool | None = None) -> Panels:
     input, 16 columns each (Q4_1: d[16], m[16], then 8 bytes per input, column j in the low
     nibble of byte j, column j + 8 in its high nibble; Q8_0: d[16], then 16 int8 per input;
     q4_f: fp32 d[16], m[16], then as Q4_1; q8_f: fp32 d_lo[16], d_hi[16], m[16], then as Q8_0).
-    For the integer products (`vnni`, default where the CPU has them; Q4_1 and Q8_0 only, fmt
+    For the integer products (`vnni`, default where `integer_products`; Q4_1 and Q8_0 only, fmt
     "q4_1_vnni", "q8_0_vnni"; q4_f and q8_f keep the fp32 products): Q4_1 d[16], m[16], then 4
     chunks of 64 bytes whose byte 4 j + i holds input 8 c + i of column j in its low nibble and
     8 c + 4 + i in its high one (vpdpbusd's order); Q8_0 d[16], then 16 chunks of 32 bytes whose
     byte 2 j + i is input 2 c + i of column j (vpdpwssd's, after widening to int16)."""
-    if vnni is None:
-        vnni = has_vnni()
-    vnni = vnni and w.fmt in VNNI_FORMATS
+    vnni = integer_products(w.fmt) if vnni is None else vnni and w.fmt in VNNI_FORMATS
     raw, _ = QUANT_FORMATS[w.fmt]
     count, size = _SCALES[w.fmt]
     n = w.rows.shape[0]
@@ -640,10 +665,10 @@ def pack_quant(w: Quantized, vnni: bool | None = None) -> Panels:
 
 
 def vnni_reference(x: torch.Tensor, w: Quantized) -> torch.Tensor:
-    """What the integer products compute for fp32 x (m, k) and Q4_1 / Q8_0 blocks w (n, k), in
-    float64: per row and block of 32 inputs the largest |x| (the first) kept in fp32, the others
-    rounded to int16 (dx = their max |x| / 32767), the codes' sums exact; per block Q4_1
-    d (dx sum(q xq) + out q_out) + m sum(x), Q8_0 the same without m. Tests."""
+    """What the integer products (VNNI; AVX2 for Q8_0) compute for fp32 x (m, k) and Q4_1 / Q8_0
+    blocks w (n, k), in float64: per row and block of 32 inputs the largest |x| (the first) kept
+    in fp32, the others rounded to int16 (dx = their max |x| / 32767), the codes' sums exact;
+    per block Q4_1 d (dx sum(q xq) + out q_out) + m sum(x), Q8_0 the same without m. Tests."""
     m, k = x.shape
     xb = x.reshape(m, k // QK, QK)
     at = xb.abs().argmax(-1, keepdim=True)  # (m, k/32, 1)
@@ -670,12 +695,13 @@ def vnni_reference(x: torch.Tensor, w: Quantized) -> torch.Tensor:
 
 
 def matmul(
-    x: torch.Tensor, weight: torch.Tensor, panels: Panels, bias: torch.Tensor | None = None
+    x: torch.Tensor, weight: torch.Tensor | None, panels: Panels, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """x @ weight.T (+ bias) for fp32 CPU x (..., k); panels = pack(weight) or pack_quant of
-    the weight's blocks. Needs available()."""
+    the weight's blocks. Past panels.max_rows rows F.linear on `weight`; weight None: the kernel
+    for every row count. Needs available()."""
     rows = x.numel() // x.shape[-1]
-    if rows > panels.max_rows:
+    if weight is not None and rows > panels.max_rows:
         return F.linear(x, weight, bias)
     y = _call(_loaded(), x.reshape(rows, x.shape[-1]).contiguous(), panels)
     if bias is not None:

@@ -173,3 +173,43 @@ def test_layers_run_the_new_formats(t: int) -> None:
         outs.append(y)
     assert torch.isfinite(outs[0]).all() and not torch.equal(outs[0], x)
     assert torch.equal(outs[0], outs[1])
+
+
+@needs_kernel
+@pytest.mark.parametrize("t", [1, 6, 11])
+def test_layers_with_integer_q8_0_matrices(t: int) -> None:
+    """`layers` over q8_0 matrices in the integer layout (VNNI or AVX2; q8_f's fp32 products
+    beside them): close to the fp32 panels of the same weights, and a row computes the same bits
+    in a prefill of t rows as on its own after the others are cached."""
+    if not cpu_rows.integer_products("q8_0"):
+        pytest.skip("no integer products for q8_0 here")
+    gen = torch.Generator().manual_seed(20 + t)
+    dim, heads, kv_heads, d, ffn, n_layers = 64, 2, 1, 32, 96, 2
+    shapes = [((heads + 2 * kv_heads) * d, dim), (dim, heads * d), (2 * ffn, dim), (dim, ffn)]
+    fmts = ["q8_0", "q8_0", "q8_0", "q8_f"] * n_layers
+    quant = [cpu_rows.random_quantized(fmts[i], *shapes[i % 4], gen) for i in range(4 * n_layers)]
+    norms = tuple(1 + 0.1 * torch.randn(dim, generator=gen) for _ in range(2 * n_layers))
+    angle = torch.randn(t, d // 2, generator=gen)
+    cos = torch.cat([angle.cos()] * 2, dim=-1).contiguous()
+    sin = torch.cat([-angle.sin(), angle.sin()], dim=-1).contiguous()
+    x = torch.randn(t, dim, generator=gen)
+
+    def run(panels, rows: slice, past: int, cache: torch.Tensor) -> torch.Tensor:
+        stack = cpu_rows.layer_stack(panels, norms)
+        n = rows.stop - rows.start
+        seqs = [cpu_rows.SeqKV(cache[0], cache[1], past, n, None)]
+        scratch = torch.empty(cpu_rows.layers_scratch(stack, n, dim, heads, d, ffn))
+        y = x[rows].clone()
+        rope = (cos[rows].contiguous(), sin[rows].contiguous())
+        cpu_rows.layers(y, stack, 1e-5, rope, seqs, True, heads, ffn, scratch)
+        return y
+
+    integer = tuple(cpu_rows.pack_quant(q) for q in quant)
+    assert all(p.integer == (p.fmt != "q8_f") for p in integer)
+    fp32 = tuple(cpu_rows.pack(cpu_rows.dequantize(q)) for q in quant)
+    cache = torch.zeros(2, n_layers, kv_heads, 16, d)
+    y = run(integer, slice(0, t), 0, cache)
+    ref = run(fp32, slice(0, t), 0, torch.zeros_like(cache))
+    torch.testing.assert_close(y, ref, rtol=1e-3, atol=1e-3 * ref.abs().max().item())
+    last = run(integer, slice(t - 1, t), t - 1, cache)  # rows 0..t-2 cached by the first call
+    assert torch.equal(last, y[-1:])

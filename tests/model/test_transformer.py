@@ -246,7 +246,7 @@ def test_the_layers_as_one_c_call_compute_what_the_torch_ops_compute(fmt, monkey
     gives the torch layers' logits and cache entries up to rounding - from fp32 panels and from
     GGUF blocks - and it is the path taken."""
     model = tiny_packed(fmt)
-    quant = "vnni" if cpu_rows.has_vnni() else "quant"
+    quant = "vnni" if cpu_rows.integer_products(fmt) else "quant"
     assert model.cpu_kernel == ("rows" if fmt == "f32" else quant)
 
     def steps(cache) -> list[torch.Tensor]:
