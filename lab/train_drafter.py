@@ -220,7 +220,7 @@ def train(a: argparse.Namespace) -> None:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     rng = random.Random(a.seed)
-    base, tok = load(a.model, a.device, a.dtype)
+    base, tok = load(a.model, a.device, a.dtype, keep_float=True)  # trains through it
     dev = base.embed.weight.device
     files: set[str] = set()
     recs = load_records(a.data, files)

@@ -136,7 +136,7 @@ class BlockDrafter(nn.Module):
             for i, layer in enumerate(d.layers):
                 layer.load_state_dict(base.layers[a.n_layers - n_layers + i].state_dict())
             d.norm.copy_(base.norm)
-            d.mask_embed.copy_(w.mean(0))
+            d.mask_embed.copy_(base.embed.dense().mean(0))
         return d.bind(base)
 
     @classmethod
@@ -163,7 +163,7 @@ class BlockDrafter(nn.Module):
                 f"layers={self.args.base_layers}, vocab={self.args.base_vocab}, but the loaded "
                 f"model has {a.dim}, {a.n_layers}, {a.vocab_size}; set lm.drafter: none"
             )
-        self.head = base.lm_head_weight.detach()[self.vocab_ids]  # (V_d, dim)
+        self.head = base.head_matrix.rows(self.vocab_ids).detach()  # (V_d, dim)
         self.head_packed = None
         return self
 

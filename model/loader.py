@@ -3,7 +3,10 @@
 A GGUF file's quantized matrices (Q4_0, Q4_1, Q5_0, Q8_0 and the K-quants Q4_K, Q5_K, Q6_K of
 Q4_K_M / Q5_K_M files) also keep their blocks (kernels/cpu_rows.from_gguf): on CPU the model
 multiplies with those (Transformer.set_quantized), a quarter to a fifth of the bytes per forward,
-with outputs bit-identical to the dequantized fp32 weights'.
+with outputs bit-identical to the dequantized fp32 weights'. In fp32 on CPU those matrices are
+then never dequantized (model/packing.py `Released`; the embedding's rows come from its blocks):
+Gemma 3 270M holds ~0.7 GB, not 2.2, unless `keep_float` asks for the fp32 weights as well
+(training code). Q4_1 and Q8_0 blocks stay views of the memory-mapped file until packed.
 
 Supported: GGUF architectures `llama` (SmolLM2, Llama 2 and 3.x with their rope_freqs, Mistral
 as converted by llama.cpp), `qwen2` (Qwen2.5), `qwen3` and `gemma3`; HF directories (config.json
@@ -18,9 +21,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from dllm_voice.kernels import cpu_rows
@@ -28,6 +31,7 @@ from dllm_voice.kernels.cpu_rows import Quantized
 from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.errors import ModelLoadError
 from dllm_voice.model.gguf_file import GGUFFile, scalar
+from dllm_voice.model.packing import Released
 from dllm_voice.model.tokenizer import Tokenizer
 from dllm_voice.model.transformer import Transformer
 
@@ -65,8 +69,12 @@ def resolve_device(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
     return torch.device(device), DTYPES[dtype]
 
 
-def load(path: str, device: str = "auto", dtype: str = "auto") -> tuple[Transformer, Tokenizer]:
-    """Load weights + tokenizer from `path` ("" = bundled SmolLM2 GGUF)."""
+def load(
+    path: str, device: str = "auto", dtype: str = "auto", keep_float: bool = False
+) -> tuple[Transformer, Tokenizer]:
+    """Load weights + tokenizer from `path` ("" = bundled SmolLM2 GGUF). keep_float: also keep
+    the fp32 weight of every matrix packed from GGUF blocks on CPU (training; otherwise those
+    are `Released` and `Transformer.materialize` brings them back)."""
     dev, dt = resolve_device(device, dtype)
     p = Path(path).expanduser() if path else default_model_path()
     if not p.exists():
@@ -78,7 +86,8 @@ def load(path: str, device: str = "auto", dtype: str = "auto") -> tuple[Transfor
     if p.is_dir():
         args, state, tok = _read_hf_dir(p)
     else:
-        args, state, tok, quant = _read_gguf(p)
+        release = not keep_float and dev.type == "cpu" and dt == torch.float32
+        args, state, tok, quant = _read_gguf(p, release and cpu_rows.available())
     return _build(args, state, dev, dt, quant), tok
 
 
@@ -91,9 +100,12 @@ def _build(
 ) -> Transformer:
     with torch.device("meta"):
         model = Transformer(args)
-    state = {k: v.to(dtype=dt).contiguous() for k, v in state.items()}
+    state = {k: v if isinstance(v, Released) else v.to(dtype=dt).contiguous()
+             for k, v in state.items()}  # fmt: skip
     model.load_state_dict(state, strict=True, assign=True)
-    model = model.to(dev).eval().requires_grad_(False)
+    model = model.eval().requires_grad_(False)
+    if dev.type != "cpu":  # (a .to() would put released weights back)
+        model = model.to(dev)
     if dev.type == "cpu" and dt == torch.float32:
         model.set_quantized(quant)
     return model.pack()
@@ -116,11 +128,13 @@ EXTRA_NORMS = {
 }  # fmt: skip
 
 
-def _fuse_layer(get, i: int, args: ModelArgs) -> dict[str, torch.Tensor]:
-    """Our fused names from per-projection tensors; get(name) returns a float32 tensor."""
+def _fuse_layer(get, i: int, args: ModelArgs, given=None) -> dict[str, torch.Tensor]:
+    """Our fused names from per-projection tensors; get(name) returns a float32 tensor.
+    given(our name) may return a fused matrix instead (a `Released` one), or None."""
     out = {f"layers.{i}.attn_norm": get("attn_norm"), f"layers.{i}.mlp_norm": get("mlp_norm")}
     for name, parts in FUSED.items():
-        out[f"layers.{i}.{name}"] = torch.cat([get(part) for part in parts])
+        w = None if given is None else given(f"layers.{i}.{name}")
+        out[f"layers.{i}.{name}"] = torch.cat([get(part) for part in parts]) if w is None else w
     if args.qkv_bias:
         out[f"layers.{i}.attn.wqkv.bias"] = torch.cat([get("q_bias"), get("k_bias"), get("v_bias")])
     for key, (ours, switch) in EXTRA_NORMS.items():
@@ -209,8 +223,10 @@ def _gguf_args(f: GGUFFile, arch: str) -> ModelArgs:
 
 
 def _read_gguf(
-    p: Path,
+    p: Path, release: bool = False
 ) -> tuple[ModelArgs, dict[str, torch.Tensor], Tokenizer, dict[str, Quantized]]:
+    """release: matrices with blocks the kernel takes get a `Released` stand-in in the state,
+    not their fp32 weight."""
     try:
         f = GGUFFile(p)
     except Exception as e:  # struct.error, ValueError, OSError, ... all mean "unreadable"
@@ -231,21 +247,33 @@ def _read_gguf(
 
         def blocks(name: str) -> Quantized | None:
             if name not in kept:
-                raw = torch.from_numpy(np.array(f.raw(name)))
+                with warnings.catch_warnings():
+                    # A read-only view of the map: nothing writes to blocks (from_gguf, fuse and
+                    # pack_quant make new tensors; a write would fault, not corrupt the file).
+                    warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+                    raw = torch.from_numpy(f.raw(name))
                 kept[name] = cpu_rows.from_gguf(tensors[name].qtype, raw)
             return kept[name]
 
-        def tensor(name: str) -> torch.Tensor:
+        def tensor(name: str, stand_in: bool = False) -> torch.Tensor:
             """float32 (rows, cols): from the kernel's blocks where it takes the type (the values
-            gguf's dequantization gives, in torch: Gemma 3 270M loads in 5.5 s, not 13)."""
+            gguf's dequantization gives, in torch: Gemma 3 270M loads in 5.5 s, not 13); a
+            `Released` stand-in for them where `stand_in`."""
             q = blocks(name)
-            return torch.from_numpy(f.read(name)) if q is None else cpu_rows.dequantize(q)
+            if q is None:
+                return torch.from_numpy(f.read(name))
+            return Released(tensors[name].shape) if stand_in else cpu_rows.dequantize(q)
 
-        state = {"embed.weight": tensor("token_embd.weight"), "norm": tensor("output_norm.weight")}
+        embed = tensor("token_embd.weight", release)
+        state = {"embed.weight": embed, "norm": tensor("output_norm.weight")}
         quant = {"embed.weight": blocks("token_embd.weight")}
         if not args.tie_embeddings:
-            state["output.weight"] = tensor("output.weight")
+            state["output.weight"] = tensor("output.weight", release)
             quant["output.weight"] = blocks("output.weight")
+
+        def released(name: str) -> torch.Tensor | None:
+            q = quant.get(name)
+            return Released((q.rows.shape[0], q.cols)) if release and q is not None else None
 
         def permuted(key: str, w: torch.Tensor) -> torch.Tensor:
             if arch == "llama" and key in ("q", "k"):  # a permutation of rows (outputs)
@@ -257,7 +285,6 @@ def _read_gguf(
             def get(key: str, i: int = i) -> torch.Tensor:
                 return permuted(key, tensor(f"blk.{i}.{GGUF_NAMES[key]}"))
 
-            state.update(_fuse_layer(get, i, args))
             for name, parts in FUSED.items():
                 found = [blocks(f"blk.{i}.{GGUF_NAMES[part]}") for part in parts]
                 qs = [q for q in found if q is not None]
@@ -267,6 +294,7 @@ def _read_gguf(
                         for part, q in zip(parts, qs, strict=True)
                     ]
                     quant[f"layers.{i}.{name}"] = cpu_rows.fuse(rows)
+            state.update(_fuse_layer(get, i, args, released))
         tok = Tokenizer.from_gguf_meta(meta)
     except ModelLoadError:
         raise

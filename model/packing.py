@@ -1,13 +1,20 @@
 """Matrix products of inference through a packed copy of each weight (`prepack`, `linear`,
-`Linear`).
+`Linear`), and weights held only as GGUF blocks (`Released`, `BlockWeight`).
 
 On CPU, inference models carry a packed copy of every matrix (`Transformer.pack`, called by the
 loader) for a kernel built for decode's few rows: kernels/cpu_rows.py where it builds, from the
-GGUF file's own Q4_1/Q8_0 blocks where the loader kept them (`Linear.quant`; a fifth of the
-bytes, outputs bit-identical to the fp32 weights'), else from the fp32 weights (each weight
-streamed once for all rows); without that kernel, oneDNN's prepacked layout. Plain F.linear (MKL
-sgemm) re-packs the weight on every call: 2 rows cost 1.9x one row (BENCHMARKS.md, "Row cost").
-Training, CUDA and other dtypes use the plain weight.
+GGUF file's own blocks where the loader kept them (`Linear.quant`; a fifth of the bytes, outputs
+bit-identical to the fp32 weights'), else from the fp32 weights (each weight streamed once for
+all rows); without that kernel, oneDNN's prepacked layout. Plain F.linear (MKL sgemm) re-packs
+the weight on every call: 2 rows cost 1.9x one row (BENCHMARKS.md, "Row cost"). Training, CUDA
+and other dtypes use the plain weight.
+
+A matrix packed from its blocks needs no fp32 copy: the loader leaves it out (model/loader.py,
+unless keep_float), and the weight parameter is a `Released` stand-in with the weight's shape,
+dtype and device but no values, on which every op raises. Products from block panels take any
+number of rows, so nothing falls back to the missing weight; what needs the fp32 values
+(`BlockWeight.dense`, `materialize`, state_dict, `.to()`, repacking to another kind) dequantizes
+them from the blocks, bit-identical to what the loader would have kept.
 """
 
 from __future__ import annotations
@@ -64,6 +71,43 @@ def gemv_wins(x: torch.Tensor) -> bool:
     return x.numel() == x.shape[-1] and torch.get_num_threads() == 1
 
 
+class ReleasedWeightError(RuntimeError):
+    """An op on a `Released` weight."""
+
+
+class Released(torch.Tensor):
+    """An fp32 CPU weight of `shape` that the model holds only as GGUF blocks (and the panels
+    made from them): shape, dtype and device without values. Every op on it raises
+    ReleasedWeightError (nn.Parameter's detach makes another stand-in), so nothing computes with
+    a placeholder; `BlockWeight.materialize` puts the values back."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, shape: tuple[int, ...] | torch.Size) -> Released:
+        return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=torch.float32, device="cpu")
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
+        if func is torch.ops.aten.detach.default:
+            return Released(args[0].shape)
+        raise ReleasedWeightError(
+            f"{func}: this weight is held only as its GGUF blocks; load(..., keep_float=True) "
+            "or call materialize() for the fp32 weight"
+        )
+
+    def __reduce_ex__(self, protocol):  # noqa: ANN001, ANN204 - torch.save must not write it
+        raise ReleasedWeightError("a released weight has no values to save: use state_dict()")
+
+    def __repr__(self, *args, **kwargs) -> str:  # noqa: ANN002, ANN003
+        return f"Released({tuple(self.shape)})"
+
+
+def from_blocks(packed: Packed | None) -> bool:
+    """Panels made from GGUF blocks (not from an fp32 weight, not oneDNN's)."""
+    return isinstance(packed, cpu_rows.Panels) and packed.fmt != "f32"
+
+
 def linear(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -71,28 +115,98 @@ def linear(
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x @ weight.T (+ bias), through the packed copy when there is one and no gradient is
-    wanted (the packed ops have no backward: training paths use the plain weight). Batch-1
-    decoding on CUDA takes kernels/exact_rows.py's row-invariant product."""
+    wanted (the packed ops have no backward: training paths use the plain weight, which raises
+    where it was `Released`). Batch-1 decoding on CUDA takes kernels/exact_rows.py's
+    row-invariant product."""
     if exact_rows.applies(x):
         return exact_rows.linear(x, weight, bias)
     if packed is None or x.requires_grad:
         return F.linear(x, weight, bias)
     if isinstance(packed, cpu_rows.Panels):
-        return cpu_rows.matmul(x, weight, packed, bias)
+        # Block panels take every row count: the same bits whether or not the fp32 weight was
+        # kept (a 256-row prefill chunk costs about what MKL's sgemm takes for it).
+        return cpu_rows.matmul(x, None if from_blocks(packed) else weight, packed, bias)
     if gemv_wins(x):
         return F.linear(x, weight, bias)
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-class Linear(nn.Linear):
+class BlockWeight(nn.Module):
+    """What Linear and the model's Embedding share: the GGUF blocks their weight was read from
+    (`quant`), which can stand in for the fp32 weight (`release`, `materialize`, `dense`,
+    `rows`). The blocks are dropped whenever the weight may change under them (load_state_dict,
+    .to(), which first put a released weight's values back)."""
+
+    weight: nn.Parameter
+    quant: cpu_rows.Quantized | None = None
+
+    @property
+    def released(self) -> bool:
+        return isinstance(self.weight, Released)
+
+    def release(self) -> None:
+        """Drop the fp32 weight for its blocks' stand-in (needs `quant`)."""
+        if self.quant is None:
+            raise ValueError("a weight without GGUF blocks cannot be released")
+        self.weight = nn.Parameter(Released(self.weight.shape), requires_grad=False)
+
+    def dense(self) -> torch.Tensor:
+        """The fp32 weight: the parameter, or a new tensor dequantized from the blocks."""
+        if not self.released:
+            return self.weight
+        assert self.quant is not None, "released weights keep their blocks"
+        return cpu_rows.dequantize(self.quant)
+
+    def materialize(self) -> None:
+        """Put a released weight's fp32 values back (no-op otherwise)."""
+        if self.released:
+            self.weight = nn.Parameter(self.dense(), requires_grad=False)
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """weight[ids] (..., k) in fp32: from the blocks where the weight was released."""
+        if not self.released:
+            return self.weight[ids]
+        assert self.quant is not None, "released weights keep their blocks"
+        return cpu_rows.dequantize_rows(self.quant, ids)
+
+    def packed_copy(self, kind: str = "auto") -> Packed | None:
+        """`prepack` of the weight (None while it trains); kinds not made from the blocks put a
+        released weight's fp32 values back first (F.linear, oneDNN and f32 panels read them)."""
+        if self.weight.requires_grad:
+            return None
+        if self.released and not (kind in ("auto", "quant") and cpu_rows.available()):
+            self.materialize()
+        return prepack(self.weight, kind, self.quant)
+
+    def _apply(self, fn, recurse=True):  # noqa: ANN001 - nn.Module's signature
+        self.materialize()
+        self.quant = None
+        return super()._apply(fn, recurse)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:  # noqa: ANN001
+        if not self.released:
+            return super()._save_to_state_dict(destination, prefix, keep_vars)
+        with torch.inference_mode(False):  # the stand-in's detach sets a version counter
+            super()._save_to_state_dict(destination, prefix, keep_vars)
+        destination[prefix + "weight"] = self.dense()
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        self.quant = None
+        if self.released and not isinstance(state_dict.get(prefix + "weight"), Released):
+            # values are copied into the parameter: give it storage first
+            self.weight = nn.Parameter(torch.empty(self.weight.shape), requires_grad=False)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class Linear(BlockWeight, nn.Linear):
     """nn.Linear that can carry a prepacked copy of its weight for CPU inference (`pack`), and
-    the GGUF blocks the weight was read from (`quant`) to pack from.
+    the GGUF blocks the weight was read from (`quant`) to pack from, and then no fp32 weight
+    (`BlockWeight`).
 
     Both are dropped whenever the weight may change under them: load_state_dict, .to(), and
     the copy is never used while the weight trains."""
 
     _packed: Packed | None = None
-    quant: cpu_rows.Quantized | None = None
 
     @property
     def packed(self) -> Packed | None:
@@ -105,17 +219,22 @@ class Linear(nn.Linear):
         _PACKINGS += 1
 
     def pack(self, kind: str = "auto") -> None:
-        self.packed = None if self.weight.requires_grad else prepack(self.weight, kind, self.quant)
+        self.packed = self.packed_copy(kind)
+
+    def unpack(self) -> None:
+        """Plain F.linear from now on: with the fp32 weight, put back where it was released."""
+        self.materialize()
+        self.packed = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.packed, self.bias)
 
     def _apply(self, fn, recurse=True):  # noqa: ANN001 - nn.Module's signature
-        self.packed = self.quant = None
+        self.packed = None
         return super()._apply(fn, recurse)
 
     def _load_from_state_dict(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
-        self.packed = self.quant = None
+        self.packed = None
         super()._load_from_state_dict(*args, **kwargs)
 
 

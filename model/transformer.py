@@ -12,7 +12,10 @@ The default path (causal, all rows cached) needs no mask at decode time and is t
 
 Weights: fp32 on CPU, bf16 on CUDA (see model/loader.py). On CPU, inference models carry a packed
 copy of every matrix (`Transformer.pack`, called by the loader; model/packing.py), from the GGUF
-file's own Q4_1/Q8_0 blocks where the loader kept them (`set_quantized`).
+file's blocks where the loader kept them (`set_quantized`). Such a matrix is then held once, as
+its panels: the loader leaves out its fp32 weight (a `Released` stand-in; the embedding's rows
+come from its blocks), and `materialize` dequantizes them back for what needs them (training,
+other kernels; `.to()` and state_dict do it themselves).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.kv_cache import KVCache
 from dllm_voice.model.layer_stack import c_layers, c_stack, run_layers
 from dllm_voice.model.layers import Block, causal_mask, rms_norm, rope_inv_freq, window_mask
-from dllm_voice.model.packing import Linear, Packed, linear, prepack
+from dllm_voice.model.packing import BlockWeight, Linear, Packed, linear
 
 
 @dataclass
@@ -97,14 +100,14 @@ class Forward(Protocol):
     ) -> ForwardOut: ...
 
 
-class Embedding(nn.Embedding):
+class Embedding(BlockWeight, nn.Embedding):
     """nn.Embedding whose rows come out times `scale` (Gemma: sqrt(dim)); a tied head reads the
-    unscaled weight."""
+    unscaled weight. Where the weight was released the rows come from its GGUF blocks."""
 
     scale: float = 1.0
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        x = super().forward(ids)
+        x = self.rows(ids) if self.released else super().forward(ids)
         return x if self.scale == 1.0 else x * self.scale
 
 
@@ -124,40 +127,61 @@ class Transformer(nn.Module):
         self._rope_len = 0
         self.rope_cos = self.rope_sin = torch.empty(0)
         self.rope_cos_local = self.rope_sin_local = torch.empty(0)  # sliding-window layers'
-        self._head_packed: Packed | None = None
-        self._head_quant: cpu_rows.Quantized | None = None
-        self.register_load_state_dict_post_hook(lambda m, _: m._weights_changed())
+        self._head_packed: Packed | None = None  # a tied head's (an untied one is `output`)
+        self.register_load_state_dict_post_hook(lambda m, _: m._drop_packed())
+
+    @property
+    def head_matrix(self) -> BlockWeight:
+        """The module holding the output matrix: `output`, or the embedding where tied."""
+        return self.embed if self.output is None else self.output
 
     @property
     def lm_head_weight(self) -> torch.Tensor:
-        return self.embed.weight if self.output is None else self.output.weight
+        """The output matrix's parameter (a `Released` stand-in where the loader kept only its
+        blocks: `head_matrix.dense()` or `.rows()` for values)."""
+        return self.head_matrix.weight
+
+    @property
+    def _head_quant(self) -> cpu_rows.Quantized | None:
+        return self.head_matrix.quant
 
     def head(self, normed: torch.Tensor) -> torch.Tensor:
         """Output logits (..., vocab) in float32 from final-normed hidden states (..., dim)."""
-        return linear(normed, self.lm_head_weight, self._head_packed).float()
+        if self.output is not None:
+            return self.output(normed).float()
+        return linear(normed, self.embed.weight, self._head_packed).float()
 
     def set_quantized(self, quant: dict[str, cpu_rows.Quantized]) -> None:
         """Keep the GGUF blocks each matrix was read from (state-dict name -> blocks; the
-        loader's), for `pack` to multiply with; they must stand for the current weights."""
+        loader's), for `pack` to multiply with; they must stand for the current weights, and
+        every released weight needs its blocks."""
         expect = {name: tuple(p.shape) for name, p in self.named_parameters()}
         for name, q in quant.items():
             n, k = q.rows.shape[0], q.cols
             if expect.get(name) != (n, k):
                 raise ValueError(f"quantized {name} is ({n}, {k}), the weight {expect.get(name)}")
         for name, m in self.named_modules():
-            if isinstance(m, Linear):
+            if isinstance(m, BlockWeight):
                 m.quant = quant.get(f"{name}.weight")
-        self._head_quant = quant.get("embed.weight" if self.output is None else "output.weight")
+                if m.released and m.quant is None:
+                    raise ValueError(f"{name}.weight was released and has no blocks")
 
     def pack(self, kind: str = "auto") -> Transformer:
-        """Pack every matrix for CPU inference (a no-op elsewhere; `prepack` kinds); costs a
-        second copy of the weights in memory (540 MB for SmolLM2-135M in fp32, 96 MB from its
-        GGUF blocks)."""
+        """Pack every matrix for CPU inference (a no-op elsewhere; `prepack` kinds). From GGUF
+        blocks the panels are the only copy of a released matrix (SmolLM2-135M: 96 MB where
+        fp32 weights took 540); kinds made from fp32 weights put those back first."""
         for m in self.modules():
             if isinstance(m, Linear):
                 m.pack(kind)
-        w = self.lm_head_weight
-        self._head_packed = None if w.requires_grad else prepack(w, kind, self._head_quant)
+        self._head_packed = self.embed.packed_copy(kind) if self.output is None else None
+        return self
+
+    def materialize(self) -> Transformer:
+        """Every released weight's fp32 values back from its blocks (training, state_dict
+        users, other kernels); the packing stays as it is."""
+        for m in self.modules():
+            if isinstance(m, BlockWeight):
+                m.materialize()
         return self
 
     @property
@@ -166,7 +190,8 @@ class Transformer(nn.Module):
         packing: "vnni", "quant" or "rows" (kernels/cpu_rows.py from GGUF blocks with integer or
         fp32 products, or from fp32 weights), "onednn", or "plain" (unpacked: F.linear)."""
         first = cast(Block, self.layers[0]) if len(self.layers) else None
-        packed = self._head_packed if first is None else first.attn.wqkv.packed
+        head = self._head_packed if self.output is None else self.output.packed
+        packed = head if first is None else first.attn.wqkv.packed
         if packed is None:
             return "plain"
         if isinstance(packed, cpu_rows.Panels):
@@ -176,17 +201,18 @@ class Transformer(nn.Module):
         return "onednn"
 
     def unpack(self) -> None:
+        """Plain F.linear everywhere, on fp32 weights (released ones put back)."""
+        self.materialize()
+        self._drop_packed()
+
+    def _drop_packed(self) -> None:
         for m in self.modules():
             if isinstance(m, Linear):
                 m.packed = None
         self._head_packed = None
 
-    def _weights_changed(self) -> None:
-        self.unpack()
-        self._head_quant = None
-
     def _apply(self, fn, recurse=True):  # noqa: ANN001 - nn.Module's signature
-        self._head_packed = self._head_quant = None
+        self._head_packed = None
         self._rope_len = 0  # the rope tables follow the weights' dtype and device: rebuilt
         return super()._apply(fn, recurse)
 

@@ -84,7 +84,7 @@ class InPassAdapter(nn.Module):
                            for n in PROJECTIONS for m in [_linear(blk, n)]})
             for blk in base.layers
         )  # fmt: skip
-        self.mask_embed = nn.Parameter(base.embed.weight.detach().mean(0).clone())
+        self.mask_embed = nn.Parameter(base.embed.dense().detach().mean(0).clone())
         self.offset_embed = nn.Parameter(torch.zeros(args.block + 1, base.args.dim))
         self.register_buffer("vocab_ids", vocab_ids.long())
         self.head: torch.Tensor | None = None  # (V_d, dim) rows of the base's output embedding
@@ -106,7 +106,7 @@ class InPassAdapter(nn.Module):
                 f"layers={self.args.base_layers}; the loaded model has {base.args.dim}, "
                 f"{base.args.n_layers}: retrain it with python -m lab.inpass train"
             )
-        self.head = base.lm_head_weight.detach()[self.vocab_ids]
+        self.head = base.head_matrix.rows(self.vocab_ids).detach()
         self.head_packed = prepack(self.head)  # CPU inference: see model/packing.py
         return self
 

@@ -38,7 +38,7 @@ def _held(recs: list[Record], n: int) -> list[Record]:
 def train(a: argparse.Namespace) -> None:
     torch.manual_seed(a.seed)
     rng = random.Random(a.seed)
-    base, tok = load(a.model, a.device, a.dtype)
+    base, tok = load(a.model, a.device, a.dtype, keep_float=True)  # trains through it
     recs = load_records(Path(a.data), set())
     for r in recs:
         r.pop("hidden")  # design (b)'s layer-27 features: not used here (all layers recomputed)

@@ -49,14 +49,14 @@ def numpy_logits(lm, ids: list[int]) -> np.ndarray:
     f = GGUFFile(default_model_path())
     h, hkv, d = a.n_heads, a.n_kv_heads, a.head_dim
     w = lambda t: t.detach().double().numpy()
-    x = w(m.embed.weight)[ids]  # (T, dim)
+    x = w(m.embed.dense())[ids]  # (T, dim)
     t = len(ids)
     causal = np.tril(np.ones((t, t), dtype=bool))
     for i, layer in enumerate(m.layers):
         y = _rms(x, w(layer.attn_norm), a.norm_eps)
         wq = f.read(f"blk.{i}.attn_q.weight").astype(np.float64)  # llama.cpp row order
         wk = f.read(f"blk.{i}.attn_k.weight").astype(np.float64)
-        wv = w(layer.attn.wqkv.weight)[(h + hkv) * d :]
+        wv = w(layer.attn.wqkv.dense())[(h + hkv) * d :]
         q = _rope_interleaved((y @ wq.T).reshape(t, h, d), a.rope_theta)
         k = _rope_interleaved((y @ wk.T).reshape(t, hkv, d), a.rope_theta)
         v = (y @ wv.T).reshape(t, hkv, d)
@@ -66,11 +66,11 @@ def numpy_logits(lm, ids: list[int]) -> np.ndarray:
         p = np.exp(s - s.max(-1, keepdims=True))
         p /= p.sum(-1, keepdims=True)
         o = np.einsum("hqk,khd->qhd", p, v).reshape(t, h * d)
-        x = x + o @ w(layer.attn.wo.weight).T
+        x = x + o @ w(layer.attn.wo.dense()).T
         y = _rms(x, w(layer.mlp_norm), a.norm_eps)
-        gate, up = np.split(y @ w(layer.mlp.w_gate_up.weight).T, 2, axis=-1)
-        x = x + (gate / (1 + np.exp(-gate)) * up) @ w(layer.mlp.w_down.weight).T
-    return _rms(x, w(m.norm), a.norm_eps) @ w(m.embed.weight).T  # (T, V)
+        gate, up = np.split(y @ w(layer.mlp.w_gate_up.dense()).T, 2, axis=-1)
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ w(layer.mlp.w_down.dense()).T
+    return _rms(x, w(m.norm), a.norm_eps) @ w(m.embed.dense()).T  # (T, V)
 
 
 def our_logits(lm, ids: list[int]) -> torch.Tensor:
