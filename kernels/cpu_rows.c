@@ -860,12 +860,16 @@ static inline __attribute__((always_inline)) void attend_one(
  * position stride d) followed by its rows' keys, as mask[b] (its rows x (past[b] + its rows),
  * row-major, nonzero = visible) says or, where there is none, every key (causal = 0) or key
  * j <= past[b] + i for its row i (causal = 1). Sessions of different lengths share a forward so:
- * each row still sees its own sequence's keys only. */
+ * each row still sees its own sequence's keys only. Sliding-window layers (attend_ws' window)
+ * see lmask[b] instead where a sequence has one, else the above less the keys j <= past[b] + i
+ * - window (a row at position past[b] + i sees the window behind it: model/layers.py
+ * window_mask's rule; rows at other positions, draft trees, come with their lmask). */
 typedef struct {
     const int *row0, *seq_of, *past;
     float *const *k, *const *v;
     const uint8_t *const *mask; /* NULL: no sequence has one */
     int causal;
+    const uint8_t *const *lmask; /* the sliding-window layers' masks; NULL: none has one */
 } Seqs;
 
 /* Attention of t query rows of the sequences `seqs`, at `layer` floats into each cache:
@@ -879,8 +883,8 @@ typedef struct {
  * attend_ws shares the (row, head) items among the enclosing region's threads; seen, s: this
  * thread's room for the longest sequence's keys + 8. */
 static void attend_ws(const float *q, Seqs seqs, long layer, float *out, int t, int heads,
-                      int kv_heads, int d, long q_row, long kv_head, float scale, int *seen,
-                      float *s) {
+                      int kv_heads, int d, long q_row, long kv_head, float scale, int window,
+                      int *seen, float *s) {
     const int group = heads / kv_heads;
 #pragma omp for schedule(static)
     for (int item = 0; item < t * heads; item++) {
@@ -890,8 +894,13 @@ static void attend_ws(const float *q, Seqs seqs, long layer, float *out, int t, 
         const long kv = layer + (long)(h / group) * kv_head;
         const float *kh = seqs.k[b] + kv, *vh = seqs.v[b] + kv;
         const uint8_t *mask = seqs.mask ? seqs.mask[b] : NULL;
+        int lo = -1; /* keys j <= lo are out of the window */
+        if (window && seqs.lmask && seqs.lmask[b])
+            mask = seqs.lmask[b];
+        else if (window && past + i - window > lo)
+            lo = past + i - window;
         int m = 0;
-        for (int j = 0; j < n; j++)
+        for (int j = lo + 1; j < n; j++)
             if (mask ? mask[(long)i * n + j] : !seqs.causal || j <= past + i)
                 seen[m++] = j;
         float *o = out + ((long)r * heads + h) * d;
@@ -909,12 +918,12 @@ void attend_rows(const float *q, float *k, float *v, float *out, const uint8_t *
                  int causal, int threads) {
     int *seq_of = calloc((size_t)t, sizeof(int));
     const int row0[2] = {0, t}, past = n - t;
-    const Seqs seqs = {row0, seq_of, &past, &k, &v, mask ? &mask : NULL, causal};
+    const Seqs seqs = {row0, seq_of, &past, &k, &v, mask ? &mask : NULL, causal, NULL};
 #pragma omp parallel num_threads(threads)
     {
         int *seen = malloc(sizeof(int) * (size_t)n);
         float *s = malloc(sizeof(float) * ((size_t)n + 8));
-        attend_ws(q, seqs, 0, out, t, heads, kv_heads, d, q_row, kv_head, scale, seen, s);
+        attend_ws(q, seqs, 0, out, t, heads, kv_heads, d, q_row, kv_head, scale, 0, seen, s);
         free(seen);
         free(s);
     }
@@ -947,16 +956,44 @@ static inline __m256 silu_mul(__m256 x, __m256 u) {
     return _mm256_mul_ps(_mm256_mul_ps(x, sig), u);
 }
 
+/* GELU(x) * u with GELU's tanh form (torch's approximate="tanh"), 8 at a time:
+ * 0.5 x (1 + tanh(z)) = x sigmoid(2 z), z = sqrt(2 / pi) (x + 0.044715 x^3), the sigmoid as
+ * silu_mul's. */
+static inline __m256 gelu_mul(__m256 x, __m256 u) {
+    const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+    const __m256 z2 = _mm256_mul_ps(_mm256_set1_ps(2.0f * 0.7978845608028654f),
+                                    _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
+    const __m256 neg = _mm256_cmp_ps(z2, _mm256_setzero_ps(), _CMP_LT_OQ);
+    const __m256 e = exp_ps(_mm256_or_ps(z2, _mm256_set1_ps(-0.0f))); /* e^-|2 z| */
+    const __m256 sig = _mm256_div_ps(_mm256_blendv_ps(_mm256_set1_ps(1.0f), e, neg),
+                                     _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    return _mm256_mul_ps(_mm256_mul_ps(x, sig), u);
+}
+
+/* What a stack's layers add to a plain Llama layer (ModelArgs' extras; NULL: none): q_norm /
+ * k_norm, RMSNorm gains (d) of each q and k head before rope (Qwen3, Gemma 3); post_norms, of
+ * the attention's and the MLP's outputs (dim) before their residuals (Gemma 3); gelu, the
+ * tanh-GELU gate instead of SiLU; local[l] != 0: layer l is a sliding-window layer, with its own
+ * rope rows cos_local, sin_local (t, d) and keys as Seqs says for `window`, lmask per sequence
+ * (NULL: none has one). */
+typedef struct {
+    int qk_norm, post_norms, gelu, window;
+    const uint8_t *local;
+    const float *cos_local, *sin_local;
+    const uint8_t *const *lmask;
+} LayerExtras;
+
 /* A stack of pre-norm decoder layers (each: RMSNorm, fused q/k/v product, rotate-half rope, GQA
  * attention over the KV cache, output product, residual; RMSNorm, fused gate/up product, SiLU
- * gate, down product, residual) for t rows of x (t, dim), in place, in one call and one OpenMP
+ * gate, down product, residual; with `ex`, LayerExtras' additions) for t rows of x (t, dim), in place, in one call and one OpenMP
  * region instead of ~25 torch ops and 7 kernel calls a layer from Python. The region's threads
  * share each product's panels and the attention's (row, head) items (the _ws kernels) and meet at
  * a barrier after each step, which costs a few us where starting a region costs 15-40 (a
  * sleeping worker to wake: OMP_WAIT_POLICY=PASSIVE).
  * Layer l: panels w[4 l + 0..3] = qkv, o, gate_up, down in formats fmt[4 l + 0..3]
  * (matmul_fmt_ws), output widths n[0..3] rounded up to 16 (alike in every layer); norm gains
- * norms[2 l], norms[2 l + 1]. The rows belong to `seqs` sequences (Seqs: row0, past, k, v,
+ * norms[c l + 0..c - 1]: attention, MLP, then q and k (ex->qk_norm), then the attention's and
+ * the MLP's output (ex->post_norms); c = 2 + 2 qk_norm + 2 post_norms. The rows belong to `seqs` sequences (Seqs: row0, past, k, v,
  * mask, causal; seq_of is built here): layer l of sequence b's cache starts l kv_layer floats
  * into k[b], v[b]; a row's key and value are written at position past[b] + its index in its
  * sequence, then it attends as Seqs says. cos, sin: (t, d) rope rows, sin with the rotate-half
@@ -968,8 +1005,11 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
                  const float *sin, int nseq, const int *row0, const int *past, float *const *kc,
                  float *const *vc, const uint8_t *const *mask, int causal, long kv_layer,
                  long kv_head, int heads, int kv_heads, int d, int ffn, float scale,
-                 float *scratch, int threads) {
-    const int hd = heads * d, half = d / 2;
+                 float *scratch, int threads, const LayerExtras *ex) {
+    const LayerExtras none = {0, 0, 0, 0, NULL, NULL, NULL, NULL};
+    const LayerExtras e = ex ? *ex : none;
+    const int hd = heads * d, half = d / 2, per = 2 + 2 * e.qk_norm + 2 * e.post_norms;
+    const int post = 2 + 2 * e.qk_norm; /* where the output norms start */
     float *xn = scratch;
     float *qkv = xn + (size_t)t * (dim > ffn ? dim : ffn);
     float *att = qkv + (size_t)t * n[0];
@@ -985,7 +1025,7 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
         const int nb = past[b] + row0[b + 1] - row0[b];
         keys = nb > keys ? nb : keys;
     }
-    const Seqs seqs = {row0, seq_of, past, kc, vc, mask, causal};
+    const Seqs seqs = {row0, seq_of, past, kc, vc, mask, causal, e.lmask};
 #pragma omp parallel num_threads(threads)
     {
         int *seen = malloc(sizeof(int) * (size_t)keys);
@@ -995,11 +1035,18 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
         for (int l = 0; l < layers; l++) {
             const void *const *wl = w + 4 * l;
             const int *fl = fmt + 4 * l;
+            const float *const *nl = norms + (size_t)per * l;
+            const int local = e.local && e.local[l];
+            const float *cl = local ? e.cos_local : cos, *sl = local ? e.sin_local : sin;
             matmul_fmt_ws(xn, wl[0], fl[0], qkv, t, n[0], dim, xr);
 #pragma omp single
             for (int r = 0; r < t; r++) {
-                const float *c = cos + (size_t)r * d, *sn = sin + (size_t)r * d;
+                const float *c = cl + (size_t)r * d, *sn = sl + (size_t)r * d;
                 float *row = qkv + (size_t)r * n[0];
+                if (e.qk_norm) { /* each head of q, then of k, on its own */
+                    rms_norm_rows(row, nl[2], row, heads, d, eps);
+                    rms_norm_rows(row + hd, nl[3], row + hd, kv_heads, d, eps);
+                }
                 float tmp[512]; /* d <= 256: one head's rotation */
                 for (int h = 0; h < heads + kv_heads; h++) {
                     float *v = row + (size_t)h * d;
@@ -1019,14 +1066,18 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
                 }
             }
             attend_ws(qkv, seqs, l * kv_layer, att, t, heads, kv_heads, d, n[0], kv_head, scale,
-                      seen, sc);
+                      local ? e.window : 0, seen, sc);
             matmul_fmt_ws(att, wl[1], fl[1], out, t, n[1], hd, xr);
 #pragma omp single
             {
-                for (int r = 0; r < t; r++)
+                for (int r = 0; r < t; r++) {
+                    float *o = out + (size_t)r * n[1];
+                    if (e.post_norms)
+                        rms_norm_rows(o, nl[post], o, 1, dim, eps);
                     for (int i = 0; i < dim; i++)
-                        x[(size_t)r * dim + i] += out[(size_t)r * n[1] + i];
-                rms_norm_rows(x, norms[2 * l + 1], xn, t, dim, eps);
+                        x[(size_t)r * dim + i] += o[i];
+                }
+                rms_norm_rows(x, nl[1], xn, t, dim, eps);
             }
             matmul_fmt_ws(xn, wl[2], fl[2], gu, t, n[2], dim, xr);
 #pragma omp for schedule(static)
@@ -1034,6 +1085,16 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
                 const float *g = gu + (size_t)r * n[2], *u = g + ffn;
                 float *a = xn + (size_t)r * ffn;
                 int i = 0;
+                if (e.gelu) {
+                    for (; i + 8 <= ffn; i += 8)
+                        _mm256_storeu_ps(
+                            a + i, gelu_mul(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+                    for (; i < ffn; i++)
+                        a[i] = 0.5f * g[i] *
+                               (1.0f + tanhf(0.7978845608028654f *
+                                             (g[i] + 0.044715f * g[i] * g[i] * g[i]))) *
+                               u[i];
+                }
                 for (; i + 8 <= ffn; i += 8)
                     _mm256_storeu_ps(a + i,
                                      silu_mul(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
@@ -1043,11 +1104,15 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
             matmul_fmt_ws(xn, wl[3], fl[3], out, t, n[3], ffn, xr);
 #pragma omp single
             {
-                for (int r = 0; r < t; r++)
+                for (int r = 0; r < t; r++) {
+                    float *o = out + (size_t)r * n[3];
+                    if (e.post_norms)
+                        rms_norm_rows(o, nl[post + 1], o, 1, dim, eps);
                     for (int i = 0; i < dim; i++)
-                        x[(size_t)r * dim + i] += out[(size_t)r * n[3] + i];
+                        x[(size_t)r * dim + i] += o[i];
+                }
                 if (l + 1 < layers)
-                    rms_norm_rows(x, norms[2 * l + 2], xn, t, dim, eps);
+                    rms_norm_rows(x, nl[per], xn, t, dim, eps);
             }
         }
         free(seen);

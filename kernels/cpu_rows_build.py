@@ -91,6 +91,6 @@ def load() -> ctypes.CDLL:
     ptr, num, f32, long = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_long
     lib.layers_rows.argtypes = [num, ptr, num, num, *[ptr] * 4, f32, ptr, ptr, num,
                                 *[ptr] * 5, num, long, long, *[num] * 4, f32, ptr,
-                                num]  # fmt: skip
+                                num, ptr]  # fmt: skip
     lib.layers_rows.restype = None
     return lib

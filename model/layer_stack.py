@@ -1,6 +1,7 @@
 """A stack of decoder layers over new rows (`run_layers`). In CPU inference whose matrices are
 packed for kernels/cpu_rows.py the whole stack is one C call (`cpu_rows.layers`: norms, products,
-rope, attention, SiLU, residuals), which computes each row on its own: a row's bits do not depend
+rope, attention, SiLU or GELU, residuals, and the q/k norms, output norms and sliding-window
+layers of Qwen3 and Gemma 3), which computes each row on its own: a row's bits do not depend
 on the rows beside it, so a verify row is exactly the row `ar` computes, and several sessions'
 rows can share the call (`Transformer.forward_many`). Elsewhere (training, CUDA, hooks) each
 layer's torch ops.
@@ -22,8 +23,9 @@ from dllm_voice.model.layers import Block
 
 def c_stack(layers: nn.ModuleList) -> cpu_rows.LayerStack | None:
     """The layers' matrices and norms for cpu_rows.layers, built once per packing (checking
-    every matrix took ~0.4 ms a forward, a tenth of one); None unless every layer is a plain
-    Llama layer (ModelArgs.plain) packed as panels, without q/k/v bias."""
+    every matrix took ~0.4 ms a forward, a tenth of one); None unless every layer is packed as
+    panels, without q/k/v bias, and the layers alike in what they add to a Llama layer (q/k
+    norms, output norms, gate, attention scale, one window for the sliding-window layers)."""
     packings, stack = _C_STACKS.get(layers, (-1, None))
     if packings == packing.packings():
         return stack
@@ -31,10 +33,33 @@ def c_stack(layers: nn.ModuleList) -> cpu_rows.LayerStack | None:
     mats = [(b.attn.wqkv, b.attn.wo, b.mlp.w_gate_up, b.mlp.w_down) for b in blocks]
     panels = tuple(m.packed for four in mats for m in four)
     stack = None
-    plain = all(b.plain for b in blocks) and mats[0][0].bias is None
-    if plain and all(isinstance(p, cpu_rows.Panels) for p in panels):
-        norms = tuple(g for b in blocks for g in (b.attn_norm, b.mlp_norm))
-        stack = cpu_rows.layer_stack(cast("tuple[cpu_rows.Panels, ...]", panels), norms)
+    first = blocks[0]
+    qk, post = first.attn.q_norm is not None, first.attn_post_norm is not None
+    kinds = {
+        (b.attn.q_norm is not None, b.attn_post_norm is not None, b.mlp.act, b.attn.scale)
+        for b in blocks
+    }
+    windows = {b.window for b in blocks if b.local}
+    alike = len(kinds) == 1 and len(windows) <= 1 and mats[0][0].bias is None
+    if alike and all(isinstance(p, cpu_rows.Panels) for p in panels):
+        norms = tuple(
+            g
+            for b in blocks
+            for g in (
+                b.attn_norm, b.mlp_norm,
+                *((b.attn.q_norm, b.attn.k_norm) if qk else ()),
+                *((b.attn_post_norm, b.mlp_post_norm) if post else ()),
+            )
+        )  # fmt: skip
+        stack = cpu_rows.layer_stack(
+            cast("tuple[cpu_rows.Panels, ...]", panels),
+            cast("tuple[torch.Tensor, ...]", norms),
+            qk_norm=qk,
+            post_norms=post,
+            gelu=first.mlp.act == "gelu_tanh",
+            local=[b.local for b in blocks],
+            window=next(iter(windows), 0),
+        )
     _C_STACKS[layers] = (packing.packings(), stack)
     return stack
 
@@ -84,16 +109,27 @@ def run_layers(
                 x = layer(x, own[0], own[1], cache, first + i, write, own[2], own[3])
         return x
     d = cos.shape[-1]
-    rope = tuple(c.reshape(-1, t, d).expand(bsz, t, d).reshape(bsz * t, d) for c in (cos, sin))
-    if mask is not None:
-        mask = mask.reshape(-1, t, s + t).expand(bsz, t, s + t).contiguous()
+
+    def rows(c: torch.Tensor) -> torch.Tensor:
+        return c.reshape(-1, t, d).expand(bsz, t, d).reshape(bsz * t, d)
+
+    def per_seq(m: torch.Tensor | None) -> list[torch.Tensor | None]:
+        m = None if m is None else m.reshape(-1, t, s + t).expand(bsz, t, s + t).contiguous()
+        return [None if m is None else m[b] for b in range(bsz)]
+
+    rope = (rows(cos), rows(sin))
+    local_rope, lmasks = None, per_seq(None)
+    if stack.window:  # the sliding-window layers' rope rows and visibility (Block.local)
+        assert local is not None, "sliding-window layers need their rope rows"
+        local_rope = (rows(local[0]), rows(local[1]))
+        lmasks = per_seq(local[2])
     k, v = cache.k[first : first + len(layers)], cache.v[first : first + len(layers)]
     seqs = [
-        cpu_rows.SeqKV(k[:, b], v[:, b], s, t, None if mask is None else mask[b])
-        for b in range(bsz)
+        cpu_rows.SeqKV(k[:, b], v[:, b], s, t, m, lm)
+        for b, (m, lm) in enumerate(zip(per_seq(mask), lmasks, strict=True))
     ]
     y = x.reshape(bsz * t, dim).clone(memory_format=torch.contiguous_format)
-    c_layers(layers, stack, y, rope, seqs, is_causal)
+    c_layers(layers, stack, y, rope, seqs, is_causal, local_rope)
     return y.view(bsz, t, dim)
 
 
@@ -104,10 +140,15 @@ def c_layers(
     rope: tuple[torch.Tensor, ...],
     seqs: list[cpu_rows.SeqKV],
     causal: bool,
+    local_rope: tuple[torch.Tensor, ...] | None = None,
 ) -> None:
-    """y (T, dim) through the C layer stack, in place (cpu_rows.layers)."""
+    """y (T, dim) through the C layer stack, in place (cpu_rows.layers); local_rope: the
+    sliding-window layers' rope rows (T, D), where the stack has such layers."""
     first = cast(Block, layers[0])
     heads, ffn, d = first.attn.n_heads, first.mlp.ffn_dim, rope[0].shape[-1]
     scratch = torch.empty(cpu_rows.layers_scratch(stack, y.shape[0], y.shape[1], heads, d, ffn))
     cos, sin = (r.contiguous() for r in rope)
-    cpu_rows.layers(y, stack, first.eps, (cos, sin), seqs, causal, heads, ffn, scratch)
+    lr = None if local_rope is None else (local_rope[0].contiguous(), local_rope[1].contiguous())
+    cpu_rows.layers(
+        y, stack, first.eps, (cos, sin), seqs, causal, heads, ffn, scratch, first.attn.scale, lr
+    )

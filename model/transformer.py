@@ -336,6 +336,7 @@ class Transformer(nn.Module):
         if stack is None or len(calls) == 1:
             return [c.run(self.forward) for c in calls]
         xs, cos, sin, seqs, writes = [], [], [], [], []
+        local_cos, local_sin = [], []  # the sliding-window layers' (Block.local)
         for c in calls:
             x = self.embed(c.ids) if c.embeds is None else c.embeds  # (1, T, dim)
             t, s = x.shape[1], c.cache.length
@@ -347,11 +348,19 @@ class Transformer(nn.Module):
             cos.append(self.rope_cos[pos])
             sin.append(self.rope_sin[pos])
             mask = None if c.mask is None else c.mask.reshape(t, s + t).contiguous()
+            lmask = None  # rows at positions s + i: the C stack bounds their window itself
+            if stack.window:
+                local_cos.append(self.rope_cos_local[pos])
+                local_sin.append(self.rope_sin_local[pos])
+                if c.positions is not None:
+                    w = window_mask(mask, mask is None, t, s, pos, stack.window, x.device)
+                    lmask = None if w is None else w.reshape(t, s + t).contiguous()
             k, v = c.cache.k[:, 0], c.cache.v[:, 0]  # (L, Hkv, capacity, D)
-            seqs.append(cpu_rows.SeqKV(k, v, s, t, mask))
+            seqs.append(cpu_rows.SeqKV(k, v, s, t, mask, lmask))
             writes.append(write)
         y = torch.cat(xs).contiguous()
-        c_layers(self.layers, stack, y, (torch.cat(cos), torch.cat(sin)), seqs, True)
+        local = (torch.cat(local_cos), torch.cat(local_sin)) if stack.window else None
+        c_layers(self.layers, stack, y, (torch.cat(cos), torch.cat(sin)), seqs, True, local)
         normed = rms_norm(y, self.norm, self.args.norm_eps)  # (T, dim), each row on its own
         spans, head_rows, r0 = [], [], 0
         for c, seq, write in zip(calls, seqs, writes, strict=True):
