@@ -118,6 +118,9 @@ void rows_matmul(const float *x, const float *wp, float *y, int m, int n, int k,
 #define FMT_Q8_0 2 /* d[16] fp16; 32 x 16 int8 */
 #define FMT_Q4_F 5 /* d[16], m[16] fp32; nibbles as Q4_1 */
 #define FMT_Q8_F 6 /* d_lo[16] (inputs 0-15), d_hi[16] (16-31), m[16] fp32; 32 x 16 int8 */
+#define FMT_Q4_1_INT 3 /* the integer products' layouts (pack_quant's "_vnni") */
+#define FMT_Q8_0_INT 4
+#define FMT_Q8_F_INT 7
 #define Q4_F_BYTES (8 * PANEL + QK * PANEL / 2)
 #define Q8_F_BYTES (12 * PANEL + QK * PANEL)
 #define QBYTES(fmt)                                                                                \
@@ -519,7 +522,7 @@ VNNI static void vnni_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, in
         }
 }
 
-/* --- Integer products on AVX2 (Q8_0) -------------------------------------------------------
+/* --- Integer products on AVX2 (Q8_0, Q8_F) -------------------------------------------------
  *
  * Without AVX-512 VNNI (Zen 1-3, Intel client parts) the Q8_0 products are the same integer
  * arithmetic in 256-bit registers: x rounded as quantize_rows rounds it (quantize_rows_avx2: the
@@ -531,7 +534,12 @@ VNNI static void vnni_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, in
  * convert and scale: 2048 x 2048 at 1 thread on Zen 1, 1 row 0.57 ms instead of 0.97, 5 rows
  * 1.80 instead of 1.94 (Zen 1 issues one 256-bit vpmaddwd per 2 cycles, so extra rows cost what
  * the fp32 fmas cost). Q4_1 keeps the fp32 products here: its nibbles would need widening to
- * int16 as well, for no fewer instructions than the expansion. */
+ * int16 as well, for no fewer instructions than the expansion. FMT_Q8_F_INT (q8_f's scales, then
+ * the codes as q8_0_vnni's) runs here on every CPU, VNNI or not (x's codes are the same): the
+ * sums of inputs 0-15 and 16-31 finished apart with d_lo, d_hi, then + m sum(x); a 640 x 2048
+ * row 0.19 ms instead of 0.30. From ~5 rows (Q8_F) or ~12 (Q8_0) on, the fp32 expansion into an
+ * L1 buffer shared by all rows is faster on Zen 1 (16 rows 2048 x 2048: 4.9 ms; here 5.5 Q8_0,
+ * 7.0 Q8_F): prefills pay that. */
 #define IROWS 5 /* rows a group (2 int32 sums each in registers): 5 rows 1.80 ms, in 3 + 2 1.92 */
 
 static int cpu_has_vnni = -1; /* vnni_supported(), read once */
@@ -596,49 +604,74 @@ static void quantize_rows_avx2(const float *x, int m, int k, XRows xr) {
         }
 }
 
-/* Rows r < rows of y[., 0..15] = x[r] . one panel of q8_0_vnni blocks at wp, as vnni_rows. */
+/* Rows r < rows of y[., 0..15] = x[r] . one panel of q8_0_vnni blocks at wp, as vnni_rows; f8:
+ * q8_f_vnni blocks instead (FMT_Q8_F's fp32 d_lo, d_hi, m, then the codes as q8_0_vnni's): the
+ * sums of inputs 0-15 and 16-31 finished apart, each with its own scale, then m sum(x). */
 static inline __attribute__((always_inline)) void int_rows(XRows xr, const uint8_t *wp, float *y,
                                                            const int rows, int blocks, int k,
-                                                           int n_dim) {
+                                                           int n_dim, const int f8) {
+    const size_t bytes = f8 ? Q8_F_BYTES : VQ8_0_BYTES;
     __m256 acc[IROWS][2];
     for (int r = 0; r < rows; r++)
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (int b = 0; b < blocks; b++) {
-        const uint8_t *blk = wp + b * VQ8_0_BYTES, *codes = blk + 2 * PANEL;
-        for (size_t line = 0; line < VQ8_0_BYTES; line += 64)
-            _mm_prefetch((const char *)(blk + QPREFETCH * VQ8_0_BYTES + line), _MM_HINT_T0);
-        __m256i s[IROWS][2];
-        for (int r = 0; r < rows; r++)
-            s[r][0] = s[r][1] = _mm256_setzero_si256();
-        for (int c = 0; c < 16; c++) { /* inputs 2 c, 2 c + 1 of the 16 columns */
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(codes + 32 * c));
-            const __m256i w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v));
-            const __m256i w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1));
+        const uint8_t *blk = wp + b * bytes, *codes = blk + (f8 ? 12 : 2) * PANEL;
+        for (size_t line = 0; line < bytes; line += 64)
+            _mm_prefetch((const char *)(blk + QPREFETCH * bytes + line), _MM_HINT_T0);
+        for (int h = 0; h < (f8 ? 2 : 1); h++) {
+            __m256i s[IROWS][2];
+            for (int r = 0; r < rows; r++)
+                s[r][0] = s[r][1] = _mm256_setzero_si256();
+            for (int c = f8 ? 8 * h : 0; c < (f8 ? 8 * h + 8 : 16); c++) {
+                /* inputs 2 c, 2 c + 1 of the 16 columns */
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(codes + 32 * c));
+                const __m256i w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v));
+                const __m256i w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1));
+                for (int r = 0; r < rows; r++) {
+                    const int32_t *q = (const int32_t *)(xr.q + (size_t)r * k + QK * b);
+                    const __m256i pair = _mm256_set1_epi32(q[c]);
+                    s[r][0] = _mm256_add_epi32(s[r][0], _mm256_madd_epi16(w0, pair));
+                    s[r][1] = _mm256_add_epi32(s[r][1], _mm256_madd_epi16(w1, pair));
+                }
+            }
+            __m256 d0, d1;
+            if (f8) {
+                d0 = _mm256_loadu_ps((const float *)blk + PANEL * h);
+                d1 = _mm256_loadu_ps((const float *)blk + PANEL * h + 8);
+            } else {
+                d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+                d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
+            }
             for (int r = 0; r < rows; r++) {
-                const int32_t *q = (const int32_t *)(xr.q + (size_t)r * k + QK * b);
-                const __m256i pair = _mm256_set1_epi32(q[c]);
-                s[r][0] = _mm256_add_epi32(s[r][0], _mm256_madd_epi16(w0, pair));
-                s[r][1] = _mm256_add_epi32(s[r][1], _mm256_madd_epi16(w1, pair));
+                const size_t at = (size_t)r * blocks + b;
+                const int i = xr.at[at], lane = i & 1; /* the outlier's codes: byte 2 j + lane */
+                __m256 o0 = _mm256_setzero_ps(), o1 = o0;
+                if (!f8 || (i >> 4) == h) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(codes + 32 * (i >> 1)));
+                    const __m256i u = _mm256_sra_epi16(
+                        _mm256_sll_epi16(v, _mm_cvtsi32_si128(8 - 8 * lane)),
+                        _mm_cvtsi32_si128(8));
+                    const __m256 out = _mm256_set1_ps(xr.out[at]);
+                    o0 = _mm256_mul_ps(out, _mm256_cvtepi32_ps(
+                                                _mm256_cvtepi16_epi32(_mm256_castsi256_si128(u))));
+                    o1 = _mm256_mul_ps(out, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(
+                                                _mm256_extracti128_si256(u, 1))));
+                }
+                const __m256 dx = _mm256_set1_ps(xr.d[at]);
+                const __m256 t0 = _mm256_fmadd_ps(dx, _mm256_cvtepi32_ps(s[r][0]), o0);
+                const __m256 t1 = _mm256_fmadd_ps(dx, _mm256_cvtepi32_ps(s[r][1]), o1);
+                acc[r][0] = _mm256_fmadd_ps(d0, t0, acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(d1, t1, acc[r][1]);
             }
         }
-        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
-        for (int r = 0; r < rows; r++) {
-            const size_t at = (size_t)r * blocks + b;
-            const int i = xr.at[at], lane = i & 1; /* the outlier's codes: byte 2 j + lane */
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(codes + 32 * (i >> 1)));
-            const __m256i u = _mm256_sra_epi16(
-                _mm256_sll_epi16(v, _mm_cvtsi32_si128(8 - 8 * lane)), _mm_cvtsi32_si128(8));
-            const __m256 c0 = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(u)));
-            const __m256 c1 = _mm256_cvtepi32_ps(
-                _mm256_cvtepi16_epi32(_mm256_extracti128_si256(u, 1)));
-            const __m256 dx = _mm256_set1_ps(xr.d[at]), out = _mm256_set1_ps(xr.out[at]);
-            const __m256 t0 = _mm256_fmadd_ps(dx, _mm256_cvtepi32_ps(s[r][0]),
-                                              _mm256_mul_ps(out, c0));
-            const __m256 t1 = _mm256_fmadd_ps(dx, _mm256_cvtepi32_ps(s[r][1]),
-                                              _mm256_mul_ps(out, c1));
-            acc[r][0] = _mm256_fmadd_ps(d0, t0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(d1, t1, acc[r][1]);
+        if (f8) { /* + m sum(x) */
+            const __m256 m0 = _mm256_loadu_ps((const float *)blk + 2 * PANEL);
+            const __m256 m1 = _mm256_loadu_ps((const float *)blk + 2 * PANEL + 8);
+            for (int r = 0; r < rows; r++) {
+                const __m256 sum = _mm256_set1_ps(xr.sum[(size_t)r * blocks + b]);
+                acc[r][0] = _mm256_fmadd_ps(m0, sum, acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(m1, sum, acc[r][1]);
+            }
         }
     }
     for (int r = 0; r < rows; r++) {
@@ -650,10 +683,10 @@ static inline __attribute__((always_inline)) void int_rows(XRows xr, const uint8
 #define IGROUPS(m) (((m) + IROWS - 1) / IROWS)
 #define IGROUP_ROWS(m, g) ((m) / IGROUPS(m) + ((g) < (m) % IGROUPS(m)))
 
-/* As vnni_matmul_ws for Q8_0, on AVX2. */
-static void int_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, int k) {
+/* As vnni_matmul_ws for Q8_0 (f8: q8_f_vnni), on AVX2. */
+static void int_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, int k, int f8) {
     const int panels = n / PANEL, blocks = k / QK;
-    const size_t pstride = VQ8_0_BYTES * (size_t)blocks;
+    const size_t pstride = (f8 ? Q8_F_BYTES : VQ8_0_BYTES) * (size_t)blocks;
 #pragma omp for schedule(static)
     for (int p = 0; p < panels; p++)
         for (int g = 0, r0 = 0; r0 < m; r0 += IGROUP_ROWS(m, g), g++) {
@@ -662,15 +695,19 @@ static void int_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, i
                         xr.at + rb};
             const uint8_t *wp = wq + p * pstride;
             float *yr = y + (size_t)r0 * n + PANEL * p;
-#define IR(R) int_rows(xg, wp, yr, R, blocks, k, n); break
-            switch (IGROUP_ROWS(m, g)) {
-            case 1: IR(1);
-            case 2: IR(2);
-            case 3: IR(3 < IROWS ? 3 : IROWS);
-            case 4: IR(4 < IROWS ? 4 : IROWS);
-            case 5: IR(5 < IROWS ? 5 : IROWS);
-            default: IR(IROWS);
+#define IR(R, F) int_rows(xg, wp, yr, R, blocks, k, n, F); break
+#define INT_ROWS_SWITCH(F)                                                                         \
+    switch (IGROUP_ROWS(m, g)) {                                                                   \
+    case 1: IR(1, F); case 2: IR(2, F); case 3: IR(3 < IROWS ? 3 : IROWS, F);                      \
+    case 4: IR(4 < IROWS ? 4 : IROWS, F); case 5: IR(5 < IROWS ? 5 : IROWS, F);                    \
+    default: IR(IROWS, F);                                                                         \
+    }
+            if (f8) {
+                INT_ROWS_SWITCH(1)
+            } else {
+                INT_ROWS_SWITCH(0)
             }
+#undef INT_ROWS_SWITCH
 #undef IR
         }
 }
@@ -684,14 +721,17 @@ static void quantize_x(const float *x, int m, int k, XRows xr, int q4) {
         quantize_rows_avx2(x, m, k, xr);
 }
 
-static void int_products_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, int k, int q4) {
-    if (use_vnni())
+static void int_products_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, int k, int fmt) {
+    const int q4 = fmt == FMT_Q4_1_INT;
+    if (fmt == FMT_Q8_F_INT) /* AVX2's on every CPU: the codes are alike, VNNI's or not */
+        int_matmul_ws(xr, wq, y, m, n, k, 1);
+    else if (use_vnni())
         vnni_matmul_ws(xr, wq, y, m, n, k, q4);
     else
-        int_matmul_ws(xr, wq, y, m, n, k);
+        int_matmul_ws(xr, wq, y, m, n, k, 0);
 }
 
-#define VNNI_FMT(fmt) ((fmt) == 3 || (fmt) == 4)
+#define VNNI_FMT(fmt) ((fmt) == FMT_Q4_1_INT || (fmt) == FMT_Q8_0_INT || (fmt) == FMT_Q8_F_INT)
 
 /* y = x @ w.T from GGUF blocks in fmt 1 Q4_1, 2 Q8_0, 5 Q4_F, 6 Q8_F (fp32 products) or 3 Q4_1,
  * 4 Q8_0 (the VNNI layouts, integer products: VNNI, or for 4 AVX2 where VNNI is absent). */
@@ -703,9 +743,9 @@ void quant_matmul(const float *x, const uint8_t *wq, float *y, int m, int n, int
         return;
     }
     const XRows xr = xrows_alloc(m, k);
-    quantize_x(x, m, k, xr, fmt == 3);
+    quantize_x(x, m, k, xr, fmt == FMT_Q4_1_INT);
 #pragma omp parallel num_threads(threads)
-    int_products_ws(xr, wq, y, m, n, k, fmt == 3);
+    int_products_ws(xr, wq, y, m, n, k, fmt);
     free(xr.d);
 }
 
@@ -942,8 +982,8 @@ static void matmul_fmt_ws(const float *x, const void *w, int fmt, float *y, int 
         quant_matmul_ws(x, (const uint8_t *)w, y, m, n, k, fmt);
     } else {
 #pragma omp single
-        quantize_x(x, m, k, xr, fmt == 3);
-        int_products_ws(xr, (const uint8_t *)w, y, m, n, k, fmt == 3);
+        quantize_x(x, m, k, xr, fmt == FMT_Q4_1_INT);
+        int_products_ws(xr, (const uint8_t *)w, y, m, n, k, fmt);
     }
 }
 
@@ -985,15 +1025,16 @@ typedef struct {
 
 /* A stack of pre-norm decoder layers (each: RMSNorm, fused q/k/v product, rotate-half rope, GQA
  * attention over the KV cache, output product, residual; RMSNorm, fused gate/up product, SiLU
- * gate, down product, residual; with `ex`, LayerExtras' additions) for t rows of x (t, dim), in place, in one call and one OpenMP
- * region instead of ~25 torch ops and 7 kernel calls a layer from Python. The region's threads
- * share each product's panels and the attention's (row, head) items (the _ws kernels) and meet at
- * a barrier after each step, which costs a few us where starting a region costs 15-40 (a
- * sleeping worker to wake: OMP_WAIT_POLICY=PASSIVE).
+ * gate, down product, residual; with `ex`, LayerExtras' additions) for t rows of x (t, dim), in
+ * place, in one call and one OpenMP region instead of ~25 torch ops and 7 kernel calls a layer
+ * from Python. The region's threads share each product's panels and the attention's (row,
+ * head) items (the _ws kernels) and meet at a barrier after each step, which costs a few us
+ * where starting a region costs 15-40 (a sleeping worker to wake: OMP_WAIT_POLICY=PASSIVE).
  * Layer l: panels w[4 l + 0..3] = qkv, o, gate_up, down in formats fmt[4 l + 0..3]
  * (matmul_fmt_ws), output widths n[0..3] rounded up to 16 (alike in every layer); norm gains
  * norms[c l + 0..c - 1]: attention, MLP, then q and k (ex->qk_norm), then the attention's and
- * the MLP's output (ex->post_norms); c = 2 + 2 qk_norm + 2 post_norms. The rows belong to `seqs` sequences (Seqs: row0, past, k, v,
+ * the MLP's output (ex->post_norms); c = 2 + 2 qk_norm + 2 post_norms. The rows belong to
+ * `seqs` sequences (Seqs: row0, past, k, v,
  * mask, causal; seq_of is built here): layer l of sequence b's cache starts l kv_layer floats
  * into k[b], v[b]; a row's key and value are written at position past[b] + its index in its
  * sequence, then it attends as Seqs says. cos, sin: (t, d) rope rows, sin with the rotate-half

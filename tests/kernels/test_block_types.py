@@ -81,7 +81,8 @@ def test_types_the_kernel_does_not_take(name: str) -> None:
 @pytest.mark.parametrize("name", TYPES)
 def test_products_from_the_blocks_equal_the_dequantized_weights(name: str) -> None:
     """Bit for bit, at every row count (1: two panels at once; 13+: expanded into a buffer) and
-    thread count; pack_quant never gives q4_f / q8_f the integer products."""
+    thread count; pack_quant never gives q4_f the integer products, q8_f where
+    `integer_products` says."""
     gen = torch.Generator().manual_seed(7 + ord(name[1]))
     rows = gguf_rows(name, 40, 512, gen)
     q = cpu_rows.from_gguf(GGMLQuantizationType[name], rows)
@@ -89,9 +90,10 @@ def test_products_from_the_blocks_equal_the_dequantized_weights(name: str) -> No
     w = cpu_rows.dequantize(q)
     blocks, fp32 = cpu_rows.pack_quant(q, vnni=False), cpu_rows.pack(w)
     assert blocks.fmt == q.fmt and blocks.data.shape[-1] == cpu_rows.QUANT_FORMATS[q.fmt][1]
-    if q.fmt in ("q4_f", "q8_f"):
+    if q.fmt == "q4_f":
         asked = cpu_rows.pack_quant(q, vnni=True)
         assert asked.fmt == q.fmt and not asked.integer and torch.equal(asked.data, blocks.data)
+    assert cpu_rows.pack_quant(q).integer == cpu_rows.integer_products(q.fmt)
     x = torch.randn(40, 512, generator=gen)
     threads = torch.get_num_threads()
     for t in {1, threads}:
@@ -113,7 +115,7 @@ def test_random_blocks_of_the_new_formats(fmt: str, n: int, k: int) -> None:
     q = cpu_rows.random_quantized(fmt, n, k, gen)
     assert q.cols == k
     w = cpu_rows.dequantize(q)
-    blocks, fp32 = cpu_rows.pack_quant(q), cpu_rows.pack(w)
+    blocks, fp32 = cpu_rows.pack_quant(q, vnni=False), cpu_rows.pack(w)
     x = torch.randn(14, k, generator=gen)
     for m in (1, 3, 7, 14):
         assert torch.equal(cpu_rows.matmul(x[:m], w, blocks), cpu_rows.matmul(x[:m], w, fp32))
@@ -139,7 +141,7 @@ def test_fuse() -> None:
         cpu_rows.fuse([parts[0], cpu_rows.random_quantized("q4_f", 8, 512, gen)])
     if cpu_rows.available():
         x = torch.randn(5, 256, generator=gen)
-        y = cpu_rows.matmul(x, whole, cpu_rows.pack_quant(fused))
+        y = cpu_rows.matmul(x, whole, cpu_rows.pack_quant(fused, vnni=False))
         assert torch.equal(y, cpu_rows.matmul(x, whole, cpu_rows.pack(whole)))
 
 
@@ -177,16 +179,16 @@ def test_layers_run_the_new_formats(t: int) -> None:
 
 @needs_kernel
 @pytest.mark.parametrize("t", [1, 6, 11])
-def test_layers_with_integer_q8_0_matrices(t: int) -> None:
-    """`layers` over q8_0 matrices in the integer layout (VNNI or AVX2; q8_f's fp32 products
-    beside them): close to the fp32 panels of the same weights, and a row computes the same bits
-    in a prefill of t rows as on its own after the others are cached."""
-    if not cpu_rows.integer_products("q8_0"):
-        pytest.skip("no integer products for q8_0 here")
+def test_layers_with_integer_q8_0_and_q8_f_matrices(t: int) -> None:
+    """`layers` over q8_0 and q8_f matrices in the integer layouts (VNNI or AVX2; q4_f's fp32
+    products beside them): close to the fp32 panels of the same weights, and a row computes the
+    same bits in a prefill of t rows as on its own after the others are cached."""
+    if not (cpu_rows.integer_products("q8_0") and cpu_rows.integer_products("q8_f")):
+        pytest.skip("no integer products for q8_0 / q8_f here")
     gen = torch.Generator().manual_seed(20 + t)
     dim, heads, kv_heads, d, ffn, n_layers = 64, 2, 1, 32, 96, 2
     shapes = [((heads + 2 * kv_heads) * d, dim), (dim, heads * d), (2 * ffn, dim), (dim, ffn)]
-    fmts = ["q8_0", "q8_0", "q8_0", "q8_f"] * n_layers
+    fmts = ["q8_0", "q4_f", "q8_0", "q8_f"] * n_layers
     quant = [cpu_rows.random_quantized(fmts[i], *shapes[i % 4], gen) for i in range(4 * n_layers)]
     norms = tuple(1 + 0.1 * torch.randn(dim, generator=gen) for _ in range(2 * n_layers))
     angle = torch.randn(t, d // 2, generator=gen)
@@ -205,7 +207,7 @@ def test_layers_with_integer_q8_0_matrices(t: int) -> None:
         return y
 
     integer = tuple(cpu_rows.pack_quant(q) for q in quant)
-    assert all(p.integer == (p.fmt != "q8_f") for p in integer)
+    assert [p.integer for p in integer] == [True, False, True, True] * n_layers
     fp32 = tuple(cpu_rows.pack(cpu_rows.dequantize(q)) for q in quant)
     cache = torch.zeros(2, n_layers, kv_heads, 16, d)
     y = run(integer, slice(0, t), 0, cache)

@@ -82,12 +82,12 @@ def test_quantized_blocks_give_the_dequantized_weights_outputs_exactly(
 
 
 @needs_kernel
-@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0", "q8_f"])
 @pytest.mark.parametrize("n,k", [(64, 64), (40, 96), (960, 576), (17, 1536)])
 def test_integer_products_compute_the_reference_and_each_row_alone(
     fmt: str, n: int, k: int
 ) -> None:
-    """The VNNI layouts (AVX-512 VNNI; Q8_0 on AVX2 too): the products `vnni_reference`
+    """The VNNI layouts (AVX-512 VNNI; Q8_0 and q8_f on AVX2 too): the products `vnni_reference`
     describes (rows rounded to int16 per block but for each block's largest input, exact integer
     sums), and a row gives the same bits alone or with up to 19 others (groups of 5) at any
     thread count; within ~1e-5 of the exact product of the dequantized weight, outliers of 1000x
@@ -202,11 +202,11 @@ def test_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @needs_kernel
 def test_integer_products_where_the_cpu_has_them() -> None:
-    """Q8_0 takes the integer products wherever the kernel runs (VNNI or AVX2), Q4_1 with VNNI
-    only, q4_f / q8_f never; pack_quant's default follows."""
-    assert cpu_rows.integer_products("q8_0")
+    """Q8_0 and q8_f take the integer products wherever the kernel runs (VNNI or AVX2), Q4_1 with
+    VNNI only, q4_f never; pack_quant's default follows."""
+    assert cpu_rows.integer_products("q8_0") and cpu_rows.integer_products("q8_f")
     assert cpu_rows.integer_products("q4_1") == cpu_rows.has_vnni()
-    assert not cpu_rows.integer_products("q4_f") and not cpu_rows.integer_products("q8_f")
+    assert not cpu_rows.integer_products("q4_f")
     gen = torch.Generator().manual_seed(4)
     for fmt in ("q8_0", "q4_1", "q8_f"):
         packed = cpu_rows.pack_quant(cpu_rows.random_quantized(fmt, 16, 64, gen))
