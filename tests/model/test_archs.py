@@ -13,7 +13,7 @@ from dllm_voice.model.config import LMConfig
 from dllm_voice.model.decode import DecodeRequest, Sampler, get_decoder
 from dllm_voice.model.loader import load
 from dllm_voice.model.transformer import Transformer
-from testkit.gguf_models import ARCHS, reference_generate, reference_logits, write_tiny_gguf
+from testkit.gguf_models import ARCHS, reference_generate, reference_logits
 
 PROMPT = [5, 17, 33, 101, 7, 64, 250, 3, 12, 90, 44]
 # Random weights give a flat softmax; the blocks' fp32 products differ from transformers'
@@ -40,20 +40,6 @@ def greedy_after(model: Transformer, prompt: list[int], n: int, decoder: str = "
     return out[:n]
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("archs")
-    cache: dict[tuple[str, str], str] = {}
-
-    def get(arch: str, qtype: str) -> str:
-        if (arch, qtype) not in cache:
-            path = root / f"{arch}-{qtype}.gguf"
-            cache[arch, qtype] = str(write_tiny_gguf(path, arch, qtype=qtype, seed=3))
-        return cache[arch, qtype]
-
-    return get
-
-
 CASES = [(arch, "f32") for arch in ARCHS] + [
     ("llama", "q4_k_m"),
     ("qwen2", "q5_k"),
@@ -66,8 +52,8 @@ CASES = [(arch, "f32") for arch in ARCHS] + [
 
 
 @pytest.mark.parametrize(("arch", "qtype"), CASES)
-def test_logits_match_transformers(files, arch: str, qtype: str) -> None:
-    path = files(arch, qtype)
+def test_logits_match_transformers(tiny_gguf, arch: str, qtype: str) -> None:
+    path = tiny_gguf(arch, qtype)
     model, _ = load(path, device="cpu")
     if qtype != "f32":
         assert model.cpu_kernel in ("quant", "vnni")  # multiplied from the file's blocks
@@ -78,10 +64,10 @@ def test_logits_match_transformers(files, arch: str, qtype: str) -> None:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_cached_decoding_matches_one_forward(files, arch: str) -> None:
+def test_cached_decoding_matches_one_forward(tiny_gguf, arch: str) -> None:
     """Row by row through the KV cache (the window moving past early keys) gives the logits one
     forward over the whole sequence gives."""
-    model, _ = load(files(arch, "q4_k_m"), device="cpu")
+    model, _ = load(tiny_gguf(arch, "q4_k_m"), device="cpu")
     full = model(torch.tensor([PROMPT]), cache=model.new_cache(64)).logits[0]
     cache = model.new_cache(64)
     model(torch.tensor([PROMPT[:3]]), cache=cache)
@@ -90,8 +76,8 @@ def test_cached_decoding_matches_one_forward(files, arch: str) -> None:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_greedy_text_matches_transformers_and_hybrid_matches_ar(files, arch: str) -> None:
-    path = files(arch, "f32")
+def test_greedy_text_matches_transformers_and_hybrid_matches_ar(tiny_gguf, arch: str) -> None:
+    path = tiny_gguf(arch, "f32")
     model, _ = load(path, device="cpu")
     ar = greedy(model, "ar", 12)
     assert ar == reference_generate(path, PROMPT, 12)

@@ -17,7 +17,6 @@ from dllm_voice.model.config import LMConfig
 from dllm_voice.model.decode import DecodeRequest, Sampler, get_decoder
 from dllm_voice.model.loader import load
 from dllm_voice.model.transformer import Call, Transformer
-from testkit.gguf_models import write_tiny_gguf
 
 pytestmark = pytest.mark.skipif(not cpu_rows.available(), reason="cpu_rows kernel not built here")
 
@@ -26,14 +25,12 @@ CASES = [("qwen3", "f32"), ("qwen3", "q4_k_m"), ("gemma3", "f32"), ("gemma3", "q
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("stack_archs")
+def models(tiny_gguf):
     cache: dict[tuple[str, str], Transformer] = {}
 
     def get(arch: str, qtype: str) -> Transformer:
         if (arch, qtype) not in cache:
-            path = write_tiny_gguf(root / f"{arch}-{qtype}.gguf", arch, qtype=qtype, seed=3)
-            cache[arch, qtype] = load(str(path), device="cpu")[0]
+            cache[arch, qtype] = load(tiny_gguf(arch, qtype), device="cpu")[0]
         return cache[arch, qtype]
 
     return get
