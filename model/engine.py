@@ -35,7 +35,7 @@ from dllm_voice.model.transformer import Transformer
 log = logging.getLogger(__name__)
 # What Transformer.cpu_kernel names, for the startup log line.
 CPU_KERNELS = {
-    "vnni": "integer products on the GGUF blocks (AVX-512 VNNI)",
+    "vnni": "integer products on the GGUF blocks (AVX-512 VNNI, or AVX2 for 8-bit codes)",
     "quant": "fp32 products on the GGUF blocks",
     "rows": "fp32 panels",
     "onednn": "oneDNN",
