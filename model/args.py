@@ -62,13 +62,6 @@ class ModelArgs:
             return False
         return not self.global_every or (layer + 1) % self.global_every != 0
 
-    @property
-    def plain(self) -> bool:
-        """A plain Llama layer (the C layer stack's): nothing the later families add."""
-        return not (
-            self.qk_norm or self.post_norms or self.act != "silu" or self.sliding_window
-        ) and self.attn_scale in (0.0, self.head_dim**-0.5)
-
     @classmethod
     def preset(cls, name: str, **overrides: Unpack[ArgsOverrides]) -> ModelArgs:
         return replace(PRESETS[name], **overrides)

@@ -207,7 +207,6 @@ class Block(nn.Module):
         self.eps = args.norm_eps
         self.local = args.local(index)  # attends through the sliding window
         self.window = args.sliding_window if self.local else 0  # its width (positions)
-        self.plain = args.plain  # a plain Llama layer
         self.attn_norm = nn.Parameter(torch.ones(args.dim))
         self.attn = Attention(args)
         self.mlp_norm = nn.Parameter(torch.ones(args.dim))

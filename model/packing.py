@@ -133,7 +133,7 @@ def linear(
 
 class BlockWeight(nn.Module):
     """What Linear and the model's Embedding share: the GGUF blocks their weight was read from
-    (`quant`), which can stand in for the fp32 weight (`release`, `materialize`, `dense`,
+    (`quant`), which can stand in for a released fp32 weight (`materialize`, `dense`,
     `rows`). The blocks are dropped whenever the weight may change under them (load_state_dict,
     .to(), which first put a released weight's values back)."""
 
@@ -143,12 +143,6 @@ class BlockWeight(nn.Module):
     @property
     def released(self) -> bool:
         return isinstance(self.weight, Released)
-
-    def release(self) -> None:
-        """Drop the fp32 weight for its blocks' stand-in (needs `quant`)."""
-        if self.quant is None:
-            raise ValueError("a weight without GGUF blocks cannot be released")
-        self.weight = nn.Parameter(Released(self.weight.shape), requires_grad=False)
 
     def dense(self) -> torch.Tensor:
         """The fp32 weight: the parameter, or a new tensor dequantized from the blocks."""
@@ -220,11 +214,6 @@ class Linear(BlockWeight, nn.Linear):
 
     def pack(self, kind: str = "auto") -> None:
         self.packed = self.packed_copy(kind)
-
-    def unpack(self) -> None:
-        """Plain F.linear from now on: with the fp32 weight, put back where it was released."""
-        self.materialize()
-        self.packed = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.packed, self.bias)
