@@ -5,15 +5,18 @@ Gemma 3 is 4 positions there, so the prompts cross it)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from dllm_voice.model import hybrid  # noqa: F401 - registers the hybrid decoder
 from dllm_voice.model.config import LMConfig
 from dllm_voice.model.decode import DecodeRequest, Sampler, get_decoder
 from dllm_voice.model.loader import load
 from dllm_voice.model.transformer import Transformer
-from testkit.gguf_models import ARCHS, reference_generate, reference_logits
+from testkit.gguf_models import ARCHS, reference_generate, reference_logits, reference_model
 
 PROMPT = [5, 17, 33, 101, 7, 64, 250, 3, 12, 90, 44]
 # Random weights give a flat softmax; the blocks' fp32 products differ from transformers'
@@ -82,6 +85,27 @@ def test_greedy_text_matches_transformers_and_hybrid_matches_ar(tiny_gguf, arch:
     ar = greedy(model, "ar", 12)
     assert ar == reference_generate(path, PROMPT, 12)
     assert greedy(model, "hybrid", 12) == ar
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "gemma3"])
+def test_hugging_face_directory_matches_transformers(tiny_gguf, tmp_path, arch: str) -> None:
+    """transformers' own checkpoint of the model (its config.json, with rope_parameters and
+    layer_types; its tensor names, Gemma's norms without the +1) loads to the logits
+    transformers computes."""
+    path = tiny_gguf(arch, "f32")
+    ref = reference_model(path)
+    config = ref.config.to_dict()
+    config.pop("quantization_config", None)  # read from the GGUF file, not part of a checkpoint
+    config["architectures"] = [type(ref).__name__]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    tied = {"lm_head.weight"} if ref.config.tie_word_embeddings else set()
+    weights = {k: v.contiguous() for k, v in ref.state_dict().items() if k not in tied}
+    save_file(weights, str(tmp_path / "model.safetensors"))
+    load(path, device="cpu")[1]._tok.save(str(tmp_path / "tokenizer.json"))
+    model, _ = load(str(tmp_path), device="cpu")
+    ours = model(torch.tensor([PROMPT]), cache=model.new_cache(64)).logits[0]
+    ref = reference_logits(path, PROMPT)
+    assert torch.allclose(ours, ref, atol=ATOL, rtol=0), (ours - ref).abs().max()
 
 
 @pytest.fixture(scope="module")
