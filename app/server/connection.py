@@ -315,6 +315,7 @@ class Connection:
         except ConnectionClosed:
             pass
         finally:
+            self.server.release(self)
             source.close()
             for task in watchers:
                 task.cancel()

@@ -208,11 +208,17 @@ class VoiceServer:
         try:
             await conn.run()
         finally:
-            self.active.discard(conn)
-            self.metrics.sessions.set(len(self.active))
+            self.release(conn)
             log.info("session %s: closed", conn.id)
             del conn
             await self._give_back_memory()
+
+    def release(self, conn: Connection) -> None:
+        """Count a session out of the limits. Its connection does so as soon as its socket
+        closes, before its teardown: a page that reconnects at once must not find its own
+        closed session still holding its place."""
+        self.active.discard(conn)
+        self.metrics.sessions.set(len(self.active))
 
     @staticmethod
     async def _give_back_memory() -> None:

@@ -77,6 +77,34 @@ def test_per_client_cap_counts_the_client_a_trusted_proxy_names(
     assert asyncio.run(three(direct)) == ["session.created", "error", "error"]
 
 
+def test_a_client_that_reconnects_at_once_keeps_its_place(
+    serve: Callable[..., Running], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A closed session counts out of the per-client cap when its socket closes, not when its
+    # teardown (trace, sink, pipeline; here made 0.5 s long) ends: a page reloaded at once is
+    # not refused.
+    from dllm_voice.audio.client_sink import ClientSink
+
+    closing = ClientSink.aclose
+
+    async def slow_close(self: ClientSink) -> None:
+        await asyncio.sleep(0.5)
+        await closing(self)
+
+    monkeypatch.setattr(ClientSink, "aclose", slow_close)
+
+    async def reconnects(run: Running, n: int) -> list[str]:
+        kinds = []
+        for _ in range(n):
+            ws, first = await opened(run.ws_url, "203.0.113.1")
+            kinds.append(first["type"])
+            await ws.close()
+        return kinds
+
+    run = serve(max_sessions_per_client=1, trusted_proxies=("127.0.0.1",))
+    assert asyncio.run(reconnects(run, 5)) == ["session.created"] * 5
+
+
 def test_repeated_headers_are_refused_or_joined(
     serve: Callable[..., Running], caplog: pytest.LogCaptureFixture
 ) -> None:
