@@ -11,7 +11,9 @@ time to an answer's first token with the score read apart and on the answer's fi
     .venv/bin/python -m bench.end_of_turn [--set end_of_turn.likely=0.5] [--seed 0]
 
 ``--spoken`` scores speech instead, as a pause does: bench/voice.py's cut heads ("What is the
-capital of") and whole questions in its five voices, and with ``--clips`` the held-out clips of
+capital of") and whole questions in its five voices, short complete questions and requests
+(the complete ones that wait over 1 s are counted) and lead-ins ("Actually, never mind that")
+in turn in those voices, and with ``--clips`` the held-out clips of
 lab/train_turn_audio.py (its clip cache: sentences and voices the speech's model did
 not train on). Each clip goes through Whisper with 120 ms of the pause after it, the LM scores
 the transcript and audio/prosody.py the speech; the decisions are counted with the LM alone,
@@ -48,7 +50,7 @@ def spoken(cfg, clips_path: str | None) -> dict:
     from dllm_voice.audio.asr import WhisperASR
     from dllm_voice.audio.prosody import TurnEndAudio
     from dllm_voice.model.engine import LM
-    from testkit.questions import PAUSED, QUESTIONS
+    from testkit.questions import LEAD_INS, PAUSED, QUESTIONS, SHORT
 
     conv, eot = cfg.conversation, cfg.end_of_turn
     asr, heard = WhisperASR(cfg.asr), TurnEndAudio()
@@ -61,6 +63,11 @@ def spoken(cfg, clips_path: str | None) -> dict:
         for voice in VOICES:
             kind = "complete" if text in QUESTIONS else "head"
             sets["bench_voice"].append((kind, voices.say(text, voice)))
+    for i, text in enumerate(SHORT + LEAD_INS):
+        kind = "complete" if text in SHORT else "lead_in"
+        sets.setdefault("short_and_lead_ins", []).append(
+            (kind, voices.say(text, VOICES[i % len(VOICES)]))
+        )
     if clips_path:
         from lab.train_turn_audio import make_clips
 
@@ -86,6 +93,7 @@ def spoken(cfg, clips_path: str | None) -> dict:
     for name, items in sets.items():
         counts = {rule: {} for rule in rules}
         premature = dict.fromkeys(rules, 0.0)
+        long_waits = dict.fromkeys(rules, 0)  # complete turns that wait over 1 s
         for kind, pcm in items:
             tr = asr.transcribe(np.concatenate([lead, pcm, pause]), final=True)
             text = tr.text
@@ -98,6 +106,7 @@ def spoken(cfg, clips_path: str | None) -> dict:
                 by_kind[d] += 1
                 if kind == "head":
                     premature[rule] += sum(wait[d] < g for g in GAPS_MS) / len(GAPS_MS)
+                long_waits[rule] += kind == "complete" and wait[d] > 1000
         heads = sum(k == "head" for k, _ in items)
         out[name] = {
             "clips": len(items),
@@ -105,6 +114,7 @@ def spoken(cfg, clips_path: str | None) -> dict:
             "heads_projected_premature": {
                 rule: round(v / max(1, heads), 3) for rule, v in premature.items()
             },
+            "complete_waiting_over_1s": long_waits,
         }
     return {"bench": "end_of_turn_spoken", **out, "loadavg_1m": round(os.getloadavg()[0], 2)}
 

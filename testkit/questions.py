@@ -5,7 +5,9 @@ bench/live.py, bench/soak.py and bench/load.py, scored whole by bench/end_of_tur
 ``PAUSED``: questions the user pauses in mid-sentence (bench/voice.py, bench/end_of_turn.py).
 lab/train_turn_audio.py keeps both out of its training sentences. ``ASR_QUESTIONS``: the set the
 streaming final is scored on against one whole Whisper pass (tests/audio/test_asr_accuracy.py,
-bench/speech.py).
+bench/speech.py). ``SHORT``: short complete questions and requests (2-6 words), whose turn
+should end without the long wait (bench/end_of_turn.py --spoken); ``LEAD_INS``: what a user
+says before a new request, after which more is coming.
 """
 
 QUESTIONS = [
@@ -76,4 +78,48 @@ ASR_QUESTIONS = (
     "Can you recommend a good book?",
     "What is the longest river in Africa?",
     "How does a rainbow form?",
+)
+SHORT = (
+    "Can you suggest a good movie?",
+    "Recommend a restaurant nearby.",
+    "Tell me a riddle.",
+    "Give me a compliment.",
+    "Describe the ocean.",
+    "Explain photosynthesis.",
+    "Play some jazz.",
+    "Translate hello into Spanish.",
+    "Summarize the news.",
+    "Spell necessary.",
+    "Pick a random number.",
+    "Teach me something new.",
+    "Could you tell a joke?",
+    "Would you sing for me?",
+    "Suggest a weekend hobby.",
+    "Help me write an email.",
+    "List three famous painters.",
+    "What's a good pet?",
+    "Who invented the telephone?",
+    "Where do koalas live?",
+    "How old is the universe?",
+    "Why do leaves fall?",
+    "When was Rome founded?",
+    "Is coffee bad for me?",
+    "Do you like music?",
+    "What rhymes with orange?",
+    "How do magnets work?",
+    "Which fruit has the most vitamin C?",
+    "Are dolphins smart?",
+    "What makes rainbows?",
+    "Name a famous scientist.",
+    "Guess my favorite color.",
+)
+LEAD_INS = (
+    "Actually, never mind that.",
+    "Wait, hold on.",
+    "Sorry, I meant",
+    "Oh, and also",
+    "Hang on a second.",
+    "Anyway,",
+    "Let me think.",
+    "Well, actually,",
 )

@@ -61,6 +61,30 @@ _WANTS = (["i", "would", "like"], ["i'd", "like"], ["i", "want"], ["i", "need"])
 # question ("Can you tell me where it is?"), so it counts outside a question only.
 _OPEN_ENDS = frozenset(("a", "an", "the", "my", "your", "our", "their", "and", "or", "because"))
 _COPULAS = frozenset(("is", "are", "was", "were", "am"))
+# What a speaker says before what they want ("Actually, never mind that," "Wait," "So"): a turn
+# of these alone has its request still to come. The LM read "Actually, never mind that" as
+# a whole message (0.18).
+_LEAD_IN_WORDS = frozenset((
+    "actually", "wait", "hold", "hang", "on", "never", "mind", "that", "this", "it", "so",
+    "sorry", "oh", "um", "uh", "hmm", "er", "well", "and", "also", "but", "i", "mean", "meant",
+    "listen", "look", "by", "the", "way", "anyway", "one", "more", "thing", "second", "sec",
+    "moment", "let", "me", "think", "see", "no", "okay", "ok", "hey", "now", "then", "a",
+))
+_LEAD_IN_HEADS = frozenset((
+    "actually", "wait", "hold", "hang", "never", "so", "sorry", "oh", "um", "uh", "hmm", "er",
+    "well", "and", "also", "but", "listen", "look", "anyway", "let", "by", "one",
+))
+# Words a finished request does not end on: a pronoun or auxiliary ("How do I", "Why do"), a
+# preposition ("Give me a quick tip for"), a determiner or conjunction.
+_FUNCTION_ENDS = frozenset((
+    *_OPEN_ENDS, *_COPULAS, "i", "you", "we", "they", "he", "she", "me", "us", "them", "its",
+    "his", "her", "do", "does", "did", "can", "could", "would", "will", "should", "to", "of",
+    "for", "about", "with", "in", "on", "at", "from", "by", "into", "between", "than", "some",
+    "any", "this", "that", "these", "those", "how", "what", "why", "who", "where", "when",
+    "which", "if", "but", "so", "like", "very", "more", "most", "please",
+))
+_YOU = ("can", "could", "would", "will")
+SHORT_WORDS = 6  # "Can you recommend a good book?": an ask this short is said in one breath
 # fmt: on
 
 
@@ -77,30 +101,44 @@ def end_decision(
 
     In order:
     1. Speech that sounds cut (``p_audio`` < ``audio_cut``) is "incomplete" unless the LM is
-       sure (``p_end`` >= ``audio_gate``): Whisper completes a cut sentence on its own ("How
-       far is the" -> "How far is that?"), which the LM reads as barely complete.
+       sure (``p_end`` >= ``audio_gate``) or the words are a short ask heard clearly
+       (``short_ask``; a question among them scored at least ``unlikely``): Whisper completes
+       a cut sentence on its own ("How far is the" -> "How far is that?"), which the LM reads
+       as barely complete.
     2. Words that trail off ("So my question is...") or stop on a word that leads to another
        (``stops_open``) are "incomplete" under the same gate: read without its marks "So my
        question is" scored 0.031, complete by a hair.
-    3. No LM score is "unsure"; one below ``unlikely`` "incomplete"; one below ``likely`` is
+    3. A turn of lead-ins alone ("Actually, never mind that," ``leads_in``) is "incomplete".
+    4. No LM score is "unsure"; one below ``unlikely`` "incomplete"; one below ``likely`` is
        "incomplete" on words Whisper barely heard (``asr_logprob`` below ``cfg.asr_logprob``;
-       a clear question scores -0.05 to -0.3), else "unsure".
-    4. A likely end is "unsure" where the speech still sounds cut, in a story (20+ words,
+       a clear question scores -0.05 to -0.3), else "unsure". A short ask heard clearly is at
+       least "unsure": the LM scores object-final requests low ("Can you recommend a book?"
+       0.0002) as if more were coming.
+    5. A likely end is "unsure" where the speech still sounds cut, in a story (20+ words,
        several sentences, ending in a statement: a teller pauses ~300 ms between sentences),
        or where the last sentence tells something without asking (``tells_something``).
     """
     sure = p_end is not None and p_end >= cfg.audio_gate
     sounds_cut = p_audio is not None and p_audio < cfg.audio_cut
-    if sounds_cut and not sure:
+    unclear = asr_logprob is not None and asr_logprob < cfg.asr_logprob
+    # A question the LM finds very unlikely to end is a cut head ("What is the tallest?",
+    # 0.0001); a short request the LM does not read as ending often is not.
+    ask = short_ask(text)
+    likely_enough = ask == "request" or (p_end is not None and p_end >= cfg.unlikely)
+    short = ask is not None and likely_enough and not unclear
+    if sounds_cut and not sure and not short:
         return "incomplete"
     if (_TRAILING_OFF.search(text) or stops_open(text)) and not sure:
         return "incomplete"
+    if leads_in(text):
+        return "incomplete"
     if p_end is None:
+        return "unsure"
+    if p_end < cfg.likely and short:
         return "unsure"
     if p_end < cfg.unlikely:
         return "incomplete"
     if p_end < cfg.likely:
-        unclear = asr_logprob is not None and asr_logprob < cfg.asr_logprob
         return "incomplete" if unclear else "unsure"
     story = len(text.split()) >= STORY_WORDS and _SENTENCE_BREAK.search(text.strip())
     if story and not text.rstrip().endswith("?"):
@@ -118,6 +156,35 @@ def stops_open(text: str) -> bool:
         return True
     asked = text.rstrip().endswith("?") or _asks(_last_sentence(text))
     return words[-1] in _COPULAS and not asked
+
+
+def leads_in(text: str) -> bool:
+    """Whether the turn is only what leads to a request: "Actually, never mind that,", "Wait,",
+    "So", "Oh, and also", "Hold on." (what follows a barge-in before the new request)."""
+    words = normalize(text).split()
+    return bool(words) and words[0] in _LEAD_IN_HEADS and all(w in _LEAD_IN_WORDS for w in words)
+
+
+def short_ask(text: str) -> str | None:
+    """ "request" or "question" where the turn is one short, finished sentence that asks: 2-6
+    words closed by a mark, not ending on a function word ("Give me a tip for", "Which planet
+    has this?"), starting with an imperative ("Name three fruits.") or "can/could/would/will
+    you" and a verb ("Can you recommend a book?"): a request; closed by "?" and starting with
+    a question word ("Where do koalas live?"): a question. None otherwise."""
+    t = text.strip()
+    if not t or t[-1] not in ".?!" or _SENTENCE_BREAK.search(t) or _TRAILING_OFF.search(t):
+        return None
+    words = normalize(t).split()
+    while words and words[0] in _LEADS | {"please"}:
+        words = words[1:]
+    if not 2 <= len(words) <= SHORT_WORDS or words[-1] in _FUNCTION_ENDS:
+        return None
+    if len(words) >= 3 and words[0] in _YOU and words[1] == "you":
+        return "request" if words[2] not in _FUNCTION_ENDS else None
+    if words[0] in _IMPERATIVE:
+        return "request"
+    asks = words[0].split("'")[0] in _ASKING  # "what's", "where's"
+    return "question" if t.endswith("?") and asks else None
 
 
 def tells_something(text: str) -> bool:

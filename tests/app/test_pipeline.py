@@ -347,12 +347,16 @@ def test_speech_that_sounds_cut_waits_although_its_text_reads_complete():
     # The fake LM is sure of any text ending in "?" (0.9): the speech decides only under the gate.
     eot = replace(CFG.end_of_turn, audio=True, audio_gate=1.0)
     cfg = replace(CFG, end_of_turn=eot)
-    segs = [Segment(buzz(900))]
-    _, _, trace, _ = run(["What is the capital of France?"], segs, cfg=cfg, turn_audio=sounds_cut)
+    segs, asked = [Segment(buzz(900))], "What is the capital city of France?"
+    _, _, trace, _ = run([asked], segs, cfg=cfg, turn_audio=sounds_cut)
     (score,) = [e for e in trace if e["event"] == "end_of_turn"]
     assert score["decision"] == "incomplete" and score["p_audio"] == 0.05
     assert score["wait_ms"] == CFG.end_of_turn.incomplete_ms
     assert 0 < sounds_cut.heard[0] <= 16000 * 3  # the speech up to the pause, RECENT_MS at most
+    # A short ask (6 words at most) heard clearly waits as unsure, not the long wait.
+    _, _, trace, _ = run(["Where do koalas live?"], segs, cfg=cfg, turn_audio=SoundsCut())
+    (score,) = [e for e in trace if e["event"] == "end_of_turn"]
+    assert score["decision"] == "unsure" and score["wait_ms"] == CFG.vad.speech_end_ms
     # Scored at the pause, while its ASR pass runs: the LM's score does not wait on it.
     slow, sounds_cut = {**SHORT, "asr_s": 0.15}, SoundsCut()
     _, _, trace, _ = run(["What is it?"], segs, cfg=cfg, turn_audio=sounds_cut, **slow)
@@ -360,7 +364,7 @@ def test_speech_that_sounds_cut_waits_although_its_text_reads_complete():
     pause_pass = next(e for e in trace[pause:] if e["event"] == "asr_partial")
     assert pause_pass["compute_ms"] > 100 and sounds_cut.at[0] < pause_pass["t_ms"] - 50
     off = replace(CFG, end_of_turn=replace(eot, audio=False))
-    _, _, trace, _ = run(["What is the capital of France?"], segs, cfg=off, turn_audio=SoundsCut())
+    _, _, trace, _ = run([asked], segs, cfg=off, turn_audio=SoundsCut())
     (score,) = [e for e in trace if e["event"] == "end_of_turn"]  # end_of_turn.audio off: not asked
     assert score["decision"] == "complete" and score["p_audio"] is None
 

@@ -383,6 +383,43 @@ def test_a_statement_that_neither_asks_nor_requests_is_at_most_unsure(text, deci
     assert end_decision(0.9, END, text) == decision
 
 
+@pytest.mark.parametrize(
+    ("text", "p_end", "p_audio", "logprob", "decision"),
+    [
+        # The LM reads object-final requests as unfinished ("Can you recommend a book?" 0.0002)
+        ("Can you recommend a book?", 0.0002, 0.7, -0.1, "unsure"),
+        ("Name three fruits.", 0.0019, None, None, "unsure"),
+        ("So, suggest a podcast.", 0.0004, 0.7, -0.2, "unsure"),
+        ("Where's the nearest beach?", 0.01, 0.1, -0.3, "unsure"),  # sounds cut, heard clearly
+        ("Name three fruits.", 0.0019, 0.7, -0.9, "incomplete"),  # Whisper barely heard it
+        ("What is the tallest?", 0.0001, 0.5, -0.1, "incomplete"),  # a cut head, read so
+        ("Which planet has this?", 0.0001, 0.5, -0.1, "incomplete"),  # ends on a function word
+        ("Give me a quick tip for?", 0.0005, 0.7, -0.1, "incomplete"),
+        ("Can you tell me how to?", 0.0005, 0.7, -0.1, "incomplete"),
+        ("Tell me about the history of the Roman Empire and its fall.", 0.0001, 0.7, -0.1,
+         "incomplete"),  # too long to be said in one breath
+    ],
+)  # fmt: skip
+def test_a_short_ask_heard_clearly_never_waits_the_long_wait(
+    text, p_end, p_audio, logprob, decision
+):
+    assert end_decision(p_end, END, text, p_audio, logprob) == decision
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Actually, never mind that,", "Wait.", "So", "Hold on a second.", "Sorry, I meant",
+     "Oh, and also", "Well, actually,", "Let me think."],
+)  # fmt: skip
+def test_a_lead_in_alone_expects_the_request_after_it(text):
+    assert end_decision(0.9, END, text, 0.9, -0.1) == "incomplete"
+
+
+@pytest.mark.parametrize("text", ["Wait, tell me about Rome.", "Okay.", "No.", "So what?"])
+def test_a_lead_in_with_more_after_it_is_judged_as_usual(text):
+    assert end_decision(0.9, END, text, 0.9, -0.1) != "incomplete"
+
+
 def test_a_transcript_that_trails_off_waits_unless_the_lm_is_sure():
     # Whisper's "..." on "So my question is, um": the LM, reading no marks, scored it 0.031.
     assert end_decision(0.031, END, "So my question is...") == "incomplete"
