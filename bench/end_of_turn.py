@@ -20,7 +20,9 @@ the transcript and audio/prosody.py the speech; the decisions are counted with t
 with the speech's score as configured (``end_of_turn.audio_cut`` under ``audio_gate``), with it
 ungated, and as configured but without Whisper's confidence (``asr_logprob``). A cut head
 is projected premature when its decision's wait is shorter than the mid-sentence pauses of
-bench/voice.py (300-700 ms):
+bench/voice.py (300-700 ms), and a blurt when its answer would be heard before them too (the
+configured rule, with each ``end_of_turn.hold_ms`` of ``HOLDS_MS``, beside the silence before
+a complete turn's answer is heard):
 
     .venv/bin/python -m bench.end_of_turn --spoken [--clips /tmp/turn_audio_clips.npz]
 """
@@ -38,6 +40,8 @@ from pathlib import Path
 from dllm_voice.app.config import load_config
 from testkit.turn_end_set import labeled, roc_auc
 
+HOLDS_MS = (0, 400, 550, 750)  # end_of_turn.hold_ms values the spoken run projects
+
 
 def spoken(cfg, clips_path: str | None) -> dict:
     """Decisions on speech at a pause (see the module docstring)."""
@@ -46,7 +50,7 @@ def spoken(cfg, clips_path: str | None) -> dict:
     import numpy as np
 
     from bench.voice import GAPS_MS, VOICES, Voices
-    from dllm_voice.app.conversation.end_of_turn import end_decision
+    from dllm_voice.app.conversation.end_of_turn import audible_after, end_decision
     from dllm_voice.audio.asr import WhisperASR
     from dllm_voice.audio.prosody import TurnEndAudio
     from dllm_voice.model.engine import LM
@@ -94,6 +98,10 @@ def spoken(cfg, clips_path: str | None) -> dict:
         counts = {rule: {} for rule in rules}
         premature = dict.fromkeys(rules, 0.0)
         long_waits = dict.fromkeys(rules, 0)  # complete turns that wait over 1 s
+        # The configured rule with each hold: heads whose answer is heard before the user goes
+        # on (a blurt), and the silence before a complete turn's answer is heard.
+        blurts = dict.fromkeys(HOLDS_MS, 0.0)
+        silences: dict[int, list[int]] = {h: [] for h in HOLDS_MS}
         for kind, pcm in items:
             tr = asr.transcribe(np.concatenate([lead, pcm, pause]), final=True)
             text = tr.text
@@ -107,6 +115,13 @@ def spoken(cfg, clips_path: str | None) -> dict:
                 if kind == "head":
                     premature[rule] += sum(wait[d] < g for g in GAPS_MS) / len(GAPS_MS)
                 long_waits[rule] += kind == "complete" and wait[d] > 1000
+            d = end_decision(p, eot, text, p_audio, tr.logprob)
+            for h in HOLDS_MS:
+                audible = max(wait[d], audible_after(d, p, replace(eot, hold_ms=h)))
+                if kind == "head":
+                    blurts[h] += sum(audible < g for g in GAPS_MS) / len(GAPS_MS)
+                elif kind == "complete":
+                    silences[h].append(audible)
         heads = sum(k == "head" for k, _ in items)
         out[name] = {
             "clips": len(items),
@@ -115,6 +130,16 @@ def spoken(cfg, clips_path: str | None) -> dict:
                 rule: round(v / max(1, heads), 3) for rule, v in premature.items()
             },
             "complete_waiting_over_1s": long_waits,
+            "hold_ms": {
+                h: {
+                    "heads_projected_blurts": round(blurts[h] / max(1, heads), 3),
+                    "complete_silence_before_audio_ms": {
+                        "p50": statistics.median(silences[h]) if silences[h] else None,
+                        "mean": round(statistics.fmean(silences[h])) if silences[h] else None,
+                    },
+                }
+                for h in HOLDS_MS
+            },
         }
     return {"bench": "end_of_turn_spoken", **out, "loadavg_1m": round(os.getloadavg()[0], 2)}
 

@@ -102,6 +102,12 @@ class EndOfTurnConfig:
     reopen_ms: int = setting(
         800, "speech this soon after an adaptive end continues the turn", min=0, max=10000
     )
+    hold_ms: int = setting(
+        750,
+        "silence before an answer is heard if the LM was under audio_gate (0 = off)",
+        min=0,
+        max=10000,
+    )
 
 
 @dataclass(frozen=True)

@@ -146,6 +146,17 @@ def end_decision(
     return "unsure" if sounds_cut or tells_something(text) else "complete"
 
 
+def audible_after(decision: str | None, p_end: float | None, cfg: EndOfTurnConfig) -> int:
+    """Silence after the user's last word before the answer to this end of turn may be heard
+    (ms; 0: at once). An end the LM is sure of (``p_end`` >= ``audio_gate``) plays at once; a
+    "complete" or "unsure" one it is not sure of waits ``hold_ms`` from the last word, so
+    that a user going on after a mid-sentence pause (300-700 ms) reopens a turn whose answer
+    nobody heard. An "incomplete" end has waited longer already."""
+    if decision not in ("complete", "unsure") or (p_end is not None and p_end >= cfg.audio_gate):
+        return 0
+    return cfg.hold_ms
+
+
 def stops_open(text: str) -> bool:
     """Whether the transcript's last word leads to another: an article, a possessive, a
     conjunction, or outside a question a copula ("So my question is.")."""

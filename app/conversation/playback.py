@@ -75,6 +75,9 @@ class Playback:
                 await self._unheld.wait()
                 continue
             if self.cursor < self.total_samples:
+                if self.base is None and not ans.s.may_play():
+                    await asyncio.sleep(SLICE_MS / 1000)  # an unsure end: silent a while yet
+                    continue
                 pcm = self._slice(slice_n)
                 if self.base is None:
                     self.base = ans.s.sink_cursor - self.cursor

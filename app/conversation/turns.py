@@ -66,7 +66,7 @@ from dllm_voice.app.conversation.config import (
     EndOfTurnConfig,
     SpeculationConfig,
 )
-from dllm_voice.app.conversation.end_of_turn import end_decision
+from dllm_voice.app.conversation.end_of_turn import audible_after, end_decision
 from dllm_voice.app.conversation.history import History
 from dllm_voice.app.conversation.text import approx_tokens, normalize
 
@@ -125,6 +125,10 @@ class TurnManager:
     decision: str | None = None  # end-of-turn decision of the current pause
     scored: str | None = None  # the transcript it was made on
     reopen_until: float | None = None  # audio ms until which speech continues the ended turn
+    p_end: float | None = None  # the LM's P(end of turn) behind ``decision``
+    # Audio ms before which no answer is heard: the turn ended on a decision the LM was not
+    # sure of (``audible_after``), and a reopen before then cuts nothing the user heard.
+    audible_from: float | None = None
     reopened: bool = False  # the latest speech_start continued the previous turn
     # An interruption let go as short: until when (audio ms) speech continues it, and its onset.
     rejoin: tuple[float, float] | None = None
@@ -187,11 +191,11 @@ class TurnManager:
         near = rejoin is not None and onset_ms <= rejoin[0]
         if near and self.answer_gen is not None and self.answer_turn == self.turn:
             reopen = True  # the interruption was taken as the turn: its answer is taken back
-        self.reopen_until, self.reopened = None, reopen
+        self.reopen_until, self.reopened, self.audible_from = None, reopen, None
         short = near and self.agent != "idle"
         self.rejoined = not reopen and (unheard or short)
         self.user_speaking, self.paused = True, False
-        self.last_partial, self.decision, self.scored = "", None, None
+        self.last_partial, self.decision, self.scored, self.p_end = "", None, None, None
         if reopen:
             return self._reopen()
         if not self.rejoined:
@@ -347,7 +351,12 @@ class TurnManager:
         if not self.paused or self.scored is None or normalize(self.scored) != normalize(text):
             return None
         self.decision = end_decision(p_end, self.end_of_turn, text, p_audio, asr_logprob)
+        self.p_end = p_end
         return self.decision
+
+    def may_play(self, audio_ms: float) -> bool:
+        """Whether an answer may be heard at input time ``audio_ms`` (see ``audible_from``)."""
+        return self.audible_from is None or audio_ms >= self.audible_from
 
     def _speculate(self, text: str) -> list[Action]:
         if len(normalize(text).split()) < self.speculation.min_words:
@@ -365,6 +374,8 @@ class TurnManager:
         adaptive = self.end_of_turn.mode == "adaptive" and self.decision is not None
         if adaptive and end_ms is not None and self.barge is None:
             self.reopen_until = end_ms + self.end_of_turn.reopen_ms
+            hold = audible_after(self.decision, self.p_end, self.end_of_turn)
+            self.audible_from = end_ms + hold if hold else None
         self.user_speaking, self.paused = False, False
         if self.barge is not None and end_ms is not None:
             self.barge.last_ms = end_ms

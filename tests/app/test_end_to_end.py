@@ -185,6 +185,29 @@ def test_adaptive_end_and_reopen_real_time(tmp_path, components):
     assert len(completed) == 2, completed
 
 
+@pytest.mark.slow
+def test_a_reopened_turn_whose_end_was_unsure_was_never_heard(tmp_path, components):
+    """The user goes on 500 ms after "Why is the sky blue?", which ended the turn: no sample
+    of an answer to the first part reaches the sink. ``audio_gate`` 1.0 makes the LM never
+    sure (and the speech is not heard), so the early end is held for ``hold_ms``; the turn
+    reopens and one answer, to both parts, is heard. Real time: the pause's pass and score
+    must land within the 500 ms (as in test_adaptive_end_and_reopen_real_time)."""
+    part1 = trim(speech_pcm("Why is the sky blue?"))
+    part2 = trim(speech_pcm("And why are sunsets red?"))
+    gap = np.zeros(16000 * 500 // 1000, np.int16)
+    eot = replace(CFG.end_of_turn, audio=False, audio_gate=1.0)
+    cfg = replace(CFG, end_of_turn=eot)
+    segments = [Segment(np.concatenate([part1, gap, part2]))]
+    events = run_timeline(components, cfg, segments, tmp_path, True, sink_realtime=True)
+    heard = [e for e in events if e["event"] == "audio_out_first"]
+    done = [e for e in events if e["event"] == "turn_done" and e["status"] == "completed"]
+    assert [e["event"] for e in events].count("reopen") == 1, events  # the pause ended it
+    assert len(done) == 1 and [e["gen"] for e in heard] == [done[0]["gen"]], events
+    assert all(not e["heard"] for e in events if e["event"] == "reopen_cancel"), events
+    finals = [normalize(e["text"]) for e in events if e["event"] == "asr_final"]
+    assert "sky blue" in finals[-1] and finals[-1].endswith("red"), finals
+
+
 def test_long_turn_is_transcribed_whole_across_segments(tmp_path, components):
     """A monologue three times vad.max_turn_s, sent faster than real time: every segment's
     words reach the one final transcript, which gets one answer."""

@@ -488,6 +488,27 @@ def test_speech_right_after_an_early_end_reopens_the_same_turn():
     assert users == ["What is the capital of France?"]
 
 
+@pytest.mark.parametrize("hold_ms", [0, CFG.end_of_turn.hold_ms])
+def test_an_early_end_the_lm_was_not_sure_of_reopens_before_its_answer_is_heard(hold_ms):
+    # The same early end and reopen; the LM is never sure (audio_gate 1.0): with the hold, no
+    # sample of the abandoned answer reaches the sink; without it the user heard its start.
+    script = [("What is the capital.", "What is the capital.",
+               "What is the capital of France?", "What is the capital of France?")]  # fmt: skip
+    pcm = np.concatenate([buzz(900), silence(600), buzz(600)])
+    eot = replace(CFG.end_of_turn, audio_gate=1.0, hold_ms=hold_ms)
+    _, _, trace, events = run(
+        script, [Segment(pcm)], cfg=replace(CFG, end_of_turn=eot), **{**SHORT, "ms_per_word": 100}
+    )
+    (cut,) = [e for e in trace if e["event"] == "reopen_cancel"]
+    audible = [e["gen"] for e in trace if e["event"] == "audio_out_first"]
+    (completed,) = [r for r in done(events) if r["status"] == "completed"]
+    assert completed["output_text"].startswith("You said: What is the capital of France")
+    if hold_ms:
+        assert cut["heard"] == "" and cut["gen"] not in audible
+    else:
+        assert cut["heard"] and cut["gen"] in audible
+
+
 def test_answer_ends_after_max_spoken_sentences_and_lm_stops_there():
     tail = "One. Two two. Three three three. Four four four four. Five."
     cfg = replace(CFG, conversation=replace(CFG.conversation, max_spoken_sentences=2))

@@ -24,7 +24,7 @@ from dllm_voice.app.conversation.config import (
     EndOfTurnConfig,
     SpeculationConfig,
 )
-from dllm_voice.app.conversation.end_of_turn import end_decision
+from dllm_voice.app.conversation.end_of_turn import audible_after, end_decision
 from dllm_voice.app.conversation.history import History
 from dllm_voice.app.conversation.text import normalize
 from dllm_voice.app.conversation.turns import TurnManager
@@ -504,12 +504,12 @@ def test_adaptive_scores_each_new_pause_transcript_with_its_speculation():
     assert isinstance(score, ScoreEnd) and score.messages[-1]["content"] == "Thanks."
 
 
-def early_end(tm: TurnManager, text: str, end_ms: float = 1000.0) -> int:
+def early_end(tm: TurnManager, text: str, end_ms: float = 1000.0, p_end: float = 0.9) -> int:
     """A turn the LM judged complete at its pause, ended early; returns the answer's gen."""
     tm.on_speech_start(0)
     tm.on_pause()
     (spec,) = tm.on_partial(text, complete=True)
-    tm.on_end_score(text, 0.9)
+    tm.on_end_score(text, p_end)
     tm.on_speech_end(end_ms)
     assert tm.on_final(text) == [ReleaseSpeculation(spec.gen)]
     return spec.gen
@@ -529,6 +529,42 @@ def test_speech_right_after_an_early_end_reopens_the_turn():
     (ans,) = tm.on_final("What is the capital of France?")
     assert isinstance(ans, ReleaseSpeculation)
     assert [m.content for m in tm.history.messages] == ["What is the capital of France?"]
+
+
+@pytest.mark.parametrize(
+    ("p_end", "text", "silent_until"),
+    [
+        (0.9, "What is the capital of France?", None),  # the LM is sure: heard at once
+        (0.05, "What is the capital?", 1000 + END.hold_ms),  # complete, not sure: held
+        (0.01, "What is the capital?", 1000 + END.hold_ms),  # unsure: held as long
+    ],
+)
+def test_an_end_the_lm_is_not_sure_of_is_answered_silently_for_a_while(p_end, text, silent_until):
+    tm = TurnManager(CFG)
+    gen = early_end(tm, text, 1000.0, p_end)
+    assert tm.audible_from == silent_until
+    if silent_until is None:
+        assert tm.may_play(1000)
+        return
+    assert not tm.may_play(1000) and not tm.may_play(silent_until - 1)
+    assert tm.may_play(silent_until)
+    # The user goes on within the hold: the turn reopens, its answer never heard.
+    assert tm.on_speech_start(silent_until - 100) == [ReopenTurn(gen)]
+    assert tm.audible_from is None and tm.may_play(silent_until - 100)
+
+
+def test_no_hold_where_the_turn_waited_long_or_the_hold_is_off():
+    assert audible_after("incomplete", 0.001, END) == 0  # it waited 1.5 s already
+    assert audible_after("complete", END.audio_gate, END) == 0
+    assert audible_after("unsure", None, END) == END.hold_ms  # no LM score: not sure
+    assert audible_after(None, None, END) == 0  # the fixed rule
+    assert audible_after("complete", 0.05, replace(END, hold_ms=0)) == 0
+    tm = TurnManager(CFG, FIXED)
+    tm.on_speech_start(0)
+    tm.on_pause()
+    tm.on_partial("What is it?", complete=True)
+    tm.on_speech_end(1000)
+    assert tm.audible_from is None
 
 
 def test_reopen_before_the_final_drops_the_speculation_only():
