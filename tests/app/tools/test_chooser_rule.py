@@ -1,0 +1,47 @@
+"""The chooser's rule on a head with known outputs: the parsers decide among built-in tools in
+the head's order, the head alone only for a tool without a parser that it is sure of."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dllm_voice.app.tools.builtin.catalog import BUILTIN
+from dllm_voice.app.tools.chooser import NONE, Head, ToolChooser
+from dllm_voice.app.tools.registry import Tool, ToolBox
+
+LABELS = ("set_timer", "calculate", NONE, "weather")
+
+
+def head_giving(probs: dict[str, float]) -> tuple[Head, np.ndarray]:
+    """A head whose output on the returned state is ``probs`` (the rest shared evenly)."""
+    rest = (1.0 - sum(probs.values())) / (len(LABELS) - len(probs))
+    p = np.array([probs.get(label, rest) for label in LABELS], np.float32)
+    weight = np.eye(len(LABELS), dtype=np.float32)
+    return Head(weight, np.zeros(len(LABELS), np.float32), LABELS, 0), np.log(p)
+
+
+def box() -> ToolBox:
+    builtins = {t.name: t for tools in BUILTIN.values() for t in tools}
+    weather = Tool("weather", "Tell the weather in a city.", {"type": "object"}, None)
+    return ToolBox.of([builtins["set_timer"], builtins["calculate"], weather])
+
+
+def test_a_parser_that_reads_the_words_is_called_whatever_the_head_gives_it():
+    # The head takes "cut 350 in half" for a timer and gives arithmetic 1 %.
+    head, state = head_giving({"set_timer": 0.6, "calculate": 0.01, NONE: 0.38})
+    choice = ToolChooser(head, 0.9).choose(box(), state, "Cut 350 in half.")
+    assert choice is not None and choice.tool.name == "calculate" and choice.how == "head+words"
+    assert choice.arguments is not None
+
+
+def test_no_parser_reading_the_words_and_no_sure_head_is_no_call():
+    head, state = head_giving({NONE: 0.5, "set_timer": 0.3})
+    assert ToolChooser(head, 0.9).choose(box(), state, "How long does rice take?") is None
+
+
+def test_a_tool_without_a_parser_needs_the_head_to_be_sure():
+    sure, state = head_giving({"weather": 0.95})
+    choice = ToolChooser(sure, 0.9).choose(box(), state, "Will I need an umbrella in Oslo?")
+    assert choice is not None and choice.tool.name == "weather" and choice.how == "head"
+    unsure, state = head_giving({"weather": 0.6})
+    assert ToolChooser(unsure, 0.9).choose(box(), state, "Will I need an umbrella?") is None
