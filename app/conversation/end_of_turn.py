@@ -101,8 +101,8 @@ def end_decision(
 
     In order:
     1. Speech that sounds cut (``p_audio`` < ``audio_cut``) is "incomplete" unless the LM is
-       sure (``p_end`` >= ``audio_gate``) or the words are a short ask heard clearly
-       (``short_ask``; a question among them scored at least ``unlikely``): Whisper completes
+       sure (``p_end`` >= ``audio_gate``) or the words are a short ask (``short_ask``; a
+       question among them scored at least ``unlikely`` and heard clearly): Whisper completes
        a cut sentence on its own ("How far is the" -> "How far is that?"), which the LM reads
        as barely complete.
     2. Words that trail off ("So my question is...") or stop on a word that leads to another
@@ -111,9 +111,10 @@ def end_decision(
     3. A turn of lead-ins alone ("Actually, never mind that," ``leads_in``) is "incomplete".
     4. No LM score is "unsure"; one below ``unlikely`` "incomplete"; one below ``likely`` is
        "incomplete" on words Whisper barely heard (``asr_logprob`` below ``cfg.asr_logprob``;
-       a clear question scores -0.05 to -0.3), else "unsure". A short ask heard clearly is at
-       least "unsure": the LM scores object-final requests low ("Can you recommend a book?"
-       0.0002) as if more were coming.
+       a clear question scores -0.05 to -0.3), else "unsure". A short ask is at least
+       "unsure" (a request however clearly heard): the LM scores object-final requests low
+       ("Can you recommend a book?" 0.0002) as if more were coming, and Whisper hears short
+       requests in synthetic voices under -0.5; an early end the hold keeps silent.
     5. A likely end is "unsure" where the speech still sounds cut, in a story (20+ words,
        several sentences, ending in a statement: a teller pauses ~300 ms between sentences),
        or where the last sentence tells something without asking (``tells_something``).
@@ -121,11 +122,12 @@ def end_decision(
     sure = p_end is not None and p_end >= cfg.audio_gate
     sounds_cut = p_audio is not None and p_audio < cfg.audio_cut
     unclear = asr_logprob is not None and asr_logprob < cfg.asr_logprob
-    # A question the LM finds very unlikely to end is a cut head ("What is the tallest?",
-    # 0.0001); a short request the LM does not read as ending often is not.
+    # A question the LM finds very unlikely to end, or that Whisper barely heard, is often a
+    # cut head ("What is the tallest?" 0.0001; "How many legs does a" heard "How many lengths
+    # do I need?" at -0.66); a short request is seldom one, whatever the two make of it.
     ask = short_ask(text)
-    likely_enough = ask == "request" or (p_end is not None and p_end >= cfg.unlikely)
-    short = ask is not None and likely_enough and not unclear
+    clear_question = not unclear and p_end is not None and p_end >= cfg.unlikely
+    short = ask == "request" or (ask == "question" and clear_question)
     if sounds_cut and not sure and not short:
         return "incomplete"
     if (_TRAILING_OFF.search(text) or stops_open(text)) and not sure:

@@ -353,7 +353,7 @@ def test_speech_that_sounds_cut_waits_although_its_text_reads_complete():
     assert score["decision"] == "incomplete" and score["p_audio"] == 0.05
     assert score["wait_ms"] == CFG.end_of_turn.incomplete_ms
     assert 0 < sounds_cut.heard[0] <= 16000 * 3  # the speech up to the pause, RECENT_MS at most
-    # A short ask (6 words at most) heard clearly waits as unsure, not the long wait.
+    # A short ask (6 words at most) waits as unsure, not the long wait.
     _, _, trace, _ = run(["Where do koalas live?"], segs, cfg=cfg, turn_audio=SoundsCut())
     (score,) = [e for e in trace if e["event"] == "end_of_turn"]
     assert score["decision"] == "unsure" and score["wait_ms"] == CFG.vad.speech_end_ms
