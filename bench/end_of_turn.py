@@ -108,14 +108,14 @@ def spoken(cfg, clips_path: str | None) -> dict:
             msgs = [*system, {"role": "user", "content": text}]
             p = session.end_of_turn(msgs) if text else None
             p_audio = heard.score(np.concatenate([lead, pcm]))
-            for rule, c in rules.items():
-                d = end_decision(p, c, text, p_audio, tr.logprob)
+            decided = {r: end_decision(p, c, text, p_audio, tr.logprob) for r, c in rules.items()}
+            for rule, d in decided.items():
                 by_kind = counts[rule].setdefault(kind, dict.fromkeys(wait, 0))
                 by_kind[d] += 1
                 if kind == "head":
                     premature[rule] += sum(wait[d] < g for g in GAPS_MS) / len(GAPS_MS)
                 long_waits[rule] += kind == "complete" and wait[d] > 1000
-            d = end_decision(p, eot, text, p_audio, tr.logprob)
+            d = decided["lm_and_speech"]  # the configured rule
             for h in HOLDS_MS:
                 audible = max(wait[d], audible_after(d, p, replace(eot, hold_ms=h)))
                 if kind == "head":

@@ -84,6 +84,7 @@ _FUNCTION_ENDS = frozenset((
     "which", "if", "but", "so", "like", "very", "more", "most", "please",
 ))
 _YOU = ("can", "could", "would", "will")
+_LEADS_OR_PLEASE = _LEADS | {"please"}
 SHORT_WORDS = 6  # "Can you recommend a good book?": an ask this short is said in one breath
 # fmt: on
 
@@ -188,7 +189,7 @@ def short_ask(text: str) -> str | None:
     if not t or t[-1] not in ".?!" or _SENTENCE_BREAK.search(t) or _TRAILING_OFF.search(t):
         return None
     words = normalize(t).split()
-    while words and words[0] in _LEADS | {"please"}:
+    while words and words[0] in _LEADS_OR_PLEASE:
         words = words[1:]
     if not 2 <= len(words) <= SHORT_WORDS or words[-1] in _FUNCTION_ENDS:
         return None
