@@ -43,6 +43,19 @@ def _cmd_ask(cfg: Config, args: argparse.Namespace) -> int:
     return ask(lm_cfg, question, system=cfg.conversation.system_prompt, json_stats=args.json)
 
 
+def _cmd_tune(cfg: Config, args: argparse.Namespace) -> int:
+    from dllm_voice.model.tune import run
+
+    return run(
+        cfg.lm,
+        system=cfg.conversation.system_prompt,
+        n_prompts=args.prompts,
+        max_new=args.max_new_tokens,
+        rounds=args.rounds,
+        out=args.out or "",
+    )
+
+
 def _cmd_run(cfg: Config, args: argparse.Namespace) -> int:
     from dllm_voice.app.terminal.runner import run_wavs
 
@@ -134,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="pace input and output in real time, as a microphone would",
     )
+    p = add(
+        "tune", _cmd_tune, "search this machine's fastest lossless decoding profile for lm.path"
+    )
+    p.add_argument("--prompts", type=int, default=16, help="tuning prompts (at most 24)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="answer length per prompt")
+    p.add_argument("--rounds", type=int, default=2, help="coordinate-descent rounds at most")
+    p.add_argument("--out", metavar="JSON", help="write here (default: where lm.profile '' looks)")
     p = add("trace", _cmd_trace, "latency trace tools: summary table, Chrome/HTML export")
     p.add_argument("action", choices=("summary", "export"))
     p.add_argument("file", metavar="TRACE.jsonl")

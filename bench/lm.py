@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -33,7 +34,7 @@ from dllm_voice.app.conversation.config import DEFAULT_SYSTEM_PROMPT  # noqa: E4
 from dllm_voice.model.config import LMConfig  # noqa: E402
 from dllm_voice.model.decode import DECODERS  # noqa: E402
 from dllm_voice.model.engine import LM  # noqa: E402
-from dllm_voice.model.hybrid import CPU_ROW_COST, bundled_only, drafter_for  # noqa: E402
+from dllm_voice.model.hybrid import bundled_only, drafter_for  # noqa: E402
 from lab.prompts import conversations  # noqa: E402
 
 PROMPTS = [
@@ -71,8 +72,13 @@ HYBRID_FIELDS = (
     "draft_branch",
     "row_cost",
     "lookup_ngram",
+    "drafter_pass",
+    "drafter_skip",
     "threshold",
 )
+# Accuracy under parallelism (d3LLM's AUP): the weight exp(-ALPHA (1 - y / y_max)) discounts a
+# point by how far its accuracy y falls below the best one's.
+AUP_ALPHA = 3.0
 
 
 def run_one(lm: LM, decoder: str, prompt: str | list, max_new: int) -> dict[str, object]:
@@ -285,8 +291,17 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--with-drafter",
         action="store_true",
-        help="add a hybrid row whose lm.row_cost is set explicitly (--row-cost, else the auto "
-        "value), so the drafter pass runs where auto skips it (CPU from GGUF blocks)",
+        help="add a hybrid row with lm.drafter_pass on (the pass runs where auto skips it)",
+    )
+    ap.add_argument(
+        "--profile",
+        default="",
+        help="lm.profile: '' = this machine's from `main.py tune` if any, 'none', or a file",
+    )
+    ap.add_argument(
+        "--untuned",
+        action="store_true",
+        help="add a hybrid/untuned row: the same settings without the profile",
     )
     ap.add_argument(
         "--compare-drafter",
@@ -343,7 +358,7 @@ def load_model(a: argparse.Namespace) -> tuple[LMConfig, LM, float]:
     cfg = replace(LMConfig(), path=a.model, device=a.device, dtype=a.dtype, threads=a.threads,
                   drafter=a.drafter, ngram=a.ngram, draft_len=a.draft_len,
                   draft_branch=a.draft_branch, row_cost=a.row_cost, lookup_ngram=a.lookup_ngram,
-                  threshold=a.threshold)  # fmt: skip
+                  threshold=a.threshold, profile=a.profile)  # fmt: skip
     t = time.perf_counter()
     lm = LM.load(cfg)
     return cfg, lm, time.perf_counter() - t
@@ -354,7 +369,7 @@ def decoder_runs(a: argparse.Namespace, cfg: LMConfig, lm: LM) -> dict[str, tupl
     decoders = a.decoder_names
 
     def variant(**changes) -> LM:
-        return LM(lm.model, lm.tokenizer, replace(cfg, **changes))
+        return LM(lm.model, lm.tokenizer, replace(cfg, **changes), lm.profile)
 
     runs = {d: (lm, d) for d in decoders}
     for th in (float(x) for x in a.thresholds.split(",") if x.strip()):
@@ -378,13 +393,15 @@ def decoder_runs(a: argparse.Namespace, cfg: LMConfig, lm: LM) -> dict[str, tupl
     if a.tree:
         n, b = a.tree
         runs[f"hybrid/tree{n}x{b}"] = (variant(draft_len=n, draft_branch=b), "hybrid")
-    # --with-drafter / --compare-drafter: the drafter pass on, at --row-cost or the auto value.
-    cost = CPU_ROW_COST[lm.model.cpu_kernel] if lm.device.type == "cpu" else 0.0
-    cost = a.row_cost if a.row_cost >= 0 else cost
     if a.with_drafter:
-        runs["hybrid/drafter"] = (variant(row_cost=cost), "hybrid")
+        runs["hybrid/drafter"] = (variant(drafter_pass="on"), "hybrid")
     if a.compare_drafter:
-        runs["hybrid/drafter2"] = (variant(row_cost=cost, drafter=a.compare_drafter), "hybrid")
+        runs["hybrid/drafter2"] = (
+            variant(drafter_pass="on", drafter=a.compare_drafter),
+            "hybrid",
+        )
+    if a.untuned:
+        runs["hybrid/untuned"] = (LM(lm.model, lm.tokenizer, cfg), "hybrid")
     for kind in (k.strip() for k in a.kernels.split(",") if k.strip()):
         runs.update(kernel_runs(a, cfg, kind))
     return runs
@@ -400,7 +417,7 @@ def kernel_runs(a: argparse.Namespace, cfg: LMConfig, kind: str) -> dict[str, tu
         drafter.pack(kind)
     runs = {f"{d}/{kind}": (other, d) for d in a.decoder_names}
     if a.lookup_only and "hybrid" in a.decoder_names:
-        free = LM(other.model, other.tokenizer, replace(cfg, drafter="none"))
+        free = LM(other.model, other.tokenizer, replace(cfg, drafter="none"), other.profile)
         runs[f"hybrid/lookup/{kind}"] = (free, "hybrid")
     return runs
 
@@ -459,7 +476,8 @@ def setup_report(a: argparse.Namespace, cfg: LMConfig, lm: LM, load_s: float) ->
         "system": a.system,
         "compare_ngram": a.compare_ngram,
         "compare_drafter": a.compare_drafter,
-        "hybrid": {k: getattr(cfg, k) for k in HYBRID_FIELDS},
+        "hybrid": {k: getattr(lm.cfg, k) for k in HYBRID_FIELDS},
+        "profile": str(lm.profile.path) if lm.profile else None,
     }
 
 
@@ -475,6 +493,36 @@ def decoders_report(rows: dict[str, list[dict[str, object]]]) -> dict:
         per_prompt = [{k: v for k, v in r.items() if k != "token_ids"} for r in d_rows]
         out[d] = {"median": summary, "per_prompt": per_prompt}
     return out
+
+
+def weighted(y: float, y_max: float) -> float:
+    """y discounted by its distance below y_max (AUP's quality weight)."""
+    return y * min(math.exp(-AUP_ALPHA * (1 - y / y_max)), 1.0)
+
+
+def parallel_curve(report: dict) -> dict | None:
+    """The lossy dial as a curve: (tokens/forward pooled, % of tokens agreeing with ar) for ar,
+    hybrid and every parallel@T run; its area (AUP: trapezoids of the weighted agreement over
+    tokens/forward, from ar's point) and the threshold whose point gives the most weighted
+    agreement x tokens/forward."""
+    runs = {d: r["median"] for d, r in report.items() if d == "hybrid" or d.startswith("parallel@")}
+    if "ar" not in report or not any(d.startswith("parallel@") for d in runs):
+        return None
+    points = {"ar": (1.0, 100.0)}
+    for d, m in runs.items():
+        points[d] = (m["tokens_per_forward_pooled"], 100 * m["token_agreement_vs_ar"])
+    y_max = max(y for _, y in points.values())
+    curve = sorted(points.values())
+    area = sum(
+        (x1 - x0) * (weighted(y0, y_max) + weighted(y1, y_max)) / 2
+        for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False)
+    )
+    dial = {d: x * weighted(y, y_max) / 100 for d, (x, y) in points.items() if d.startswith("par")}
+    return {
+        "points": {d: [round(x, 3), round(y, 1)] for d, (x, y) in points.items()},
+        "aup": round(area, 2),
+        "best_threshold": float(max(dial, key=dial.__getitem__).split("@")[1]),
+    }
 
 
 def transformers_report(rows: dict[str, list[dict[str, object]]], ref_rows: list) -> dict:
@@ -513,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
     hf, cpp = load_reference(a, lm)
     rows, ref_rows = run_prompts(a, runs, lm, hf, cpp)
     result = {**setup_report(a, cfg, lm, load_s), "decoders": decoders_report(rows)}
+    curve = parallel_curve(result["decoders"])
+    if curve is not None:
+        result["accuracy_under_parallelism"] = curve
     if hf is not None:
         result["transformers"] = transformers_report(rows, ref_rows)
     if cpp is not None:

@@ -44,8 +44,9 @@ class LMConfig:
         3, "drafter candidates per draft position (1 = a chain)", min=1, max=8
     )
     threshold: float = setting(
-        0.9, "parallel: commit drafts this confident unverified (1.0 = hybrid)", min=0.0, max=1.0
-    )
+        0.95, "parallel: commit drafts this confident unverified (1.0 = hybrid; 0.95: the best "
+        "weighted agreement x tokens/forward)", min=0.0, max=1.0,
+    )  # fmt: skip
     drafter: str = setting(
         "", "drafter adapter: '' = bundled, 'none' = free drafts only, or a .safetensors path"
     )
@@ -60,4 +61,15 @@ class LMConfig:
     )
     row_cost: float = setting(
         -1.0, "verify row cost as a fraction of a 1-row forward; -1 = auto", min=-1.0, max=1.0
+    )
+    drafter_pass: str = setting(
+        "auto", "drafter pass each step; auto = where it pays on this kernel or lm.row_cost is "
+        "set", choices=("auto", "on", "off"),
+    )  # fmt: skip
+    drafter_skip: float = setting(
+        0.6, "skip the drafter pass where a free draft is this sure of the next token (0.6: the "
+        "fastest of 0.4-0.8)", min=0.0, max=1.0,
+    )  # fmt: skip
+    profile: str = setting(
+        "", "decoding profile: '' = this machine's from `main.py tune` if any, 'none', or a .json"
     )

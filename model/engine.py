@@ -25,6 +25,7 @@ from dllm_voice.model import (
     hybrid,  # noqa: F401  (importing it registers the hybrid and parallel decoders)
     loader,
 )
+from dllm_voice.model import profile as profiles
 from dllm_voice.model.batch import StepBatcher
 from dllm_voice.model.config import LMConfig
 from dllm_voice.model.errors import ContextOverflowError
@@ -77,8 +78,15 @@ class GenerationStats:
 
 
 class LM:
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, cfg: LMConfig) -> None:
-        self.model, self.tokenizer, self.cfg = model, tokenizer, cfg
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        cfg: LMConfig,
+        profile: profiles.Profile | None = None,
+    ) -> None:
+        self.model, self.tokenizer, self.profile = model, tokenizer, profile
+        self.cfg = cfg if profile is None else profile.apply(cfg)
         self.device = model.embed.weight.device
         # Every session's forwards go through it: concurrent sessions' steps run as one forward.
         self.batcher = StepBatcher(model)
@@ -95,7 +103,10 @@ class LM:
         dev = model.embed.weight.device
         kernel = CPU_KERNELS[model.cpu_kernel] if dev.type == "cpu" else str(dev)
         log.info("lm: %s, %s decoding, %s", cfg.path or "bundled SmolLM2-135M", cfg.decoder, kernel)
-        return cls(model, tok, cfg)
+        profile = profiles.find(cfg, model)
+        if profile is not None:
+            log.info("lm: decoding profile %s: %s", profile.path, profile.settings)
+        return cls(model, tok, cfg, profile)
 
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
@@ -122,7 +133,8 @@ class ChatSession:
         """This conversation's LM settings (decoder, sampling) from its next generation on; the
         weights and the KV cache stay (a new cache is ~100 MB to zero)."""
         lm = copy.copy(self.lm)  # the weights and the batcher stay shared with other sessions
-        lm.cfg = cfg
+        use = lm.profile is not None and cfg.profile != "none"
+        lm.cfg = lm.profile.apply(cfg) if use else cfg
         self.lm = lm
 
     @property

@@ -65,12 +65,10 @@ CPU_ROW_COST = {"vnni": 0.3, "quant": 0.15, "rows": 0.03, "onednn": 0.1, "plain"
 # oneDNN or plain weights at 1 thread: 1 row runs MKL's gemv, 2+ rows a gemm (2 rows cost 1.46x
 # one), a jump charged once to a step that verifies a draft, which then skips the drafter pass.
 GEMV_1THREAD_FIRST_ROW_COST = 0.35
-# Whether the drafter's pass pays for itself per kernel (auto only; `parallel` always drafts):
-# where the layers are one C call the pass costs ~0.2 of a forward and gains less than that.
+# Whether the drafter's pass pays for itself per kernel (lm.drafter_pass auto with the row cost
+# auto; `parallel` always drafts): where the layers are one C call the pass costs ~0.2 of a
+# forward and gains less than that.
 CPU_DRAFTER_PAYS = {"vnni": False, "quant": False, "rows": False, "onednn": True, "plain": True}
-# The drafter pass is skipped when a free draft (prompt lookup, n-gram store) already gives the
-# next token this confidence: the fastest of 0.4-0.8 on held-out answers.
-DRAFTER_SKIP_CONF = 0.6
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +169,9 @@ class HybridStepper:
         gemv_jump = cpu and auto and kernel in ("onednn", "plain") and torch.get_num_threads() == 1
         self.first_row_cost = GEMV_1THREAD_FIRST_ROW_COST if gemv_jump else 0.0
         pays = not (cpu and auto) or threshold < 1.0 or CPU_DRAFTER_PAYS[kernel]
-        if gemv_jump or not pays:  # there the drafter pass does not pay for itself
+        if cfg.drafter_pass == "auto" and (gemv_jump or not pays):  # there it does not pay
+            self.drafter = None
+        if cfg.drafter_pass == "off":
             self.drafter = None
 
     # --- 1. verify ----------------------------------------------------------------------------
@@ -283,7 +283,7 @@ class HybridStepper:
             if self.ngram is not None:  # its chain and the runner-up forks off it
                 chains += self.ngram.branches(context, k)
         chains = [c for c in chains if c[0]]
-        sure = max((confs[0] for _, confs in chains), default=0.0) >= DRAFTER_SKIP_CONF
+        sure = max((confs[0] for _, confs in chains), default=0.0) >= cfg.drafter_skip
         marginals: list[list[tuple[int, float]]] = []
         if self.drafter is not None and k > 0 and not sure:
             toks, probs = self.drafter.draft(

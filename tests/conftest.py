@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -12,6 +14,9 @@ from dllm_voice.app.config import Config
 
 if TYPE_CHECKING:
     from dllm_voice.model.engine import LM
+
+# No decoding profile the developer's own `main.py tune` wrote reaches a test (model/profile.py).
+os.environ["DLLM_VOICE_PROFILES"] = tempfile.mkdtemp(prefix="profiles-")
 
 # Short answers keep the end-to-end tests quick; the pipeline does not depend on the length.
 E2E_CONFIG = replace(Config(), lm=replace(Config().lm, max_new_tokens=40))

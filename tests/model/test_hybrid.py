@@ -195,6 +195,21 @@ def test_auto_cost_skips_the_drafter_pass_where_it_does_not_pay(tiny, monkeypatc
     assert HybridStepper(replace(req, cfg=CFG), drafter).drafter is drafter
 
 
+def test_the_drafter_pass_setting_overrides_auto(tiny, monkeypatch) -> None:
+    """lm.drafter_pass on runs the pass where auto would drop it, off drops it where auto runs it
+    (a tuned profile sets either)."""
+    monkeypatch.setattr(Transformer, "cpu_kernel", property(lambda self: "quant"))
+    req = DecodeRequest(tiny, tiny.new_cache(64), prompt(1), Sampler(0, 1, 0, torch.device("cpu")),
+                        8, frozenset(), replace(CFG, row_cost=-1.0), None)  # fmt: skip
+    drafter = BlockDrafter.random(tiny, seed=4)
+    assert HybridStepper(req, drafter).drafter is None
+    on = replace(req, cfg=replace(req.cfg, drafter_pass="on"))
+    assert HybridStepper(on, drafter).drafter is drafter
+    off = replace(req, cfg=replace(CFG, drafter_pass="off"))
+    assert HybridStepper(replace(req, cfg=CFG), drafter).drafter is drafter
+    assert HybridStepper(off, drafter).drafter is None
+
+
 def test_parallel_threshold_one_is_hybrid(tiny) -> None:
     for drafter in ("random", "from_base"):
         cfg = replace(CFG, drafter=drafter, threshold=1.0)
