@@ -63,8 +63,8 @@ class LMConfig:
         -1.0, "verify row cost as a fraction of a 1-row forward; -1 = auto", min=-1.0, max=1.0
     )
     drafter_pass: str = setting(
-        "auto", "drafter pass each step; auto = where it pays on this kernel or lm.row_cost is "
-        "set", choices=("auto", "on", "off"),
+        "auto", "hybrid's drafter pass; auto = where it pays on this kernel or lm.row_cost is set "
+        "(parallel: always)", choices=("auto", "on", "off"),
     )  # fmt: skip
     drafter_skip: float = setting(
         0.6, "skip the drafter pass where a free draft is this sure of the next token (0.6: the "

@@ -171,7 +171,7 @@ class HybridStepper:
         pays = not (cpu and auto) or threshold < 1.0 or CPU_DRAFTER_PAYS[kernel]
         if cfg.drafter_pass == "auto" and (gemv_jump or not pays):  # there it does not pay
             self.drafter = None
-        if cfg.drafter_pass == "off":
+        if cfg.drafter_pass == "off" and threshold >= 1.0:  # parallel's dial reads the drafter
             self.drafter = None
 
     # --- 1. verify ----------------------------------------------------------------------------

@@ -197,7 +197,7 @@ def test_auto_cost_skips_the_drafter_pass_where_it_does_not_pay(tiny, monkeypatc
 
 def test_the_drafter_pass_setting_overrides_auto(tiny, monkeypatch) -> None:
     """lm.drafter_pass on runs the pass where auto would drop it, off drops it where auto runs it
-    (a tuned profile sets either)."""
+    (a tuned profile sets either); parallel always drafts."""
     monkeypatch.setattr(Transformer, "cpu_kernel", property(lambda self: "quant"))
     req = DecodeRequest(tiny, tiny.new_cache(64), prompt(1), Sampler(0, 1, 0, torch.device("cpu")),
                         8, frozenset(), replace(CFG, row_cost=-1.0), None)  # fmt: skip
@@ -208,6 +208,7 @@ def test_the_drafter_pass_setting_overrides_auto(tiny, monkeypatch) -> None:
     off = replace(req, cfg=replace(CFG, drafter_pass="off"))
     assert HybridStepper(replace(req, cfg=CFG), drafter).drafter is drafter
     assert HybridStepper(off, drafter).drafter is None
+    assert HybridStepper(off, drafter, threshold=0.9).drafter is drafter  # parallel's dial
 
 
 def test_parallel_threshold_one_is_hybrid(tiny) -> None:
