@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -224,6 +225,11 @@ def test_cancel_mid_answer_leaves_no_tasks_or_threads():
 
     asyncio.run(main())
     comps.close()
+    # The session's LM thread is let go without a join (aclose never blocks the event loop on
+    # it): it ends within moments.
+    deadline = time.monotonic() + 2.0
+    while not set(threading.enumerate()) <= before and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert set(threading.enumerate()) <= before
 
 
