@@ -83,6 +83,30 @@ def batch_row_cost(row_cost: float, sessions: int) -> float:
     return row_cost * sessions / (1 + row_cost * (sessions - 1))
 
 
+def row_cost(cfg: LMConfig, model: Transformer) -> float:
+    """lm.row_cost, or its auto value: per CPU kernel, 0 on CUDA."""
+    if cfg.row_cost >= 0:
+        return cfg.row_cost
+    return CPU_ROW_COST[model.cpu_kernel] if model.embed.weight.device.type == "cpu" else 0.0
+
+
+def gemv_jump(cfg: LMConfig, model: Transformer) -> bool:
+    """Whether a second row switches a 1-row gemv to a gemm (auto row cost only)."""
+    cpu = model.embed.weight.device.type == "cpu"
+    one_thread = torch.get_num_threads() == 1
+    return cpu and cfg.row_cost < 0 and model.cpu_kernel in ("onednn", "plain") and one_thread
+
+
+def runs_drafter(cfg: LMConfig, model: Transformer, threshold: float = 1.0) -> bool:
+    """Whether a step runs the drafter's pass: lm.drafter_pass, whose off leaves `parallel`'s
+    (its dial reads the drafter); auto where it pays."""
+    if cfg.drafter_pass != "auto":
+        return cfg.drafter_pass == "on" or threshold < 1.0
+    auto_cpu = model.embed.weight.device.type == "cpu" and cfg.row_cost < 0
+    pays = threshold < 1.0 or not auto_cpu or CPU_DRAFTER_PAYS[model.cpu_kernel]
+    return pays and not gemv_jump(cfg, model)
+
+
 T = TypeVar("T")
 # Loaded drafters and n-gram stores per base model, by setting value: shared by every session.
 _DRAFTERS: weakref.WeakKeyDictionary[Transformer, dict[str, BlockDrafter | None]] = (
@@ -163,15 +187,9 @@ class HybridStepper:
         self.answer: list[int] = []  # committed answer tokens (the pending one included)
         self.aligned = bool(self.old)  # the answer so far equals a prefix of the earlier one
         self.dev = self.model.embed.weight.device
-        cpu, auto = self.dev.type == "cpu", cfg.row_cost < 0
-        kernel = self.model.cpu_kernel
-        self.row_cost = cfg.row_cost if not auto else CPU_ROW_COST[kernel] if cpu else 0.0
-        gemv_jump = cpu and auto and kernel in ("onednn", "plain") and torch.get_num_threads() == 1
-        self.first_row_cost = GEMV_1THREAD_FIRST_ROW_COST if gemv_jump else 0.0
-        pays = not (cpu and auto) or threshold < 1.0 or CPU_DRAFTER_PAYS[kernel]
-        if cfg.drafter_pass == "auto" and (gemv_jump or not pays):  # there it does not pay
-            self.drafter = None
-        if cfg.drafter_pass == "off" and threshold >= 1.0:  # parallel's dial reads the drafter
+        self.row_cost = row_cost(cfg, self.model)
+        self.first_row_cost = GEMV_1THREAD_FIRST_ROW_COST if gemv_jump(cfg, self.model) else 0.0
+        if not runs_drafter(cfg, self.model, threshold):
             self.drafter = None
 
     # --- 1. verify ----------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import torch
 from dllm_voice.model import profile as profiles
 from dllm_voice.model.config import LMConfig
 from dllm_voice.model.engine import LM
-from dllm_voice.model.hybrid import CPU_DRAFTER_PAYS, CPU_ROW_COST, bundled_only, drafter_for
+from dllm_voice.model.hybrid import bundled_only, drafter_for, row_cost, runs_drafter
 
 # Everyday requests of the kinds a voice agent gets, none of them in lab/'s training prompts
 # (tests/model/test_tune.py checks it).
@@ -161,8 +161,7 @@ class Search:
 
     def time(self, settings: dict[str, Any]) -> Trial:
         """Time the settings against ar, prompt by prompt; a new trial or one more timing."""
-        key = tuple(sorted(settings.items()))
-        trial = self.trials.setdefault(key, Trial(dict(settings)))
+        trial = self.trials.setdefault(_key(settings), Trial(dict(settings)))
         lm = LM(self.lm.model, self.lm.tokenizer, dataclasses.replace(self.base, **settings))
         ar_s = own_s = 0.0
         tokens = forwards = 0
@@ -184,9 +183,12 @@ class Search:
         return trial
 
     def score(self, settings: dict[str, Any]) -> float:
-        key = tuple(sorted(settings.items()))
-        trial = self.trials.get(key) or self.time(settings)
+        trial = self.trials.get(_key(settings)) or self.time(settings)
         return trial.speedup if trial.exact else 0.0
+
+
+def _key(settings: dict[str, Any]) -> tuple:
+    return tuple(sorted(settings.items()))
 
 
 def _show(settings: dict[str, Any]) -> str:
@@ -197,9 +199,7 @@ def _show(settings: dict[str, Any]) -> str:
 
 def space(lm: LM, costs: dict[str, Any]) -> dict[str, Sequence[Any]]:
     """Each tuned setting's values to try; the measured row cost seeds row_cost's."""
-    cpu = lm.device.type == "cpu"
-    auto = CPU_ROW_COST[lm.model.cpu_kernel] if cpu else 0.0
-    c = costs["row_cost"]
+    auto, c = row_cost(lm.cfg, lm.model), costs["row_cost"]
     row_costs = sorted({round(min(max(v, 0.0), 1.0), 3) for v in (auto, c / 2, c, 1.5 * c, 2 * c)})
     values: dict[str, Sequence[Any]] = {
         "row_cost": row_costs,
@@ -215,34 +215,21 @@ def space(lm: LM, costs: dict[str, Any]) -> dict[str, Sequence[Any]]:
 
 def start(lm: LM) -> dict[str, Any]:
     """The untuned settings, with row_cost and the drafter pass as auto resolves them."""
-    cfg, cpu = lm.cfg, lm.device.type == "cpu"
-    kernel = lm.model.cpu_kernel
-    settings = {k: getattr(cfg, k) for k in profiles.TUNED}
-    if cfg.row_cost < 0:
-        settings["row_cost"] = CPU_ROW_COST[kernel] if cpu else 0.0
-    if cfg.drafter_pass == "auto":
-        pays = cfg.row_cost >= 0 or not cpu or CPU_DRAFTER_PAYS[kernel]
-        settings["drafter_pass"] = "on" if pays else "off"
+    settings = {k: getattr(lm.cfg, k) for k in profiles.TUNED}
+    settings["row_cost"] = row_cost(lm.cfg, lm.model)
+    settings["drafter_pass"] = "on" if runs_drafter(lm.cfg, lm.model) else "off"
     return settings
 
 
 def pareto(trials: Sequence[Trial]) -> list[Trial]:
     """Exact trials no other beats on both tokens per forward and ms per forward."""
-    ok = [t for t in trials if t.exact]
-    return sorted(
-        (
-            t
-            for t in ok
-            if not any(
-                o.tokens_per_forward >= t.tokens_per_forward
-                and o.ms_per_forward <= t.ms_per_forward
-                and (o.tokens_per_forward, o.ms_per_forward)
-                != (t.tokens_per_forward, t.ms_per_forward)
-                for o in ok
-            )
-        ),
-        key=lambda t: t.tokens_per_forward,
-    )
+    front: list[Trial] = []
+    for t in sorted(
+        (t for t in trials if t.exact), key=lambda t: (-t.tokens_per_forward, t.ms_per_forward)
+    ):
+        if not front or t.ms_per_forward < front[-1].ms_per_forward:
+            front.append(t)
+    return front[::-1]
 
 
 def search(
@@ -289,7 +276,7 @@ def run(
     first = start(lm)
     search(s, first, space(lm, costs), rounds)
     exact = sorted((t for t in s.trials.values() if t.exact), key=lambda t: -t.speedup)
-    untuned = s.trials[tuple(sorted(first.items()))]
+    untuned = s.trials[_key(first)]
     finalists = {id(t): t for t in [*exact[:confirm], untuned]}.values()
     for t in finalists:
         s.time(t.settings)  # a second timing each, side by side
