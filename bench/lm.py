@@ -31,10 +31,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 from dllm_voice.app.conversation.config import DEFAULT_SYSTEM_PROMPT  # noqa: E402
+from dllm_voice.model import drafts  # noqa: E402
 from dllm_voice.model.config import LMConfig  # noqa: E402
 from dllm_voice.model.decode import DECODERS  # noqa: E402
 from dllm_voice.model.engine import LM  # noqa: E402
-from dllm_voice.model.hybrid import bundled_only, drafter_for  # noqa: E402
+from dllm_voice.model.hybrid import drafter_for  # noqa: E402
 from lab.prompts import conversations  # noqa: E402
 
 PROMPTS = [
@@ -412,7 +413,7 @@ def kernel_runs(a: argparse.Namespace, cfg: LMConfig, kind: str) -> dict[str, tu
     other = LM.load(cfg)
     other.model.unpack()
     other.model.pack(kind)
-    drafter = drafter_for(other.model, bundled_only(cfg.drafter, cfg.path))
+    drafter = drafter_for(other.model, drafts.resolve(cfg.drafter, cfg.path, "drafter"))
     if drafter is not None:
         drafter.pack(kind)
     runs = {f"{d}/{kind}": (other, d) for d in a.decoder_names}

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,7 @@ FEATURE_DEPTH = 3
 
 
 Record = dict[str, torch.Tensor | int]
+Progress = Callable[[float, str], None]  # (share of the run done, a status line)
 
 
 def load_records(folders: str | Path, seen: set[str]) -> list[Record]:
@@ -151,8 +153,9 @@ def generate_batch(
         causal = cols[None, :] <= cols[:, None]  # (T, T)
         mask = causal[None] & (cols[None, None, :] >= pads[:, None, None])  # (B, T, T)
         mask |= torch.eye(plen, dtype=torch.bool, device=dev)[None]
-        pos = (cols[None, :] - pads[:, None]).clamp_min(0)  # (B, T)
-        logits = model(x, cache=cache, mask=mask, positions=pos, logits="last").logits[:, -1]
+        # Each row at its cache index: rope sees only a query's distance to a key, and a
+        # sliding-window layer (Gemma 3) measures its window in cache indexes.
+        logits = model(x, cache=cache, mask=mask, logits="last").logits[:, -1]
         answers: list[list[int]] = [[] for _ in range(bsz)]
         greedy: list[list[int]] = [[] for _ in range(bsz)]
         done = torch.zeros(bsz, dtype=torch.bool, device=dev)
@@ -172,10 +175,7 @@ def generate_batch(
                 break
             s = cache.length
             mask = (torch.arange(s + 1, device=dev)[None, :] >= pads[:, None])[:, None]  # (B,1,S+1)
-            pos = (s - pads)[:, None]  # (B, 1)
-            logits = model(
-                nxt[:, None], cache=cache, mask=mask, positions=pos, logits="last"
-            ).logits[:, -1]
+            logits = model(nxt[:, None], cache=cache, mask=mask, logits="last").logits[:, -1]
     finally:
         if hook is not None:
             hook.remove()
@@ -225,7 +225,9 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, progress: Progress | None = None) -> None:
+    """The command; `progress` hears the share of the batches (or of --minutes) done after each
+    batch, and the answer tokens made so far in this call."""
     a = parser().parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -279,11 +281,13 @@ def main(argv: list[str] | None = None) -> None:
         made += 1
         tokens += sum(len(r["greedy"]) for r in recs)
         el = time.time() - t0
-        print(
-            f"batch {k + 1}/{n_batches}: {tokens} answer tokens in {el:.0f} s "
-            f"({tokens / el:.1f} tok/s)",
-            flush=True,
-        )
+        line = f"batch {k + 1}/{n_batches}: {tokens} answer tokens in {el:.0f} s "
+        line += f"({tokens / el:.1f} tok/s)"
+        if progress is None:
+            print(line, flush=True)
+        else:
+            done = sum(1 for i in range(n_batches) if (out / f"b{i:05d}.pt").exists())
+            progress(max(done / n_batches, el / (60 * a.minutes) if a.minutes else 0.0), line)
         if (a.max_batches and made >= a.max_batches) or (a.minutes and el > 60 * a.minutes):
             break
 

@@ -25,8 +25,10 @@ from dllm_voice.model.ngram import (
     DEFAULT_STORE,
     ID_BITS,
     ID_MASK,
+    MAX_IDS,
     MAX_ORDER,
     NO_ALT,
+    UNSEEN,
     NgramStore,
     PackedTable,
     pack_entries,
@@ -38,7 +40,7 @@ MIN_TOTAL = 2  # a context seen once is a coincidence more often than a habit
 
 
 def _ids(values: list) -> torch.Tensor:
-    """Token ids for the file: uint16, half of int32 (build checked they fit in ID_BITS)."""
+    """Token ids for the file: uint16, half of int32 (store ids: they fit in ID_BITS)."""
     return torch.tensor(values, dtype=torch.int32).to(torch.uint16)
 
 
@@ -61,12 +63,19 @@ def build(sequences: Iterable[tuple[Sequence[int], int, Sequence[int]]]) -> Ngra
         return NgramStore(table, {"tokens": 0, "contexts": 0, "max_order": MAX_ORDER}, alts)
     flat, end, nxt_all = np.concatenate(ids), np.concatenate(ends), np.concatenate(nxt)
     starts = np.concatenate(firsts)
-    if flat.size and flat.max() >= 1 << ID_BITS:
-        raise ValueError(f"n-gram contexts pack token ids in {ID_BITS} bits")
+    vocab = None
+    if max(flat.max(), nxt_all.max()) >= MAX_IDS:
+        vocab, flat, nxt_all = store_ids(flat, nxt_all)
     for n in range(1, MAX_ORDER + 1):
         ok = end - n >= starts  # the context lies within its own record
         e, x, first = end[ok], nxt_all[ok], np.flatnonzero(ok)
-        key = pack_keys(flat[e[:, None] - n + np.arange(n)])
+        ctx_ids = flat[e[:, None] - n + np.arange(n)]
+        if vocab is not None:  # n-grams with a token outside the table are left out
+            known = (ctx_ids != UNSEEN).all(1) & (x != UNSEEN)
+            ctx_ids, x, first = ctx_ids[known], x[known], first[known]
+        if not len(x):
+            continue
+        key = pack_keys(ctx_ids)
         o = np.lexsort((first, x, key))  # by context, next token, first sighting
         key, x, first = key[o], x[o], first[o]
         new = np.r_[True, (key[1:] != key[:-1]) | (x[1:] != x[:-1])]
@@ -85,7 +94,18 @@ def build(sequences: Iterable[tuple[Sequence[int], int, Sequence[int]]]) -> Ngra
             conf = count[pick] / (total[has] + 1)
             into.orders[n] = dict(zip(key[pick].tolist(), pack_entries(x[pick], conf), strict=True))
     info = {"tokens": len(nxt_all), "contexts": len(table), "max_order": MAX_ORDER}
-    return NgramStore(table, info, alts)
+    return NgramStore(table, info, alts, None if vocab is None else vocab.tolist())
+
+
+def store_ids(flat: np.ndarray, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For a vocabulary past ID_BITS: the table of the MAX_IDS most frequent token ids of the
+    records (sorted), and the records' tokens and next tokens as indexes into it (UNSEEN for
+    the rest)."""
+    tokens, counts = np.unique(np.concatenate((flat, nxt)), return_counts=True)
+    vocab = np.sort(tokens[np.argsort(-counts, kind="stable")[:MAX_IDS]])
+    index = np.full(int(tokens.max()) + 1, UNSEEN, dtype=np.int64)
+    index[vocab] = np.arange(len(vocab))
+    return vocab, index[flat], index[nxt]
 
 
 def save(store: NgramStore, path: str | Path) -> None:
@@ -107,6 +127,8 @@ def save(store: NgramStore, path: str | Path) -> None:
             tensors[f"{name or 'next'}{n}"] = _ids(tokens.tolist())
             tensors[f"{name}conf{n}"] = torch.tensor(confs, dtype=torch.float16)
         tensors[f"ctx{n}"] = _ids(ctx.astype(np.int64).tolist())
+    if store.vocab is not None:
+        tensors["vocab"] = torch.tensor(store.vocab, dtype=torch.int32)
     save_file(tensors, str(path), metadata={"info": json.dumps(store.info)})
 
 

@@ -48,7 +48,7 @@ from dllm_voice.model.loader import load
 from dllm_voice.model.lookup import PromptLookup
 from dllm_voice.model.transformer import Transformer
 from lab import gen_data, ngram
-from lab.gen_data import FEATURE_DEPTH, Record, load_records
+from lab.gen_data import FEATURE_DEPTH, Progress, Record, load_records
 
 
 def usable(r: Record) -> bool:
@@ -87,11 +87,15 @@ def features(base: Transformer, rec: Record) -> torch.Tensor:
     ids = rec["ids"][None, :-1].long().to(w.device)  # (1, N)
     n = ids.shape[1]
     cache = KVCache(len(lower), a.n_kv_heads, a.head_dim, n, dtype=w.dtype, device=w.device)
-    base._ensure_rope(n)
-    cos = base.rope_cos[:n].view(1, n, 1, -1)  # (1, N, 1, D)
-    sin = base.rope_sin[:n].view(1, n, 1, -1)
-    x = run_layers(lower, base.embed(ids), cos, sin, cache, 0, n, None, n > 1)
+    cos, sin, local = base.rope_for(0, n, None, None, n > 1)
+    x = run_layers(lower, base.embed(ids), cos, sin, cache, 0, n, None, n > 1, local)
     return x[0].half().cpu()
+
+
+@functools.cache
+def _top_layers(base: Transformer) -> nn.ModuleList:
+    """The base's layers above the features."""
+    return base.layers[base.args.n_layers - FEATURE_DEPTH :]
 
 
 @torch.no_grad()
@@ -103,12 +107,9 @@ def context_features(base: Transformer, hidden: torch.Tensor) -> tuple[KVCache, 
     w = base.embed.weight
     cache = KVCache(FEATURE_DEPTH, a.n_kv_heads, a.head_dim, n, batch=bsz, dtype=w.dtype,
                     device=w.device)  # fmt: skip
-    base._ensure_rope(n)
-    cos = base.rope_cos[:n].view(1, n, 1, -1)  # (1, N, 1, D)
-    sin = base.rope_sin[:n].view(1, n, 1, -1)
+    cos, sin, local = base.rope_for(0, n, None, None, True)
     x = hidden.to(device=w.device, dtype=w.dtype)
-    for i in range(FEATURE_DEPTH):
-        x = base.layers[a.n_layers - FEATURE_DEPTH + i](x, cos, sin, cache, i, n, None, True)
+    x = run_layers(_top_layers(base), x, cos, sin, cache, 0, n, None, True, local)
     cache.length = n
     return cache, F.rms_norm(x, base.norm.shape, base.norm, a.norm_eps)
 
@@ -147,16 +148,16 @@ def block_forward(
     h_last = torch.gather(h_fin, 1, (st - 1)[..., None].expand(-1, -1, h_fin.shape[-1]))
     x = drafter.block_inputs(base.embed, tok, h_last.to(drafter.norm.dtype))  # (B, M*(K+1), dim)
     pos = (st[..., None] + torch.arange(k1, device=dev)).view(bsz, m * k1)  # (B, Q)
-    base._ensure_rope(n + k1)
-    cos = base.rope_cos[pos].unsqueeze(2).to(x.dtype)  # (B, Q, 1, D)
-    sin = base.rope_sin[pos].unsqueeze(2).to(x.dtype)
     # Block rows see the context before their start and their own block, nothing else.
     ctx = torch.arange(n, device=dev)[None, None, :] < st.repeat_interleave(k1, 1)[..., None]
     blk = torch.arange(m, device=dev).repeat_interleave(k1)  # (Q,)
     own = (blk[:, None] == blk[None, :]).expand(bsz, -1, -1)  # (B, Q, Q)
     mask = torch.cat((ctx, own), dim=-1)[:, None]  # (B, 1, Q, N + Q)
+    cos, sin, local = base.rope_for(n, m * k1, pos, mask, False)  # (B, Q, 1, D) each
+    if local is not None:
+        local = (local[0].to(x.dtype), local[1].to(x.dtype), local[2], local[3])
     off = FEATURE_DEPTH - drafter.args.n_layers
-    return drafter.rows_logits(x, cos, sin, cache, mask, off)  # (B, M, K, V_d)
+    return drafter.rows_logits(x, cos.to(x.dtype), sin.to(x.dtype), cache, mask, off, local)
 
 
 @torch.no_grad()
@@ -215,7 +216,8 @@ def evaluate(
     return out
 
 
-def train(a: argparse.Namespace) -> None:
+def train(a: argparse.Namespace, progress: Progress | None = None) -> None:
+    """The training loop; `progress` hears the share of --steps (or of --minutes) done."""
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -265,7 +267,13 @@ def train(a: argparse.Namespace) -> None:
           f"draft vocab {len(vocab_ids)} covers {coverage:.3f}", flush=True)  # fmt: skip
     log = (out_dir / "log.jsonl").open("a")
     autocast = torch.autocast("cuda", torch.bfloat16, enabled=dev.type == "cuda")
-    t0 = time.time()
+    t0 = time.time() - (curve[-1]["s"] if curve else 0)  # a resumed run keeps its clock
+
+    def done() -> float:
+        share = step / max(1, a.steps)
+        if a.minutes:  # a wall-clock budget: whichever ends first
+            share = max(share, (time.time() - t0) / (60 * a.minutes))
+        return min(1.0, share)
 
     def checkpoint_and_eval() -> None:
         nonlocal n_tokens
@@ -279,7 +287,10 @@ def train(a: argparse.Namespace) -> None:
         row = {"step": step, "target_tokens": seen, "data_tokens": n_tokens,
                "s": round(time.time() - t0), **ev}  # fmt: skip
         curve.append(row)
-        print(json.dumps(row), flush=True)
+        if progress is None:
+            print(json.dumps(row), flush=True)
+        else:
+            progress(done(), f"eval at step {step}: {ev['tokens_per_step']:.3f} tokens/step")
         log.write(json.dumps(row) + "\n")
         log.flush()
         torch.save({"drafter": drafter.state_dict(), "opt": opt.state_dict(), "step": step,
@@ -307,10 +318,7 @@ def train(a: argparse.Namespace) -> None:
             tgts.append(t)
         target = torch.stack(tgts).to(dev)  # (B, M, K)
         lr = a.lr * min(1.0, (step + 1) / a.warmup)
-        progress = step / max(1, a.steps)
-        if a.minutes:  # a wall-clock budget: the cosine schedule follows whichever ends first
-            progress = max(progress, (time.time() - t0) / (60 * a.minutes))
-        lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        lr *= 0.5 * (1 + math.cos(math.pi * done()))  # the cosine follows steps or minutes
         for g in opt.param_groups:
             g["lr"] = lr
         with autocast:
@@ -324,7 +332,11 @@ def train(a: argparse.Namespace) -> None:
         seen += int((target != -100).sum())
         if step % a.log_every == 0:
             el = time.time() - t0
-            print(f"step {step} loss {loss.item():.3f} targets {seen} ({el:.0f} s)", flush=True)
+            line = f"step {step} loss {loss.item():.3f} targets {seen} ({el:.0f} s)"
+            if progress is None:
+                print(line, flush=True)
+            else:
+                progress(done(), line)
         if step % a.eval_every == 0:
             checkpoint_and_eval()
     if not curve or curve[-1]["step"] != step:
@@ -392,7 +404,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, progress: Progress | None = None) -> None:
     a = parser().parse_args(argv)
     if a.recipe:
         recipe = RECIPES[a.recipe]
@@ -411,7 +423,7 @@ def main(argv: list[str] | None = None) -> None:
         a.data = f"{a.data},{bulk}"
         store = Path(a.save).with_name(ngram.DEFAULT_STORE.name)  # the n-gram store, same data
         ngram.main(["--data", a.data, "--out", str(store)])
-    train(a)
+    train(a, progress)
 
 
 if __name__ == "__main__":

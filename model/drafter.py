@@ -41,7 +41,7 @@ from dllm_voice.kernels.cpu_rows import Quantized, quantize_q8_0
 from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.errors import ModelLoadError
 from dllm_voice.model.kv_cache import KVCache
-from dllm_voice.model.layer_stack import run_layers
+from dllm_voice.model.layer_stack import Local, run_layers
 from dllm_voice.model.layers import Block, rms_norm
 from dllm_voice.model.packing import Linear, Packed, linear, prepack
 from dllm_voice.model.transformer import Transformer
@@ -107,7 +107,8 @@ class BlockDrafter(nn.Module):
         assert vocab_ids.shape == (args.vocab,), "vocab_ids must list args.vocab token ids"
         self.args, self.base_args = args, base_args
         dim = base_args.dim
-        self.layers = nn.ModuleList(Block(base_args) for _ in range(args.n_layers))
+        first = base_args.n_layers - args.n_layers  # layer l is a copy of base layer first + l
+        self.layers = nn.ModuleList(Block(base_args, first + i) for i in range(args.n_layers))
         self.norm = nn.Parameter(torch.ones(dim))
         self.mask_embed = nn.Parameter(torch.zeros(dim))
         self.offset_embed = nn.Parameter(torch.zeros(args.block + 1, dim))
@@ -247,12 +248,14 @@ class BlockDrafter(nn.Module):
         cache: KVCache,
         mask: torch.Tensor | None,
         layer_offset: int,
+        local: Local | None = None,
     ) -> torch.Tensor:
         """Run blocks of rows x (B, M * (K + 1), dim) against `cache` (cache layer
-        layer_offset + l holds the context K/V for drafter layer l); never writes the cache.
+        layer_offset + l holds the context K/V for drafter layer l; `local`: the sliding-window
+        layers' rope and mask, Transformer.rope_for); never writes the cache.
         Returns the draft rows' logits (B, M, K, V_d): a block's row 0 gets no head."""
         assert self.head is not None, "bind() the drafter to its base first"
-        x = run_layers(self.layers, x, cos, sin, cache, layer_offset, 0, mask, False)
+        x = run_layers(self.layers, x, cos, sin, cache, layer_offset, 0, mask, False, local)
         x = x.view(x.shape[0], -1, self.args.block + 1, x.shape[-1])[:, :, 1:]
         x = rms_norm(x, self.norm, self.base_args.norm_eps)
         return linear(x, self.head, self.head_packed).float()
@@ -265,12 +268,10 @@ class BlockDrafter(nn.Module):
         positions cache.length + 1 .. + K, given the pending token at position cache.length and
         the base's final normed hidden state (dim,) of the position before."""
         p, k = cache.length, self.args.block
-        base._ensure_rope(p + k + 1)
-        cos = base.rope_cos[p : p + k + 1].view(1, k + 1, 1, -1)  # (1, K+1, 1, D)
-        sin = base.rope_sin[p : p + k + 1].view(1, k + 1, 1, -1)
+        cos, sin, local = base.rope_for(p, k + 1, None, None, False)  # rows at p .. p + K
         tok = torch.tensor([[token]], device=h_last.device)
         x = self.block_inputs(base.embed, tok, h_last.view(1, 1, -1))  # (1, K+1, dim)
-        logits = self.rows_logits(x, cos, sin, cache, None, self.first_base_layer)[0, 0]
+        logits = self.rows_logits(x, cos, sin, cache, None, self.first_base_layer, local)[0, 0]
         conf, idx = torch.softmax(logits, dim=-1).topk(top, dim=-1)  # (K, top) each
         return self.vocab_ids[idx].tolist(), conf.tolist()
 

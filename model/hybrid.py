@@ -41,6 +41,7 @@ import torch
 
 from dllm_voice.kernels import cpu_rows
 from dllm_voice.kernels.verify_select import verify_select
+from dllm_voice.model import drafts
 from dllm_voice.model.config import LMConfig
 from dllm_voice.model.decode import (
     PREFILL_CHUNK,
@@ -137,12 +138,6 @@ def drafter_for(model: Transformer, spec: str) -> BlockDrafter | None:
 def ngram_for(model: Transformer, spec: str) -> NgramStore | None:
     """The n-gram store named by lm.ngram for this base model, loaded once."""
     return _loaded(_NGRAMS, model, spec, lambda: load_ngram(spec, model.args.vocab_size))
-
-
-def bundled_only(spec: str, lm_path: str) -> str:
-    """lm.drafter / lm.ngram '' means the bundled file, which was made for the bundled model:
-    with another lm.path it means none."""
-    return "none" if not spec and lm_path else spec
 
 
 def set_drafter(model: Transformer, spec: str, drafter: BlockDrafter | None) -> None:
@@ -323,10 +318,9 @@ class HybridStepper:
 
 def _decode(req: DecodeRequest, threshold: float) -> Steps:
     cfg = req.cfg
-    drafter = drafter_for(req.model, bundled_only(cfg.drafter, cfg.path))
-    st = HybridStepper(
-        req, drafter, ngram_for(req.model, bundled_only(cfg.ngram, cfg.path)), threshold
-    )
+    drafter = drafter_for(req.model, drafts.resolve(cfg.drafter, cfg.path, "drafter"))
+    store = ngram_for(req.model, drafts.resolve(cfg.ngram, cfg.path, "ngram"))
+    st = HybridStepper(req, drafter, store, threshold)
     # Prompt rows beyond the last chunk: plain prefill, no logits (cancel checked per chunk).
     rest = req.prompt[req.cache.length :]
     while len(rest) > PREFILL_CHUNK:
@@ -367,17 +361,22 @@ def _decode(req: DecodeRequest, threshold: float) -> Steps:
 
 def prepare(model: Transformer, cfg: LMConfig) -> None:
     """Load the drafter and n-gram store the config names (LM.load, before the first answer);
-    say once where a model of the user's own has neither."""
-    drafter = drafter_for(model, bundled_only(cfg.drafter, cfg.path))
-    store = ngram_for(model, bundled_only(cfg.ngram, cfg.path))
+    say which were built for this model, and once where a model of the user's own has neither."""
+    specs = {k: drafts.resolve(getattr(cfg, k), cfg.path, k) for k in ("drafter", "ngram")}
+    drafter = drafter_for(model, specs["drafter"])
+    store = ngram_for(model, specs["ngram"])
+    built = [s for k, s in specs.items() if not getattr(cfg, k) and s not in ("", "none")]
+    if built:
+        log.info("lm: drafts built for this model: %s", ", ".join(built))
     missing = [name for name, have in (("drafter", drafter), ("n-gram store", store)) if not have]
     if cfg.path and missing:
         log.warning(
-            "lm: %s has no %s: hybrid drafts without it, from prompt lookup%s (lm.drafter and "
-            "lm.ngram take files made for this model)",
+            "lm: %s has no %s: hybrid drafts without it, from prompt lookup%s (build them with "
+            "python -m lab.drafts --model %s)",
             Path(cfg.path).name,
             " or ".join(missing),
             "" if len(missing) == 2 else " and the other",
+            cfg.path,
         )
 
 

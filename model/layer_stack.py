@@ -20,6 +20,9 @@ from dllm_voice.model import packing
 from dllm_voice.model.kv_cache import KVCache
 from dllm_voice.model.layers import Block
 
+# The sliding-window layers' arguments to run_layers: their cos, sin, mask and is_causal.
+Local = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool]
+
 
 def c_stack(layers: nn.ModuleList) -> cpu_rows.LayerStack | None:
     """The layers' matrices and norms for cpu_rows.layers, built once per packing (checking
@@ -80,7 +83,7 @@ def run_layers(
     write: int,
     mask: torch.Tensor | None,
     is_causal: bool,
-    local: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool] | None = None,
+    local: Local | None = None,
 ) -> torch.Tensor:
     """x (B, T, dim) through `layers`, layer i on cache layer first + i (Block.forward's other
     arguments; `local`: cos, sin, mask and is_causal of the sliding-window layers, Block.local).

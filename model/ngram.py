@@ -14,7 +14,10 @@ pass; on held-out answers its next token is right about as often as the drafter'
 This module reads the store; lab/ngram.py builds and writes it. File: per order n,
 the context n-grams ((N_n, n)), their most frequent next token and its confidence (fp16), the
 runner-up and its confidence (NO_ALT where the context was always followed by the same token);
-token ids in uint16 (older stores hold int32 and no runner-ups; both load).
+token ids in uint16 (older stores hold int32 and no runner-ups; both load). A model whose
+vocabulary does not fit 16 bits (Gemma 3: 262K ids) gets a `vocab` table: the store's ids are
+indexes into it, the answers' most frequent tokens, and a context holding another token falls
+back to its shorter n-grams.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ DEFAULT_STORE = Path(__file__).parent / "adapters" / "ngram.safetensors"
 MAX_ORDER = 4
 ID_BITS = 16  # token ids packed into one 64-bit key per context (vocab 49152 < 2^16)
 NO_ALT = (1 << ID_BITS) - 1  # in the file: this context has no runner-up (no token id: vocab < it)
+UNSEEN = NO_ALT - 1  # a token outside a `vocab` table: in no stored context
+MAX_IDS = UNSEEN  # ids a store holds; a larger vocabulary is mapped through a `vocab` table
 FORKS = 4  # `branches`: runner-ups at the first FORKS positions of the chain (more add ~nothing)
 ID_MASK = (1 << ID_BITS) - 1
 MASKS = [(1 << ID_BITS * n) - 1 for n in range(MAX_ORDER + 1)]  # the last n ids of a packed key
@@ -93,16 +98,31 @@ class PackedTable(Mapping[tuple[int, ...], Entry]):
 
 
 class NgramStore:
-    def __init__(self, table: PackedTable, info: dict, alts: PackedTable | None = None) -> None:
+    def __init__(
+        self,
+        table: PackedTable,
+        info: dict,
+        alts: PackedTable | None = None,
+        vocab: Sequence[int] | None = None,
+    ) -> None:
         self.table = table  # context n-gram -> its most frequent next token
         self.alts = alts or PackedTable()  # -> its second most frequent, where it has one
         self.info = info
         self.max_order = max((n for n, t in enumerate(table.orders) if t), default=0)
+        # The model's token id of each store id, where the vocabulary does not fit ID_BITS.
+        self.vocab = None if vocab is None else list(vocab)
+        self._index = None if vocab is None else {t: i for i, t in enumerate(vocab)}
 
     def _tail(self, context: Sequence[int]) -> tuple[int, int]:
-        """The last max_order ids of `context` as one key, and how many they are."""
+        """The last max_order ids of `context` as one key (store ids), and how many they are."""
         n = min(self.max_order, len(context))
-        return PackedTable.key(context[len(context) - n :]), n
+        tail = context[len(context) - n :]
+        if self._index is not None:
+            tail = [self._index.get(t, UNSEEN) for t in tail]
+        return PackedTable.key(tail), n
+
+    def _token(self, store_id: int) -> int:
+        return store_id if self.vocab is None else self.vocab[store_id]
 
     def propose(self, context: Sequence[int], k: int) -> tuple[list[int], list[float]]:
         """Up to k drafts continuing `context` (the prompt + answer so far), with confidences."""
@@ -115,7 +135,7 @@ class NgramStore:
                 hit = orders[n].get(key & MASKS[n])
                 if hit is not None:
                     token, conf = PackedTable.entry(hit)
-                    out.append(token)
+                    out.append(self._token(token))
                     confs.append(conf)
                     key, m = (key << ID_BITS | token) & MASKS[top], min(m + 1, top)
                     break
@@ -132,7 +152,10 @@ class NgramStore:
             ctx = key & MASKS[n]
             if ctx in self.table.orders[n]:
                 hit = self.alts.orders[n].get(ctx)
-                return None if hit is None else PackedTable.entry(hit)
+                if hit is None:
+                    return None
+                token, conf = PackedTable.entry(hit)
+                return self._token(token), conf
         return None
 
     def branches(
@@ -163,6 +186,12 @@ class NgramStore:
                 "python -m lab.ngram or set lm.ngram: none"
             ) from e
         table, alts = PackedTable(), PackedTable()
+        vocab = tensors["vocab"].long() if "vocab" in tensors else None
+        ids = vocab_size if vocab is None else len(vocab)
+        beyond = f"{path}: token ids beyond this model's vocabulary ({vocab_size}); it was "
+        beyond += "built for another tokenizer - rebuild it or set lm.ngram: none"
+        if vocab is not None and (len(vocab) > MAX_IDS or int(vocab.max()) >= vocab_size):
+            raise ModelLoadError(beyond)
         for n in range(1, MAX_ORDER + 1):
             if f"ctx{n}" not in tensors:
                 continue
@@ -171,11 +200,8 @@ class NgramStore:
             alt = tensors.get(f"alt{n}", torch.full_like(nxt, NO_ALT)).int()
             has_alt = alt != NO_ALT
             top = max(int(ctx.max()), int(nxt.max()), int(torch.where(has_alt, alt, 0).max()))
-            if top >= vocab_size:
-                raise ModelLoadError(
-                    f"{path}: token ids beyond this model's vocabulary ({vocab_size}); it was "
-                    "built for another tokenizer - rebuild it or set lm.ngram: none"
-                )
+            if top >= ids:
+                raise ModelLoadError(beyond)
             keys = pack_keys(ctx.numpy())
             confs = tensors[f"conf{n}"].float().numpy()
             table.orders[n] = dict(
@@ -185,7 +211,7 @@ class NgramStore:
             alt_confs = tensors.get(f"altconf{n}", torch.zeros(len(alt))).float().numpy()[h]
             alt_values = pack_entries(alt.numpy()[h], alt_confs)
             alts.orders[n] = dict(zip(keys[h].tolist(), alt_values, strict=True))
-        return cls(table, info, alts)
+        return cls(table, info, alts, None if vocab is None else vocab.tolist())
 
 
 def load_default(spec: str, vocab_size: int) -> NgramStore | None:

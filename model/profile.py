@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from dllm_voice.model.config import LMConfig
+from dllm_voice.model.drafts import model_identity, user_cache
 from dllm_voice.model.errors import ModelLoadError
 from dllm_voice.model.transformer import Transformer
 
@@ -46,10 +47,7 @@ class Profile:
 
 
 def profiles_dir() -> Path:
-    if os.environ.get(PROFILES_ENV):
-        return Path(os.environ[PROFILES_ENV])
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "dllm-voice" / "profiles"
+    return user_cache(PROFILES_ENV, "profiles")
 
 
 def _cpu_name() -> str:
@@ -66,18 +64,14 @@ def _cpu_name() -> str:
 
 def machine_key(model: Transformer, model_path: str) -> dict[str, Any]:
     """What a profile's figures depend on: model, kernel, machine, threads."""
-    from dllm_voice.model.loader import default_model_path
-
-    path = Path(model_path) if model_path else default_model_path()
-    files = sorted(path.rglob("*")) if path.is_dir() else [path]
-    size = sum(p.stat().st_size for p in files if p.is_file())
+    name, size = model_identity(model_path)
     dev = model.embed.weight.device
     if dev.type == "cuda":
         machine, kernel = torch.cuda.get_device_name(dev), "cuda"
     else:
         machine, kernel = f"{_cpu_name()} x{os.cpu_count()}", model.cpu_kernel
     return {
-        "model": path.name,
+        "model": name,
         "bytes": size,
         "kernel": kernel,
         "machine": machine,

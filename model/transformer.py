@@ -30,7 +30,7 @@ from torch import nn
 from dllm_voice.kernels import cpu_rows
 from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.kv_cache import KVCache
-from dllm_voice.model.layer_stack import c_layers, c_stack, run_layers
+from dllm_voice.model.layer_stack import Local, c_layers, c_stack, run_layers
 from dllm_voice.model.layers import Block, causal_mask, rms_norm, rope_inv_freq, window_mask
 from dllm_voice.model.packing import BlockWeight, Linear, Packed, linear
 
@@ -274,11 +274,6 @@ class Transformer(nn.Module):
         write = t if write is None else write
         assert 0 <= write <= t, "write must be within 0..T"
         cache.check_room(write)
-        self._ensure_rope(s + t)
-
-        if positions is not None:
-            self._ensure_rope(int(positions.max()) + 1)
-        cos, sin = self._rope_rows(self.rope_cos, self.rope_sin, s, t, positions)
 
         is_causal = False
         if mask is not None:
@@ -287,17 +282,32 @@ class Transformer(nn.Module):
             is_causal = True  # fresh prefill: SDPA's own causal path, no mask tensor
         elif t > 1:
             mask = causal_mask(t, s, x.device)  # (T, S+T)
-
-        local = None
-        if self.args.sliding_window:
-            cl, sl = self._rope_rows(self.rope_cos_local, self.rope_sin_local, s, t, positions)
-            window = self.args.sliding_window
-            lmask = window_mask(mask, is_causal, t, s, positions, window, x.device)
-            local = (cl, sl, lmask, is_causal and lmask is None)
+        cos, sin, local = self.rope_for(s, t, positions, mask, is_causal)
         x = run_layers(self.layers, x, cos, sin, cache, 0, write, mask, is_causal, local)
         cache.length = s + write
 
         return self._outputs(x, logits, hidden)
+
+    def rope_for(
+        self,
+        s: int,
+        t: int,
+        positions: torch.Tensor | None,
+        mask: torch.Tensor | None,
+        is_causal: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, Local | None]:
+        """run_layers' rope rows (cos, sin) for T rows after S cached ones (`positions` as
+        `forward` takes them) and, where the model has sliding-window layers, their `local`
+        arguments for this `mask` / `is_causal`."""
+        top = s + t if positions is None else max(s + t, int(positions.max()) + 1)
+        self._ensure_rope(top)
+        cos, sin = self._rope_rows(self.rope_cos, self.rope_sin, s, t, positions)
+        if not self.args.sliding_window:
+            return cos, sin, None
+        cl, sl = self._rope_rows(self.rope_cos_local, self.rope_sin_local, s, t, positions)
+        device = self.embed.weight.device
+        lmask = window_mask(mask, is_causal, t, s, positions, self.args.sliding_window, device)
+        return cos, sin, (cl, sl, lmask, is_causal and lmask is None)
 
     @staticmethod
     def _rope_rows(

@@ -25,10 +25,11 @@ from typing import Any, TextIO
 
 import torch
 
+from dllm_voice.model import drafts
 from dllm_voice.model import profile as profiles
 from dllm_voice.model.config import LMConfig
 from dllm_voice.model.engine import LM
-from dllm_voice.model.hybrid import bundled_only, drafter_for, row_cost, runs_drafter
+from dllm_voice.model.hybrid import drafter_for, row_cost, runs_drafter
 
 # Everyday requests of the kinds a voice agent gets, none of them in lab/'s training prompts
 # (tests/model/test_tune.py checks it).
@@ -116,7 +117,7 @@ def measure_costs(lm: LM, reps: int = 9, prefill: int = 120) -> dict[str, Any]:
             "forward_ms": {str(r): round(v, 3) for r, v in ms.items()},
             "row_cost": round(max(slope / one, 0.0), 4),
         }
-        drafter = drafter_for(model, bundled_only(lm.cfg.drafter, lm.cfg.path))
+        drafter = drafter_for(model, drafts.resolve(lm.cfg.drafter, lm.cfg.path, "drafter"))
         if drafter is not None and out.hidden_normed is not None:
             hidden = out.hidden_normed[0, -1]
 

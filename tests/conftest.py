@@ -15,8 +15,10 @@ from dllm_voice.app.config import Config
 if TYPE_CHECKING:
     from dllm_voice.model.engine import LM
 
-# No decoding profile the developer's own `main.py tune` wrote reaches a test (model/profile.py).
+# No decoding profile or drafts the developer's own `main.py tune` or `lab.drafts` wrote reach a
+# test (model/profile.py, model/drafts.py).
 os.environ["DLLM_VOICE_PROFILES"] = tempfile.mkdtemp(prefix="profiles-")
+os.environ["DLLM_VOICE_DRAFTS"] = tempfile.mkdtemp(prefix="drafts-")
 
 # Short answers keep the end-to-end tests quick; the pipeline does not depend on the length.
 E2E_CONFIG = replace(Config(), lm=replace(Config().lm, max_new_tokens=40))

@@ -29,10 +29,18 @@ STOP = 3
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def tiny() -> Transformer:
+# A Gemma 3-like base too: sliding-window layers (a window shorter than the answers) with their
+# own rope, q/k and output norms, GeGLU and scaled embeddings; drafter layer 0 copies a global
+# base layer, layer 1 a local one.
+GEMMA_LIKE = {"sliding_window": 8, "global_every": 3, "qk_norm": True, "post_norms": True,
+              "act": "gelu_tanh", "embed_scale": 8.0}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=["llama", "gemma"])
+def tiny(request) -> Transformer:
     torch.manual_seed(0)
-    return Transformer(ModelArgs.preset("tiny", n_layers=4)).eval().requires_grad_(False)
+    extra = GEMMA_LIKE if request.param == "gemma" else {}
+    return Transformer(ModelArgs.preset("tiny", n_layers=4, **extra)).eval().requires_grad_(False)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from dllm_voice.model.drafter import BlockDrafter
 from dllm_voice.model.hybrid import HybridStepper
 from dllm_voice.model.transformer import Transformer
 from dllm_voice.model.tree import DraftTree, build
+from tests.lab.test_train_drafter import GEMMA_LIKE
 
 CFG = LMConfig(drafter="none", ngram="none", row_cost=0.0)  # every draft slot verified
 
@@ -62,6 +63,23 @@ def test_hybrid_equals_ar_greedy(tiny, drafter) -> None:
         ids = prompt(seed)
         ref, ref_fw, _ = run(tiny, ids, "ar")
         got, fw, _ = run(tiny, ids, "hybrid", cfg)
+        assert got == ref
+        assert fw <= ref_fw
+
+
+def test_hybrid_with_a_drafter_equals_ar_on_a_sliding_window_base() -> None:
+    """Gemma 3's layout: the drafter's copies of a local and a global layer drafting past the
+    window, the verify rows exact."""
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs.preset("tiny", n_layers=4, **GEMMA_LIKE)).eval()
+    model.requires_grad_(False)
+    drafter = BlockDrafter.from_base(model, torch.arange(512), n_layers=2, block=4)
+    assert [layer.local for layer in drafter.layers] == [False, True]  # base layers 2 and 3
+    hybrid.set_drafter(model, "from_base", drafter)
+    for seed in range(3):
+        ids = prompt(seed)
+        ref, ref_fw, _ = run(model, ids, "ar")
+        got, fw, _ = run(model, ids, "hybrid", replace(CFG, drafter="from_base"))
         assert got == ref
         assert fw <= ref_fw
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from dllm_voice.model import hybrid
+from dllm_voice.model import drafts, hybrid
 from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.config import LMConfig
 from dllm_voice.model.decode import DecodeRequest, Sampler, get_decoder
@@ -74,6 +74,30 @@ def test_file_round_trip_and_errors(tmp_path) -> None:
     assert load_default("none", 100) is None
     with pytest.raises(ModelLoadError, match="not found"):
         load_default(str(tmp_path / "missing.safetensors"), 100)
+
+
+def test_a_vocabulary_past_16_bits_goes_through_a_table(tmp_path, monkeypatch) -> None:
+    """Gemma's 262K ids: the store holds the records' most frequent tokens as 16-bit indexes;
+    a context with a token outside the table backs off to the n-grams after it."""
+    big = 200_000
+    recs = [([big + t for t in ids], p, [big + t for t in g]) for ids, p, g in records()]
+    store = build(recs)
+    assert store.vocab is not None and max(store.vocab) < big + 10
+    assert store.propose([big + 2, big + 3], 2) == ([big + 4, big + 5], [near(3 / 4), near(2 / 4)])
+    f = tmp_path / "ngram.safetensors"
+    save(store, f)
+    back = NgramStore.load(f, vocab_size=big + 10)
+    assert back.propose([big + 2, big + 3], 2)[0] == [big + 4, big + 5]
+    assert back.propose([5, big + 3, big + 4], 1)[0] == [big + 5]  # 5: not in the table
+    runner_up = back.alternative([big + 2, big + 3, big + 4])
+    assert runner_up == (big + 6, pytest.approx(1 / 4, abs=1e-3))
+    with pytest.raises(ModelLoadError, match="vocabulary"):
+        NgramStore.load(f, vocab_size=big)
+    # Past MAX_IDS distinct tokens, the most frequent are kept and the rest are never drafted.
+    monkeypatch.setattr("lab.ngram.MAX_IDS", 4)
+    small = build(recs)
+    assert small.vocab == [big + 2, big + 3, big + 4, big + 5]  # 9 ties 2, seen later
+    assert small.propose([big + 2, big + 3], 3)[0] == [big + 4, big + 5]  # then 9: not kept
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +165,26 @@ def test_the_store_continues_each_drafter_candidate(tiny, monkeypatch) -> None:
     assert not any(p[:2] == (50, 61) for p in paths)  # the store knows nothing after 50
 
 
-def test_bundled_files_apply_to_the_bundled_model_only() -> None:
-    assert hybrid.bundled_only("", "") == ""  # bundled model: bundled drafter / store
-    assert hybrid.bundled_only("", "other.gguf") == "none"
-    assert hybrid.bundled_only("mine.safetensors", "other.gguf") == "mine.safetensors"
+def test_bundled_files_apply_to_the_bundled_model_only(tmp_path) -> None:
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"weights")
+    assert drafts.resolve("", "", "drafter") == ""  # bundled model: bundled drafter / store
+    assert drafts.resolve("", str(other), "ngram") == "none"
+    assert drafts.resolve("mine.safetensors", str(other), "drafter") == "mine.safetensors"
+
+
+def test_drafts_built_for_a_model_are_its_default(tmp_path, monkeypatch) -> None:
+    """lab.drafts writes into the model's folder; '' then loads them, for that model only."""
+    monkeypatch.setenv(drafts.DRAFTS_ENV, str(tmp_path / "drafts"))
+    model, twin = tmp_path / "a" / "m.gguf", tmp_path / "b" / "m.gguf"
+    for f, data in ((model, b"weights"), (twin, b"other weights")):
+        f.parent.mkdir()
+        f.write_bytes(data)
+    folder = drafts.model_dir(str(model))
+    assert folder.parent == tmp_path / "drafts" and folder != drafts.model_dir(str(twin))
+    folder.mkdir(parents=True)
+    (folder / "ngram.safetensors").write_bytes(b"")
+    assert drafts.resolve("", str(model), "ngram") == str(folder / "ngram.safetensors")
+    assert drafts.resolve("", str(model), "drafter") == "none"  # not built
+    assert drafts.resolve("", str(twin), "ngram") == "none"
+    assert drafts.resolve("none", str(model), "ngram") == "none"
