@@ -45,6 +45,7 @@ STAGES = (
     Stage("ngram", 0.0, "the n-gram store"),
     Stage("train", 0.5, "the block drafter"),
 )
+LOG_EVERY = 60.0  # seconds between status lines where the output is not a terminal
 BULK_ROUNDS = 3  # greedy + 2 sampled: more than a 2-hour CPU budget answers for a ~300M model
 
 
@@ -186,8 +187,11 @@ def run_one(
         rate = (share - s0) / (el - t0) if el > t0 else 0.0
         eta = (1 - share) / rate if rate > 0 else left - el
         eta = max(0.0, min(eta, left - el)) + later
-        bar.update(task, completed=share, description=f"{stage.what}: {line}",
-                   eta=time.strftime("%H:%M:%S", time.gmtime(eta)))  # fmt: skip
+        clock = time.strftime("%H:%M:%S", time.gmtime(eta))
+        bar.update(task, completed=share, description=f"{stage.what}: {line}", eta=clock)
+        if not bar.console.is_terminal and el - first.get("printed", -LOG_EVERY) >= LOG_EVERY:
+            first["printed"] = el  # a log file gets a line now and then instead of the bar
+            print(f"{stage.name} {100 * share:.0f}%, ETA {clock}: {line}", flush=True)
 
     bar.update(task, completed=0.0, description=stage.what)
     try:

@@ -19,7 +19,6 @@ import json
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import jinja2
 import jinja2.ext
@@ -59,7 +58,7 @@ def fallback_template(vocab: Container[str]) -> str:
 
 
 def _tojson(
-    x: Any,
+    x: object,
     ensure_ascii: bool = False,
     indent: int | None = None,
     separators: tuple[str, str] | None = None,
@@ -120,15 +119,15 @@ class ChatTemplate:
 
     def render(
         self,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, object]],
         add_generation_prompt: bool = True,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        **variables: Any,
+        tools: Sequence[Mapping[str, object]] | None = None,
+        **variables: object,
     ) -> str:
         """The prompt text; `tools` are OpenAI-style function schemas ({"type": "function",
         "function": {...}}), seen only by a template that reads them. `variables` override the
         defaults (date_string, enable_thinking, ...). ValueError where the template raises."""
-        context: dict[str, Any] = {
+        context: dict[str, object] = {
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
             "date_string": datetime.now().strftime("%d %b %Y"),

@@ -17,7 +17,6 @@ import os
 import platform
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -31,12 +30,14 @@ log = logging.getLogger(__name__)
 # The lm.* settings a profile may set: the shape of a step's draft tree and what drafts it.
 TUNED = ("draft_len", "draft_branch", "row_cost", "lookup_ngram", "drafter_pass", "drafter_skip")
 PROFILES_ENV = "DLLM_VOICE_PROFILES"  # the folder of profiles, instead of the user's cache
+Value = int | float | str  # a setting's value, or a part of a profile's key
+Settings = dict[str, Value]
 
 
 @dataclass(frozen=True)
 class Profile:
-    key: dict[str, Any]
-    settings: dict[str, Any]
+    key: Settings
+    settings: Settings
     path: Path
 
     def apply(self, cfg: LMConfig) -> LMConfig:
@@ -62,7 +63,7 @@ def _cpu_name() -> str:
     return " / ".join(info.get(p) or "?" for p in ("model name", "cpu family", "model"))
 
 
-def machine_key(model: Transformer, model_path: str) -> dict[str, Any]:
+def machine_key(model: Transformer, model_path: str) -> Settings:
     """What a profile's figures depend on: model, kernel, machine, threads."""
     name, size = model_identity(model_path)
     dev = model.embed.weight.device
@@ -79,12 +80,12 @@ def machine_key(model: Transformer, model_path: str) -> dict[str, Any]:
     }
 
 
-def default_path(key: dict[str, Any]) -> Path:
+def default_path(key: Settings) -> Path:
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return profiles_dir() / f"{Path(key['model']).stem}-{digest}.json"
 
 
-def check(settings: dict[str, Any], where: Path) -> dict[str, Any]:
+def check(settings: Settings, where: Path) -> Settings:
     """The settings, each a TUNED lm.* key whose value passes its setting's range; else one
     ModelLoadError line."""
     meta = {f.name: (f.type, f.metadata) for f in fields(LMConfig)}
@@ -110,7 +111,7 @@ def read(path: Path) -> Profile:
     return Profile(key, check(dict(settings), path), path)
 
 
-def write(path: Path, key: dict[str, Any], settings: dict[str, Any], report: dict) -> None:
+def write(path: Path, key: Settings, settings: Settings, report: dict[str, object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"key": key, "settings": settings, **report}, indent=1) + "\n")

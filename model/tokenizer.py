@@ -17,7 +17,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
@@ -203,7 +202,7 @@ def _token_text(tokens: list[str], metadata: Mapping[str, MetaValue], key: str) 
     return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else ""
 
 
-def _content(value: Any) -> str:
+def _content(value: object) -> str:
     """A tokenizer_config.json special token: a string or {"content": ...}."""
     if isinstance(value, dict):
         value = value.get("content")
@@ -380,9 +379,9 @@ class Tokenizer:
 
     def render_chat(
         self,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, object]],
         add_generation_prompt: bool = True,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
     ) -> str:
         """`messages` in the model's chat template; `tools`: OpenAI-style function schemas,
         for a template that takes them. ValueError where the template refuses the messages."""
@@ -390,9 +389,9 @@ class Tokenizer:
 
     def apply_chat(
         self,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, object]],
         add_generation_prompt: bool = True,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
     ) -> list[int]:
         """render_chat's ids, BOS first where the vocab adds one and the template wrote none."""
         ids = self.encode(self.render_chat(messages, add_generation_prompt, tools))

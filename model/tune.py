@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO, TypedDict
 
 import torch
 
@@ -30,6 +30,7 @@ from dllm_voice.model import profile as profiles
 from dllm_voice.model.config import LMConfig
 from dllm_voice.model.engine import LM
 from dllm_voice.model.hybrid import drafter_for, row_cost, runs_drafter
+from dllm_voice.model.profile import Settings, Value
 
 # Everyday requests of the kinds a voice agent gets, none of them in lab/'s training prompts
 # (tests/model/test_tune.py checks it).
@@ -66,11 +67,20 @@ DRAFTER_ONLY = ("draft_branch", "drafter_skip")  # what only the drafter's candi
 MARGIN = 0.03
 
 
+class Costs(TypedDict, total=False):
+    """What a step costs here: ms of a forward by its rows, and the extra cost of a row and of
+    the drafter's pass as fractions of a 1-row forward."""
+
+    forward_ms: dict[str, float]
+    row_cost: float
+    drafter_pass: float
+
+
 @dataclass
 class Trial:
     """One candidate's settings and what it measured against ar."""
 
-    settings: dict[str, Any]
+    settings: Settings
     speedups: list[float] = field(default_factory=list)  # ar time / its time, one per timing
     tokens_per_forward: float = 0.0
     ms_per_forward: float = 0.0
@@ -90,7 +100,7 @@ def _median_ms(fn: Callable[[], object], reps: int) -> float:
     return statistics.median(times)
 
 
-def measure_costs(lm: LM, reps: int = 9, prefill: int = 120) -> dict[str, Any]:
+def measure_costs(lm: LM, reps: int = 9, prefill: int = 120) -> Costs:
     """Median ms of a forward of each ROWS size after a prefill, the fitted extra cost of a row
     as a fraction of a 1-row forward, and the drafter pass's cost next to that forward."""
     model, gen = lm.model, torch.Generator().manual_seed(0)
@@ -113,7 +123,7 @@ def measure_costs(lm: LM, reps: int = 9, prefill: int = 120) -> dict[str, Any]:
         one = ms[1]
         xs = [r - 1 for r in ROWS]
         slope = statistics.linear_regression(xs, [ms[r] for r in ROWS]).slope
-        report: dict[str, Any] = {
+        report: Costs = {
             "forward_ms": {str(r): round(v, 3) for r, v in ms.items()},
             "row_cost": round(max(slope / one, 0.0), 4),
         }
@@ -160,7 +170,7 @@ class Search:
             self.answer(self.lm, "ar", chat)  # first-call allocations, lazy tables
         self.reference = [self.answer(self.lm, "ar", c)[0] for c in self.chats]
 
-    def time(self, settings: dict[str, Any]) -> Trial:
+    def time(self, settings: Settings) -> Trial:
         """Time the settings against ar, prompt by prompt; a new trial or one more timing."""
         trial = self.trials.setdefault(_key(settings), Trial(dict(settings)))
         lm = LM(self.lm.model, self.lm.tokenizer, dataclasses.replace(self.base, **settings))
@@ -183,26 +193,26 @@ class Search:
         )
         return trial
 
-    def score(self, settings: dict[str, Any]) -> float:
+    def score(self, settings: Settings) -> float:
         trial = self.trials.get(_key(settings)) or self.time(settings)
         return trial.speedup if trial.exact else 0.0
 
 
-def _key(settings: dict[str, Any]) -> tuple:
+def _key(settings: Settings) -> tuple:
     return tuple(sorted(settings.items()))
 
 
-def _show(settings: dict[str, Any]) -> str:
+def _show(settings: Settings) -> str:
     return " ".join(
         f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in settings.items()
     )
 
 
-def space(lm: LM, costs: dict[str, Any]) -> dict[str, Sequence[Any]]:
+def space(lm: LM, costs: Costs) -> dict[str, Sequence[Value]]:
     """Each tuned setting's values to try; the measured row cost seeds row_cost's."""
     auto, c = row_cost(lm.cfg, lm.model), costs["row_cost"]
     row_costs = sorted({round(min(max(v, 0.0), 1.0), 3) for v in (auto, c / 2, c, 1.5 * c, 2 * c)})
-    values: dict[str, Sequence[Any]] = {
+    values: dict[str, Sequence[Value]] = {
         "row_cost": row_costs,
         "draft_len": (4, 6, 8, 12, 16),
         "lookup_ngram": (0, 4, 8),
@@ -214,7 +224,7 @@ def space(lm: LM, costs: dict[str, Any]) -> dict[str, Sequence[Any]]:
     return values
 
 
-def start(lm: LM) -> dict[str, Any]:
+def start(lm: LM) -> Settings:
     """The untuned settings, with row_cost and the drafter pass as auto resolves them."""
     settings = {k: getattr(lm.cfg, k) for k in profiles.TUNED}
     settings["row_cost"] = row_cost(lm.cfg, lm.model)
@@ -233,9 +243,7 @@ def pareto(trials: Sequence[Trial]) -> list[Trial]:
     return front[::-1]
 
 
-def search(
-    s: Search, current: dict[str, Any], values: dict[str, Sequence[Any]], rounds: int
-) -> None:
+def search(s: Search, current: Settings, values: dict[str, Sequence[Value]], rounds: int) -> None:
     """Coordinate descent: each setting in turn moved to its fastest value, while a move gains
     more than MARGIN; every timing stays in s.trials."""
     best = s.score(current)

@@ -7,8 +7,8 @@ A client's ``event_id`` comes back in the ``error`` its event causes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from dllm_voice.app.conversation.control import MAX_TEXT_CHARS, Refused, user_text
 from dllm_voice.app.conversation.events import brief
@@ -17,6 +17,7 @@ from dllm_voice.app.server.protocol import (
     CancelResponse,
     ClientError,
     CreateItem,
+    JSONObject,
     ToolOutput,
     append_audio,
     json_object,
@@ -81,7 +82,7 @@ class CreateResponse:
 class UpdateSession:
     """session.update: the ``session`` object as sent (RealtimeSettings checks it)."""
 
-    session: dict[str, Any]
+    session: JSONObject
 
 
 Command = (
@@ -99,7 +100,7 @@ Command = (
 )
 
 
-def _id(event: dict[str, Any], key: str, required: bool = True) -> str | None:
+def _id(event: JSONObject, key: str, required: bool = True) -> str | None:
     value = event.get(key)
     if value is None and not required:
         return None
@@ -110,7 +111,7 @@ def _id(event: dict[str, Any], key: str, required: bool = True) -> str | None:
     return value
 
 
-def _create_item(event: dict[str, Any]) -> AddItem:
+def _create_item(event: JSONObject) -> AddItem:
     item = event.get("item")
     if not isinstance(item, dict):
         raise ClientError("conversation.item.create: item must be an object")
@@ -136,7 +137,7 @@ def _create_item(event: dict[str, Any]) -> AddItem:
         raise ClientError(str(exc)) from None
 
 
-def _truncate(event: dict[str, Any]) -> TruncateItem:
+def _truncate(event: JSONObject) -> TruncateItem:
     item_id = _id(event, "item_id")
     assert item_id is not None
     if event.get("content_index", 0) != 0:
@@ -149,7 +150,7 @@ def _truncate(event: dict[str, Any]) -> TruncateItem:
     return TruncateItem(item_id, float(end))
 
 
-def _create_response(event: dict[str, Any]) -> CreateResponse:
+def _create_response(event: JSONObject) -> CreateResponse:
     params = event.get("response") or {}
     if not isinstance(params, dict):
         raise ClientError("response.create: response must be an object")
@@ -170,15 +171,17 @@ def _create_response(event: dict[str, Any]) -> CreateResponse:
     return CreateResponse(instructions, modalities)
 
 
-def _update_session(event: dict[str, Any]) -> UpdateSession:
+def _update_session(event: JSONObject) -> UpdateSession:
     session = event.get("session")
     if not isinstance(session, dict):
         raise ClientError("session.update: session must be an object")
     return UpdateSession(session)
 
 
-def _item_event(cls: type[DeleteItem] | type[RetrieveItem]) -> Any:
-    def parse(event: dict[str, Any]) -> DeleteItem | RetrieveItem:
+def _item_event(
+    cls: type[DeleteItem] | type[RetrieveItem],
+) -> Callable[[JSONObject], DeleteItem | RetrieveItem]:
+    def parse(event: JSONObject) -> DeleteItem | RetrieveItem:
         item_id = _id(event, "item_id")
         assert item_id is not None
         return cls(item_id)
@@ -186,7 +189,7 @@ def _item_event(cls: type[DeleteItem] | type[RetrieveItem]) -> Any:
     return parse
 
 
-_PARSERS = {
+_PARSERS: dict[str, Callable[[JSONObject], Command]] = {
     "input_audio_buffer.append": append_audio,  # in the session's input format
     "input_audio_buffer.commit": lambda event: CommitAudio(),
     "input_audio_buffer.clear": lambda event: ClearAudio(),

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
 
 from dllm_voice.app.conversation.events import Event
 
@@ -57,7 +56,7 @@ def as_beta(event: Event) -> Event | None:
     return event
 
 
-def _beta_parts(obj: dict[str, Any]) -> dict[str, Any]:
+def _beta_parts(obj: Event) -> Event:
     out = dict(obj)
     if isinstance(out.get("content"), list):
         out["content"] = [
@@ -72,8 +71,8 @@ def _beta_parts(obj: dict[str, Any]) -> dict[str, Any]:
 class _Response:
     gen: int
     modalities: tuple[str, ...]
-    message: dict[str, Any] | None = None  # the assistant message item, once it has content
-    output: list[dict[str, Any]] = field(default_factory=list)
+    message: Event | None = None  # the assistant message item, once it has content
+    output: list[Event] = field(default_factory=list)
     text: str = ""
 
     @property
@@ -91,7 +90,7 @@ class RealtimeEvents:
     def __init__(self, conversation_id: str) -> None:
         self.conversation_id = conversation_id
         self._n = 0
-        self.items: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.items: OrderedDict[str, Event] = OrderedDict()
         self.responses: dict[int, _Response] = {}
         self.modalities: tuple[str, ...] = ("audio",)  # for the next response
         self.extras: frozenset[str] = frozenset()
@@ -104,7 +103,7 @@ class RealtimeEvents:
 
     # ---- ids and items ---------------------------------------------------------------------------
 
-    def event(self, kind: str, **fields: Any) -> Event:
+    def event(self, kind: str, **fields: object) -> Event:
         self._n += 1
         return {"type": kind, "event_id": f"event_{self._n}", **fields}
 
@@ -116,7 +115,7 @@ class RealtimeEvents:
     def last_item(self) -> str | None:
         return next(reversed(self.items), None)
 
-    def add_item(self, item: dict[str, Any]) -> list[Event]:
+    def add_item(self, item: Event) -> list[Event]:
         """``conversation.item.added`` and ``.done`` for an item the conversation takes whole."""
         previous = self.last_item
         self.items[item["id"]] = item
@@ -286,7 +285,7 @@ class RealtimeEvents:
             ),
         ]
 
-    def _where(self, r: _Response) -> dict[str, Any]:
+    def _where(self, r: _Response) -> Event:
         assert r.message is not None
         return {
             "response_id": r.id,
@@ -299,7 +298,7 @@ class RealtimeEvents:
         r = self.responses[gen] = _Response(gen, self.modalities)
         return [self.event("response.created", response=self._response(r, "in_progress"))]
 
-    def _response(self, r: _Response, status: str, **more: Any) -> dict[str, Any]:
+    def _response(self, r: _Response, status: str, **more: object) -> Event:
         return {
             "id": r.id,
             "object": "realtime.response",
@@ -335,7 +334,7 @@ class RealtimeEvents:
         r = self.responses.get(gen)
         if r is None:
             return []
-        item: dict[str, Any] = {
+        item: Event = {
             "id": self.new_id(),
             "object": "realtime.item",
             "type": "function_call",
@@ -367,7 +366,7 @@ class RealtimeEvents:
     def audio_cleared(self, gen: int) -> list[Event]:
         return [self.event("output_audio_buffer.cleared", response_id=f"resp_{gen}")]
 
-    def response_done(self, response: dict[str, Any]) -> list[Event]:
+    def response_done(self, response: Event) -> list[Event]:
         r = self.responses.pop(int(response["gen"]), None)
         if r is None:
             return []
@@ -403,7 +402,7 @@ class RealtimeEvents:
                 self.event("response.output_item.done", item=item, **where),
                 self.event("conversation.item.done", item=item),
             ]
-        more: dict[str, Any] = {"usage": response.get("usage")}
+        more: Event = {"usage": response.get("usage")}
         if status == "cancelled":
             more["status_details"] = {"type": "cancelled", "reason": "turn_detected"}
         elif status != "completed":
