@@ -23,26 +23,13 @@ codes widened to int16; the same results bit for bit): a 1-row 2048 x 2048 produ
 instead of 0.97 on Zen 1, Gemma 3 270M's 262144-row head 21 ms instead of 35; Q4_1 keeps the
 fp32 products there (`integer_products` says which formats take them here).
 
-The other block types of llama.cpp's Q4_K_M / Q5_K_M / Q6_K files reach the kernel through
-`from_gguf`, each converted exactly (the same weights as gguf.quants.dequantize): Q4_0 to Q4_1
-(m = -8 d), Q5_0 to Q8_0 (codes q - 16), and the K-quants, whose 256-input super-blocks scale
-each 32 (Q6_K: 16) inputs by an fp16 times a 6-bit (8-bit) integer, to two formats of 32-input
-blocks with those products as fp32 scales: "q4_f" (Q4_K: d, m, Q4_1's nibbles; 0.75 bytes a
-weight) and "q8_f" (Q5_K, Q6_K, Q5_1: d for inputs 0-15, d for 16-31, m, int8 codes; 1.375
-bytes). d q stays exact in fp32 (at most 24 significant bits), so their expansion, a single
-fma, keeps the kernel's exactness. `fuse` stacks the q|k|v and gate|up matrices, in q8_f where
-their formats differ (Q4_K_M mixes Q4_K and Q6_K). q4_f takes the fp32 products on every CPU;
-q8_f the integer ones (its two halves' int32 sums scaled by d_lo and d_hi, + m sum(x)) on AVX2
-everywhere: Gemma 3 270M's 640 x 2048 down product (Q6_K) 0.19 ms a row instead of 0.30.
+The other block types of llama.cpp's K-quant files reach the kernel as "q4_f" and "q8_f"
+blocks, converted exactly by kernels/gguf_blocks.py.
 
 `rms_norm` and `attention` replace torch's composite ops for decode's rows (one C call each
 instead of several small ones), and like the product they give a row the same bits whatever
-rows share the call: together they make a verify row exactly the row `ar` computes. `layers`
-runs a stack of decoder layers in one call and one OpenMP region (model/layer_stack.py
-`run_layers`): at one row the torch ops it replaces took as long as the products themselves.
-Its layers may carry what Qwen3 and Gemma 3 add (LayerStack: q/k norms, output norms, the
-tanh-GELU gate, an attention scale, sliding-window layers with their own rope rows); Gemma 3
-270M's decode step at 1 thread: 55.8 ms instead of 61.3 through the torch layers.
+rows share the call: together they make a verify row exactly the row `ar` computes. The
+whole stack of decoder layers runs as one call too (kernels/cpu_layers.py).
 
 The C file is compiled on first use and loaded with ctypes (kernels/cpu_rows_build.py).
 `available()` is False - and model/packing.py keeps oneDNN's kernel - on CPUs without AVX2/FMA,
@@ -54,20 +41,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import itertools
 import logging
-import os
 import subprocess
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from dllm_voice.kernels import cpu_rows_build
-
-if TYPE_CHECKING:  # gguf takes ~0.4 s to import; the loader has it imported already
-    from gguf import GGMLQuantizationType
 
 log = logging.getLogger(__name__)
 
@@ -235,145 +216,6 @@ def dequantize_rows(w: Quantized, ids: torch.Tensor) -> torch.Tensor:
     return dequantize(Quantized(w.fmt, rows)).reshape(*ids.shape, -1)
 
 
-def _fp16(b: torch.Tensor) -> torch.Tensor:
-    """Bytes (..., 2) of fp16 values as fp32 (..., 1)."""
-    return b.contiguous().view(torch.float16).float()
-
-
-def _bytes(t: torch.Tensor) -> torch.Tensor:
-    """A tensor (..., c) as its bytes (..., c * itemsize)."""
-    return t.contiguous().view(torch.uint8)
-
-
-def _q8_f(q: torch.Tensor, d_lo: torch.Tensor, d_hi: torch.Tensor, m: torch.Tensor) -> Quantized:
-    """q8_f rows from codes (n, k / 32, 32) (values in int8's range) and fp32 scales
-    (n, k / 32, 1)."""
-    n = q.shape[0]
-    scales = torch.cat([d_lo, d_hi, m], dim=-1).float()
-    rows = torch.cat([_bytes(scales), _bytes(q.to(torch.int8))], dim=-1)
-    return Quantized("q8_f", rows.reshape(n, -1))
-
-
-def _high_bits(qh: torch.Tensor) -> torch.Tensor:
-    """Bits (..., 8 c) of bytes qh (..., c), bit i of byte j at 8 j + i: the fifth bit of Q5_0 /
-    Q5_1 codes (their uint32 qh, little-endian)."""
-    bits = (qh[..., None] >> torch.arange(8, dtype=torch.uint8)) & 1
-    return bits.reshape(*qh.shape[:-1], -1)
-
-
-def _k_scales(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The 6-bit scales and mins (..., 8) of Q4_K / Q5_K's 12 bytes (..., 12): bytes 0-3 hold
-    scales 0-3 and the top bits of 4-7, bytes 4-7 mins 0-3 and the top bits of mins 4-7, bytes
-    8-11 the low nibbles of scales 4-7 (low) and mins 4-7 (high); gguf-py's get_scale_min."""
-    s = s.reshape(*s.shape[:-1], 3, 4)
-    d, m, md = s[..., 0, :], s[..., 1, :], s[..., 2, :]
-    sc = torch.cat([d & 63, (md & 15) | ((d >> 2) & 48)], dim=-1)
-    mn = torch.cat([m & 63, (md >> 4) | ((m >> 2) & 48)], dim=-1)
-    return sc.float(), mn.float()
-
-
-def _nibble_rows(blocks: torch.Tensor, at: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Q4_K / Q5_K super-blocks (n, b, bytes): their per-32 scales d sc and offsets -dmin m,
-    fp32 (n, b, 8, 1) (exact: an fp16 times a 6-bit integer), and the low 4 bits of their codes
-    (n, b, 8, 32) from the 128 bytes at `at`: sub-blocks 2 j and 2 j + 1 are the low and the high
-    nibbles of bytes 32 j..32 j + 31."""
-    n, b, _ = blocks.shape
-    d, dmin = _fp16(blocks[..., 0:2]), _fp16(blocks[..., 2:4])
-    sc, mn = _k_scales(blocks[..., 4:16])
-    qs = blocks[..., at : at + 128].reshape(n, b, 4, 1, 32)
-    low = torch.cat([qs & 15, qs >> 4], dim=3).reshape(n, b, 8, 32)
-    return (d * sc)[..., None], (-(dmin * mn))[..., None], low
-
-
-# GGUF block types by name: bytes of a block and inputs per block (gguf's GGML_QUANT_SIZES).
-_GGUF_BLOCKS = {
-    "Q4_0": (18, 32), "Q4_1": (20, 32), "Q5_0": (22, 32), "Q5_1": (24, 32), "Q8_0": (34, 32),
-    "Q4_K": (144, 256), "Q5_K": (176, 256), "Q6_K": (210, 256),
-}  # fmt: skip
-
-
-def from_gguf(qtype: GGMLQuantizationType, rows: torch.Tensor) -> Quantized | None:
-    """The kernel's blocks for a GGUF tensor's rows (uint8 (n, bytes per row), as the file holds
-    them), each giving exactly the weights gguf.quants.dequantize gives; None for types the
-    kernel does not take (F32, F16, BF16, Q2_K, Q3_K, IQ*, ...). Q4_1, Q8_0 stay as they are;
-    Q4_0 (w = d (q - 8)) becomes q4_1 with m = -8 d (exact in fp16; q8_f where |d| > 8188 would
-    overflow it), Q5_0 (w = d (q - 16)) q8_0 with codes q - 16; Q4_K q4_f; Q5_K, Q6_K (its
-    scale per 16 inputs: d_lo, d_hi) and Q5_1 q8_f."""
-    name = getattr(qtype, "name", None)
-    if name not in _GGUF_BLOCKS:
-        return None
-    rows = torch.as_tensor(rows)
-    if name in ("Q4_1", "Q8_0"):
-        return Quantized(name.lower(), rows)
-    size, _ = _GGUF_BLOCKS[name]
-    n = rows.shape[0]
-    blocks = rows.reshape(n, -1, size)
-    b = blocks.shape[1]
-    if name == "Q4_0":
-        d = _fp16(blocks[..., :2])
-        m = (-8 * d).half()
-        if torch.isfinite(m).all():
-            rows = torch.cat([blocks[..., :2], _bytes(m), blocks[..., 2:]], dim=-1)
-            return Quantized("q4_1", rows.reshape(n, -1))
-        qs = blocks[..., 2:]
-        q = torch.cat([qs & 15, qs >> 4], dim=-1).to(torch.int8) - 8
-        return _q8_f(q, d, d, torch.full_like(d, -0.0))
-    if name in ("Q5_0", "Q5_1"):
-        at = 2 if name == "Q5_0" else 4
-        qs = blocks[..., at + 4 :]
-        q = torch.cat([qs & 15, qs >> 4], dim=-1) | (_high_bits(blocks[..., at : at + 4]) << 4)
-        if name == "Q5_0":  # w = d (q - 16): int8 codes q - 16
-            codes = _bytes(q.to(torch.int8) - 16)
-            return Quantized("q8_0", torch.cat([blocks[..., :2], codes], -1).reshape(n, -1))
-        d = _fp16(blocks[..., :2])
-        return _q8_f(q, d, d, _fp16(blocks[..., 2:4]))
-    if name == "Q4_K":
-        d, m, low = _nibble_rows(blocks, 16)
-        nibbles = low[..., :16] | (low[..., 16:] << 4)  # Q4_1's order: i low, i + 16 high
-        rows = torch.cat([_bytes(d), _bytes(m), nibbles], dim=-1)  # (n, b, 8, 24)
-        return Quantized("q4_f", rows.reshape(n, -1))
-    if name == "Q5_K":  # bit 4 of sub-block i's codes: bit i of the 32 bytes of qh
-        d, m, low = _nibble_rows(blocks, 48)
-        high = (blocks[..., None, 16:48] >> torch.arange(8, dtype=torch.uint8)[:, None]) & 1
-        q = (low | (high << 4)).reshape(n, b * 8, QK)
-        d = d.reshape(n, b * 8, 1)
-        return _q8_f(q, d, d, m.reshape(n, b * 8, 1))
-    # Q6_K: ql (128), qh (64), int8 scales (16), fp16 d; in each half of 128 inputs the low
-    # nibbles of its 64 ql bytes, then their high ones; bits 4-5 from qh's bit pairs 0-3.
-    ql = blocks[..., :128].reshape(n, b, 2, 1, 64)
-    ql = torch.cat([ql & 15, ql >> 4], dim=3).reshape(n, b, 8, 32)
-    qh = blocks[..., 128:192].reshape(n, b, 2, 1, 32)
-    qh = (qh >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8)[:, None]) & 3
-    q = (ql | (qh.reshape(n, b, 8, 32) << 4)).to(torch.int8) - 32
-    ds = _fp16(blocks[..., 208:210]) * blocks[..., 192:208].contiguous().view(torch.int8).float()
-    ds = ds.reshape(n, b * 8, 2, 1)  # exact: an fp16 times an int8
-    none = torch.full_like(ds[:, :, 0], -0.0)
-    return _q8_f(q.reshape(n, b * 8, QK), ds[:, :, 0], ds[:, :, 1], none)
-
-
-def _as_q8_f(w: Quantized) -> Quantized:
-    """w in q8_f, the same weights bit for bit (every format's d q + m is exact in it; m = -0
-    where a format has none, so that d q + m keeps d q's sign of zero)."""
-    if w.fmt == "q8_f":
-        return w
-    n = w.rows.shape[0]
-    scales, q = _unpack(w.fmt, w.rows.reshape(n, -1, QUANT_FORMATS[w.fmt][0]))
-    d = scales[0]
-    m = scales[1] if len(scales) > 1 else torch.full_like(d, -0.0)
-    return _q8_f(q, d, d, m)
-
-
-def fuse(parts: Sequence[Quantized]) -> Quantized:
-    """The rows of several matrices of k inputs stacked into one (fused q|k|v, gate|up): rows
-    concatenated where every part has the same format, else each part in q8_f first (Q4_K_M
-    files mix Q4_K and Q6_K in them)."""
-    if len({p.cols for p in parts}) != 1:
-        raise ValueError(f"parts of different widths: {[p.cols for p in parts]}")
-    if len({p.fmt for p in parts}) == 1:
-        return Quantized(parts[0].fmt, torch.cat([p.rows for p in parts]))
-    return Quantized("q8_f", torch.cat([_as_q8_f(p).rows for p in parts]))
-
-
 def _self_test(lib: ctypes.CDLL) -> bool:
     gen = torch.Generator().manual_seed(0)
     w, x = torch.randn(40, 19, generator=gen), torch.randn(8, 19, generator=gen)
@@ -503,179 +345,6 @@ FORMAT_CODES = {
     "q8_f": 6,
     "q8_f_vnni": 7,
 }
-
-
-# Up to this many rows `layers` runs integer-product layers on one thread: waking OpenMP's
-# sleeping threads (OMP_WAIT_POLICY=PASSIVE) at each barrier costs more than a second core gives
-# below ~16 rows, and the other core stays free for speech recognition and TTS.
-SOLO_ROWS = 16
-
-
-class _Extras(ctypes.Structure):
-    """cpu_rows.c's LayerExtras."""
-
-    _fields_ = [
-        ("qk_norm", ctypes.c_int),
-        ("post_norms", ctypes.c_int),
-        ("gelu", ctypes.c_int),
-        ("window", ctypes.c_int),
-        ("local", ctypes.c_void_p),
-        ("cos_local", ctypes.c_void_p),
-        ("sin_local", ctypes.c_void_p),
-        ("lmask", ctypes.c_void_p),
-    ]
-
-
-class LayerStack(NamedTuple):
-    """Consecutive decoder layers' matrices (q/k/v, o, gate/up, down panels of each layer in turn)
-    and norm gains as pointer arrays for `layers`: per layer the attention's and the MLP's gains,
-    then with qk_norm the q and k heads' (head_dim), then with post_norms the attention's and the
-    MLP's outputs' (Gemma 3). gelu: the tanh-GELU gate; local: the sliding-window layers (window
-    positions) by index."""
-
-    panels: tuple[Panels, ...]
-    norms: tuple[torch.Tensor, ...]
-    ptrs: ctypes.Array
-    fmts: ctypes.Array
-    norm_ptrs: ctypes.Array
-    widths: ctypes.Array  # each matrix's output columns rounded up to 16, alike in every layer
-    integer: bool  # every matrix in a VNNI layout (integer products)
-    qk_norm: bool = False
-    post_norms: bool = False
-    gelu: bool = False
-    local: tuple[bool, ...] = ()
-    window: int = 0
-    local_flags: ctypes.Array | None = None  # uint8 per layer
-
-    @property
-    def max_rows(self) -> int:
-        """The most rows `layers` takes with these matrices (more: the torch layers)."""
-        return MAX_INT_ROWS if self.integer else MAX_ROWS
-
-
-def layer_stack(
-    panels: tuple[Panels, ...],
-    norms: tuple[torch.Tensor, ...],
-    qk_norm: bool = False,
-    post_norms: bool = False,
-    gelu: bool = False,
-    local: Sequence[bool] = (),
-    window: int = 0,
-) -> LayerStack:
-    """Needs every layer alike in widths (the layers of one model are); norms as LayerStack
-    orders them."""
-    widths = [p.data.shape[0] * PANEL for p in panels]
-    if any(widths[i] != widths[i % 4] for i in range(len(widths))):
-        raise ValueError("layers of different widths")
-    if len(norms) != len(panels) // 4 * (2 + 2 * qk_norm + 2 * post_norms):
-        raise ValueError("norm gains do not match the layers' count")
-    local = tuple(local) if window else ()
-    return LayerStack(
-        panels,
-        norms,
-        (ctypes.c_void_p * len(panels))(*(p.data.data_ptr() for p in panels)),
-        (ctypes.c_int * len(panels))(*(FORMAT_CODES[p.fmt] for p in panels)),
-        (ctypes.c_void_p * len(norms))(*(g.data_ptr() for g in norms)),
-        (ctypes.c_int * 4)(*widths[:4]),
-        all(p.integer for p in panels),
-        qk_norm,
-        post_norms,
-        gelu,
-        local,
-        window if any(local) else 0,
-        (ctypes.c_uint8 * len(local))(*local) if any(local) else None,
-    )
-
-
-def layers_scratch(stack: LayerStack, t: int, dim: int, heads: int, d: int, ffn: int) -> int:
-    """Floats of scratch `layers` needs for t rows."""
-    n = stack.widths
-    return t * (max(dim, ffn) + n[0] + heads * d + max(n[1], n[3]) + n[2])
-
-
-class SeqKV(NamedTuple):
-    """One sequence's part of a `layers` call: its rows follow the previous sequence's in x."""
-
-    k: torch.Tensor  # (L, Hkv, capacity, D): its cache keys for the stack's layers (a view)
-    v: torch.Tensor  # its values, the same layout
-    past: int  # cached positions its rows see before their own
-    rows: int
-    mask: torch.Tensor | None  # bool (rows, past + rows), True = visible; None: `causal` says
-    # The sliding-window layers' visibility, the same shape (model/layers.py window_mask); None:
-    # mask / causal less the keys at or before past + i - window for row i (its position).
-    local_mask: torch.Tensor | None = None
-
-
-def layers(
-    x: torch.Tensor,
-    stack: LayerStack,
-    eps: float,
-    rope: tuple[torch.Tensor, torch.Tensor],
-    seqs: Sequence[SeqKV],
-    causal: bool,
-    heads: int,
-    ffn: int,
-    scratch: torch.Tensor,
-    scale: float | None = None,
-    local_rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> None:
-    """Pre-norm Llama decoder layers over the rows x (T, dim) of several sequences, in place, in
-    one call (cpu_rows.c `layers_rows`), with what the stack adds (LayerStack: q/k norms, output
-    norms, GELU gate, sliding-window layers, which take local_rope's rows and each sequence's
-    local_mask); attention logits times `scale` (default D ** -0.5); rope rows cos and sin
-    (T, D); each sequence's rows are
-    written to its own cache at past..past + rows - 1, which must fit, and see its first past
-    positions and its own rows as its mask says, or, without one, every key (causal False) or
-    the keys up to their own (causal True). Every cache alike in layout (last two dims
-    contiguous, one stride per layer and per head: the caches of one model are). scratch: fp32,
-    at least `layers_scratch` floats for T rows. Each row is computed on its own (on one thread
-    where SOLO_ROWS says), so sessions of different lengths can share a forward. Needs
-    available()."""
-    t, dim = x.shape
-    n_layers, hkv, _, d = seqs[0].k.shape
-    strides = seqs[0].k.stride()
-    assert 4 * n_layers == len(stack.panels) and sum(s.rows for s in seqs) == t
-    assert all(s.k.stride() == strides == s.v.stride() for s in seqs) and strides[-1] == 1
-    assert x.is_contiguous() and rope[0].is_contiguous() and rope[1].is_contiguous()
-    assert all(s.mask is None or s.mask.is_contiguous() for s in seqs)
-    assert all(s.local_mask is None or s.local_mask.is_contiguous() for s in seqs)
-    assert scratch.numel() >= layers_scratch(stack, t, dim, heads, d, ffn)
-    assert all(s.past + s.rows <= s.k.shape[2] for s in seqs)
-    n = len(seqs)
-    row0 = (ctypes.c_int * (n + 1))(0, *itertools.accumulate(s.rows for s in seqs))
-    past = (ctypes.c_int * n)(*(s.past for s in seqs))
-    kc = (ctypes.c_void_p * n)(*(s.k.data_ptr() for s in seqs))
-    vc = (ctypes.c_void_p * n)(*(s.v.data_ptr() for s in seqs))
-    masks = None
-    if any(s.mask is not None for s in seqs):
-        masks = (ctypes.c_void_p * n)(
-            *(None if s.mask is None else s.mask.data_ptr() for s in seqs)
-        )
-    extras = None
-    if stack.qk_norm or stack.post_norms or stack.gelu or stack.window:
-        lmasks = None
-        if stack.window and any(s.local_mask is not None for s in seqs):
-            lmasks = (ctypes.c_void_p * n)(
-                *(None if s.local_mask is None else s.local_mask.data_ptr() for s in seqs)
-            )
-        lr = local_rope if stack.window else None
-        if stack.window:
-            assert lr is not None and all(r.is_contiguous() and r.shape == (t, d) for r in lr)
-        extras = _Extras(
-            int(stack.qk_norm), int(stack.post_norms), int(stack.gelu), stack.window,
-            ctypes.addressof(stack.local_flags) if stack.local_flags else None,
-            lr[0].data_ptr() if lr else None, lr[1].data_ptr() if lr else None,
-            None if lmasks is None else ctypes.addressof(lmasks),
-        )  # fmt: skip
-    passive = os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
-    solo = stack.integer and t <= SOLO_ROWS and passive
-    _loaded().layers_rows(
-        n_layers, x.data_ptr(), t, dim, stack.ptrs, stack.fmts, stack.widths, stack.norm_ptrs,
-        eps, rope[0].data_ptr(), rope[1].data_ptr(), n, row0, past, kc, vc, masks, int(causal),
-        strides[0], strides[1], heads, hkv, d, ffn, d**-0.5 if scale is None else scale,
-        scratch.data_ptr(), 1 if solo else torch.get_num_threads(),
-        None if extras is None else ctypes.addressof(extras),
-    )  # fmt: skip
 
 
 def pack(weight: torch.Tensor) -> Panels:

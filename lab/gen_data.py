@@ -286,8 +286,9 @@ def main(argv: list[str] | None = None, progress: Progress | None = None) -> Non
         if progress is None:
             print(line, flush=True)
         else:
-            done = sum(1 for i in range(n_batches) if (out / f"b{i:05d}.pt").exists())
-            progress(max(done / n_batches, el / (60 * a.minutes) if a.minutes else 0.0), line)
+            done = sum(1 for i in range(n_batches) if (out / f"b{i:05d}.pt").exists()) / n_batches
+            spent = el / (60 * a.minutes) if a.minutes else 0.0
+            progress(min(1.0, max(done, spent)), line)
         if (a.max_batches and made >= a.max_batches) or (a.minutes and el > 60 * a.minutes):
             break
 

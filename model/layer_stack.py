@@ -1,5 +1,5 @@
 """A stack of decoder layers over new rows (`run_layers`). In CPU inference whose matrices are
-packed for kernels/cpu_rows.py the whole stack is one C call (`cpu_rows.layers`: norms, products,
+packed for kernels/cpu_rows.py the whole stack is one C call (`cpu_layers.layers`: norms, products,
 rope, attention, SiLU or GELU, residuals, and the q/k norms, output norms and sliding-window
 layers of Qwen3 and Gemma 3), which computes each row on its own: a row's bits do not depend
 on the rows beside it, so a verify row is exactly the row `ar` computes, and several sessions'
@@ -15,7 +15,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from dllm_voice.kernels import cpu_rows, exact_rows
+from dllm_voice.kernels import cpu_layers, cpu_rows, exact_rows
 from dllm_voice.model import packing
 from dllm_voice.model.kv_cache import KVCache
 from dllm_voice.model.layers import Block
@@ -24,8 +24,8 @@ from dllm_voice.model.layers import Block
 Local = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool]
 
 
-def c_stack(layers: nn.ModuleList) -> cpu_rows.LayerStack | None:
-    """The layers' matrices and norms for cpu_rows.layers, built once per packing (checking
+def c_stack(layers: nn.ModuleList) -> cpu_layers.LayerStack | None:
+    """The layers' matrices and norms for cpu_layers.layers, built once per packing (checking
     every matrix took ~0.4 ms a forward, a tenth of one); None unless every layer is packed as
     panels, without q/k/v bias, and the layers alike in what they add to a Llama layer (q/k
     norms, output norms, gate, attention scale, one window for the sliding-window layers)."""
@@ -54,7 +54,7 @@ def c_stack(layers: nn.ModuleList) -> cpu_rows.LayerStack | None:
                 *((b.attn_post_norm, b.mlp_post_norm) if post else ()),
             )
         )  # fmt: skip
-        stack = cpu_rows.layer_stack(
+        stack = cpu_layers.layer_stack(
             cast("tuple[cpu_rows.Panels, ...]", panels),
             cast("tuple[torch.Tensor, ...]", norms),
             qk_norm=qk,
@@ -68,7 +68,7 @@ def c_stack(layers: nn.ModuleList) -> cpu_rows.LayerStack | None:
 
 
 # Each stack with the packing count (model/packing.py `packings`) it was built at.
-_C_STACKS: weakref.WeakKeyDictionary[nn.ModuleList, tuple[int, cpu_rows.LayerStack | None]] = (
+_C_STACKS: weakref.WeakKeyDictionary[nn.ModuleList, tuple[int, cpu_layers.LayerStack | None]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -89,7 +89,7 @@ def run_layers(
     arguments; `local`: cos, sin, mask and is_causal of the sliding-window layers, Block.local).
     In CPU inference whose layers are packed for kernels/cpu_rows.py the whole stack
     is one C call for up to LayerStack.max_rows rows of all B sequences together
-    (cpu_rows.layers: ~0.45 ms of Python and torch dispatch per layer saved, OpenMP wakes its
+    (cpu_layers.layers: ~0.45 ms of Python and torch dispatch per layer saved, OpenMP wakes its
     worker once, not 5 times a layer, and a batch's rows share each weight read); its rows past
     `write` go to the cache slots after the written ones - free slots, past cache.length - so it
     needs room for all T rows. Layers with hooks (gen_data's feature capture) keep the torch
@@ -128,7 +128,7 @@ def run_layers(
         lmasks = per_seq(local[2])
     k, v = cache.k[first : first + len(layers)], cache.v[first : first + len(layers)]
     seqs = [
-        cpu_rows.SeqKV(k[:, b], v[:, b], s, t, m, lm)
+        cpu_layers.SeqKV(k[:, b], v[:, b], s, t, m, lm)
         for b, (m, lm) in enumerate(zip(per_seq(mask), lmasks, strict=True))
     ]
     y = x.reshape(bsz * t, dim).clone(memory_format=torch.contiguous_format)
@@ -138,20 +138,20 @@ def run_layers(
 
 def c_layers(
     layers: nn.ModuleList,
-    stack: cpu_rows.LayerStack,
+    stack: cpu_layers.LayerStack,
     y: torch.Tensor,
     rope: tuple[torch.Tensor, ...],
-    seqs: list[cpu_rows.SeqKV],
+    seqs: list[cpu_layers.SeqKV],
     causal: bool,
     local_rope: tuple[torch.Tensor, ...] | None = None,
 ) -> None:
-    """y (T, dim) through the C layer stack, in place (cpu_rows.layers); local_rope: the
+    """y (T, dim) through the C layer stack, in place (cpu_layers.layers); local_rope: the
     sliding-window layers' rope rows (T, D), where the stack has such layers."""
     first = cast(Block, layers[0])
     heads, ffn, d = first.attn.n_heads, first.mlp.ffn_dim, rope[0].shape[-1]
-    scratch = torch.empty(cpu_rows.layers_scratch(stack, y.shape[0], y.shape[1], heads, d, ffn))
+    scratch = torch.empty(cpu_layers.layers_scratch(stack, y.shape[0], y.shape[1], heads, d, ffn))
     cos, sin = (r.contiguous() for r in rope)
     lr = None if local_rope is None else (local_rope[0].contiguous(), local_rope[1].contiguous())
-    cpu_rows.layers(
+    cpu_layers.layers(
         y, stack, first.eps, (cos, sin), seqs, causal, heads, ffn, scratch, first.attn.scale, lr
     )

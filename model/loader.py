@@ -1,7 +1,7 @@
 """Weight loading: GGUF files (dequantized through `gguf`) and Hugging Face directories.
 
 A GGUF file's quantized matrices (Q4_0, Q4_1, Q5_0, Q8_0 and the K-quants Q4_K, Q5_K, Q6_K of
-Q4_K_M / Q5_K_M files) also keep their blocks (kernels/cpu_rows.from_gguf): on CPU the model
+Q4_K_M / Q5_K_M files) also keep their blocks (kernels/gguf_blocks.from_gguf): on CPU the model
 multiplies with those (Transformer.set_quantized), a quarter to a fifth of the bytes per forward,
 with outputs bit-identical to the dequantized fp32 weights'. In fp32 on CPU those matrices are
 then never dequantized (model/packing.py `Released`; the embedding's rows come from its blocks):
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from dllm_voice.kernels import cpu_rows
+from dllm_voice.kernels import cpu_rows, gguf_blocks
 from dllm_voice.kernels.cpu_rows import Quantized
 from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.errors import ModelLoadError
@@ -252,7 +252,7 @@ def _read_gguf(
                     # pack_quant make new tensors; a write would fault, not corrupt the file).
                     warnings.filterwarnings("ignore", "The given NumPy array is not writable")
                     raw = torch.from_numpy(f.raw(name))
-                kept[name] = cpu_rows.from_gguf(tensors[name].qtype, raw)
+                kept[name] = gguf_blocks.from_gguf(tensors[name].qtype, raw)
             return kept[name]
 
         def tensor(name: str, stand_in: bool = False) -> torch.Tensor:
@@ -293,7 +293,7 @@ def _read_gguf(
                         Quantized(q.fmt, permuted(part, q.rows))
                         for part, q in zip(parts, qs, strict=True)
                     ]
-                    quant[f"layers.{i}.{name}"] = cpu_rows.fuse(rows)
+                    quant[f"layers.{i}.{name}"] = gguf_blocks.fuse(rows)
             state.update(_fuse_layer(get, i, args, released))
         tok = Tokenizer.from_gguf_meta(meta)
     except ModelLoadError:

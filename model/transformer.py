@@ -27,7 +27,7 @@ from typing import NamedTuple, Protocol, cast
 import torch
 from torch import nn
 
-from dllm_voice.kernels import cpu_rows
+from dllm_voice.kernels import cpu_layers, cpu_rows
 from dllm_voice.model.args import ModelArgs
 from dllm_voice.model.kv_cache import KVCache
 from dllm_voice.model.layer_stack import Local, c_layers, c_stack, run_layers
@@ -338,7 +338,7 @@ class Transformer(nn.Module):
     def forward_many(self, calls: Sequence[Call]) -> list[ForwardOut]:
         """One forward for several sequences' rows (several sessions' decode steps): each call
         as `forward(**call)` would run it, on its own cache, with its own length, positions and
-        mask. In CPU inference through kernels/cpu_rows.py's layer stack the rows of all calls
+        mask. In CPU inference through kernels/cpu_layers.py's layer stack the rows of all calls
         are one C call and their logits one head product, which read every weight once for all
         of them; a row's bits do not depend on the rows beside it, so each call's outputs equal
         its forward alone. Elsewhere, or past the kernel's row limit, the calls run in turn."""
@@ -366,7 +366,7 @@ class Transformer(nn.Module):
                     w = window_mask(mask, mask is None, t, s, pos, stack.window, x.device)
                     lmask = None if w is None else w.reshape(t, s + t).contiguous()
             k, v = c.cache.k[:, 0], c.cache.v[:, 0]  # (L, Hkv, capacity, D)
-            seqs.append(cpu_rows.SeqKV(k, v, s, t, mask, lmask))
+            seqs.append(cpu_layers.SeqKV(k, v, s, t, mask, lmask))
             writes.append(write)
         y = torch.cat(xs).contiguous()
         local = (torch.cat(local_cos), torch.cat(local_sin)) if stack.window else None

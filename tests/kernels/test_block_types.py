@@ -9,7 +9,7 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
-from dllm_voice.kernels import cpu_rows
+from dllm_voice.kernels import cpu_layers, cpu_rows, gguf_blocks
 
 needs_kernel = pytest.mark.skipif(
     not cpu_rows.available(), reason="cpu_rows kernel not built here (no AVX2 or no compiler)"
@@ -56,7 +56,7 @@ def test_from_gguf_gives_ggufs_weights(name: str) -> None:
     """Every conversion is exact: the same weights as gguf.quants.dequantize (up to the sign of
     a zero: Q4_0's d q - 8 d is +0 where d (q - 8) can be -0)."""
     rows = gguf_rows(name, 24, 512, torch.Generator().manual_seed(len(name) + ord(name[1])))
-    q = cpu_rows.from_gguf(GGMLQuantizationType[name], rows)
+    q = gguf_blocks.from_gguf(GGMLQuantizationType[name], rows)
     assert q is not None and q.fmt == TYPES[name][1] and q.cols == 512
     assert q.rows.shape == (24, 512 // cpu_rows.QK * cpu_rows.QUANT_FORMATS[q.fmt][0])
     assert torch.equal(cpu_rows.dequantize(q), reference(name, rows))
@@ -65,7 +65,7 @@ def test_from_gguf_gives_ggufs_weights(name: str) -> None:
 def test_q4_0_scales_too_large_for_fp16_offsets_go_to_q8_f() -> None:
     rows = gguf_rows("Q4_0", 4, 64, torch.Generator().manual_seed(3))
     rows[1, :2] = torch.tensor([9000.0]).half().view(torch.uint8)  # -8 d overflows fp16
-    q = cpu_rows.from_gguf(GGMLQuantizationType.Q4_0, rows)
+    q = gguf_blocks.from_gguf(GGMLQuantizationType.Q4_0, rows)
     assert q is not None and q.fmt == "q8_f"
     assert torch.equal(cpu_rows.dequantize(q), reference("Q4_0", rows))
 
@@ -73,7 +73,8 @@ def test_q4_0_scales_too_large_for_fp16_offsets_go_to_q8_f() -> None:
 @pytest.mark.parametrize("name", ["F32", "F16", "BF16", "Q2_K", "Q3_K", "IQ4_XS", "IQ2_XXS"])
 def test_types_the_kernel_does_not_take(name: str) -> None:
     assert (
-        cpu_rows.from_gguf(GGMLQuantizationType[name], torch.zeros(2, 8, dtype=torch.uint8)) is None
+        gguf_blocks.from_gguf(GGMLQuantizationType[name], torch.zeros(2, 8, dtype=torch.uint8))
+        is None
     )
 
 
@@ -85,7 +86,7 @@ def test_products_from_the_blocks_equal_the_dequantized_weights(name: str) -> No
     `integer_products` says."""
     gen = torch.Generator().manual_seed(7 + ord(name[1]))
     rows = gguf_rows(name, 40, 512, gen)
-    q = cpu_rows.from_gguf(GGMLQuantizationType[name], rows)
+    q = gguf_blocks.from_gguf(GGMLQuantizationType[name], rows)
     assert q is not None
     w = cpu_rows.dequantize(q)
     blocks, fp32 = cpu_rows.pack_quant(q, vnni=False), cpu_rows.pack(w)
@@ -127,18 +128,18 @@ def test_fuse() -> None:
     gen = torch.Generator().manual_seed(11)
     names = ("Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q5_1")
     parts = [
-        cpu_rows.from_gguf(GGMLQuantizationType[name], gguf_rows(name, 8 * (i + 1), 256, gen))
+        gguf_blocks.from_gguf(GGMLQuantizationType[name], gguf_rows(name, 8 * (i + 1), 256, gen))
         for i, name in enumerate(names)
     ]
     assert all(p is not None for p in parts)
-    fused = cpu_rows.fuse(parts)
+    fused = gguf_blocks.fuse(parts)
     assert fused.fmt == "q8_f" and fused.cols == 256 and fused.rows.shape[0] == 8 * 15
     whole = torch.cat([cpu_rows.dequantize(p) for p in parts])
     assert torch.equal(cpu_rows.dequantize(fused), whole)
-    same = cpu_rows.fuse(parts[:1] * 3)
+    same = gguf_blocks.fuse(parts[:1] * 3)
     assert same.fmt == "q4_f" and torch.equal(same.rows, torch.cat([parts[0].rows] * 3))
     with pytest.raises(ValueError):
-        cpu_rows.fuse([parts[0], cpu_rows.random_quantized("q4_f", 8, 512, gen)])
+        gguf_blocks.fuse([parts[0], cpu_rows.random_quantized("q4_f", 8, 512, gen)])
     if cpu_rows.available():
         x = torch.randn(5, 256, generator=gen)
         y = cpu_rows.matmul(x, whole, cpu_rows.pack_quant(fused, vnni=False))
@@ -166,12 +167,12 @@ def test_layers_run_the_new_formats(t: int) -> None:
         tuple(cpu_rows.pack_quant(q, vnni=False) for q in quant),
         tuple(cpu_rows.pack(w) for w in weights),
     ):
-        stack = cpu_rows.layer_stack(panels, norms)
+        stack = cpu_layers.layer_stack(panels, norms)
         cache = torch.zeros(2, n_layers, kv_heads, 16, d)
-        seqs = [cpu_rows.SeqKV(cache[0], cache[1], 0, t, None)]
-        scratch = torch.empty(cpu_rows.layers_scratch(stack, t, dim, heads, d, ffn))
+        seqs = [cpu_layers.SeqKV(cache[0], cache[1], 0, t, None)]
+        scratch = torch.empty(cpu_layers.layers_scratch(stack, t, dim, heads, d, ffn))
         y = x.clone()
-        cpu_rows.layers(y, stack, 1e-5, (cos, sin), seqs, True, heads, ffn, scratch)
+        cpu_layers.layers(y, stack, 1e-5, (cos, sin), seqs, True, heads, ffn, scratch)
         outs.append(y)
     assert torch.isfinite(outs[0]).all() and not torch.equal(outs[0], x)
     assert torch.equal(outs[0], outs[1])
@@ -197,13 +198,13 @@ def test_layers_with_integer_q8_0_and_q8_f_matrices(t: int) -> None:
     x = torch.randn(t, dim, generator=gen)
 
     def run(panels, rows: slice, past: int, cache: torch.Tensor) -> torch.Tensor:
-        stack = cpu_rows.layer_stack(panels, norms)
+        stack = cpu_layers.layer_stack(panels, norms)
         n = rows.stop - rows.start
-        seqs = [cpu_rows.SeqKV(cache[0], cache[1], past, n, None)]
-        scratch = torch.empty(cpu_rows.layers_scratch(stack, n, dim, heads, d, ffn))
+        seqs = [cpu_layers.SeqKV(cache[0], cache[1], past, n, None)]
+        scratch = torch.empty(cpu_layers.layers_scratch(stack, n, dim, heads, d, ffn))
         y = x[rows].clone()
         rope = (cos[rows].contiguous(), sin[rows].contiguous())
-        cpu_rows.layers(y, stack, 1e-5, rope, seqs, True, heads, ffn, scratch)
+        cpu_layers.layers(y, stack, 1e-5, rope, seqs, True, heads, ffn, scratch)
         return y
 
     integer = tuple(cpu_rows.pack_quant(q) for q in quant)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dllm_voice.kernels import cpu_rows
+from dllm_voice.kernels import cpu_layers, cpu_rows
 from dllm_voice.model import (
     hybrid,  # noqa: F401 - registers the hybrid decoder
     layer_stack,
@@ -62,8 +62,8 @@ def test_the_c_stack_computes_what_the_torch_layers_compute(models, arch, qtype,
     assert stack.post_norms == stack.gelu == (arch == "gemma3")
     assert (stack.window == 4) == (arch == "gemma3")
     calls = []
-    layers = cpu_rows.layers
-    monkeypatch.setattr(cpu_rows, "layers", lambda *a: calls.append(1) or layers(*a))
+    layers = cpu_layers.layers
+    monkeypatch.setattr(cpu_layers, "layers", lambda *a: calls.append(1) or layers(*a))
     c_out, c_k, c_v = steps(model)
     assert len(calls) == len(c_out)  # one C call a forward
     monkeypatch.setattr(layer_stack, "c_stack", lambda layers: None)
