@@ -78,8 +78,8 @@ def _lower_layers(base: Transformer) -> nn.ModuleList:
 
 @torch.no_grad()
 def features(base: Transformer, rec: Record) -> torch.Tensor:
-    """The base's hidden states (fp16) at the input of layer L-3 for all of rec's tokens but the
-    last: gen_data's stored ones, or (token-only data) one prefill of the lower layers now,
+    """The base's hidden states at the input of layer L-3 for all of rec's tokens but the
+    last: gen_data's stored ones (fp16), or (token-only data) one prefill of the lower layers now,
     through the C layer stack on CPU (SmolLM2-135M: ~1.9K tokens/s on 2 cores)."""
     if "hidden" in rec:
         return rec["hidden"]
@@ -89,7 +89,7 @@ def features(base: Transformer, rec: Record) -> torch.Tensor:
     cache = KVCache(len(lower), a.n_kv_heads, a.head_dim, n, dtype=w.dtype, device=w.device)
     cos, sin, local = base.rope_for(0, n, None, None, n > 1)
     x = run_layers(lower, base.embed(ids), cos, sin, cache, 0, n, None, n > 1, local)
-    return x[0].half().cpu()
+    return x[0].float().cpu()  # fp32: Gemma 3's residual stream outgrows fp16 (NaN losses)
 
 
 @functools.cache
@@ -138,7 +138,7 @@ def block_forward(
     dev = base.embed.weight.device
     feats = [features(base, r) for r in recs]
     n = max(int(f.shape[0]) for f in feats)
-    hid = torch.zeros(len(recs), n, base.args.dim, dtype=torch.float16)
+    hid = torch.zeros(len(recs), n, base.args.dim)
     for b, f in enumerate(feats):
         hid[b, : f.shape[0]] = f
     cache, h_fin = context_features(base, hid)
