@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,31 +51,29 @@ BULK_ROUNDS = 3  # greedy + 2 sampled: more than a 2-hour CPU budget answers for
 def settings(a: argparse.Namespace, cuda: bool) -> dict[str, list[str]]:
     """Each stage's command-line options for lab's own commands."""
     folder = Path(a.out)
-    model = ["--model", a.model, "--device", a.device, "--dtype", a.dtype]
+    model = [
+        "--model",
+        a.model,
+        "--device",
+        a.device,
+        "--dtype",
+        a.dtype,
+        "--threads",
+        str(a.threads),
+    ]
     gen = [*model, "--batch", str(a.batch or (1024 if cuda else 64)), "--no-hidden"]
     gen += ["--max-new-tokens", str(a.max_new_tokens)]
-    if a.threads:
-        gen += ["--threads", str(a.threads)]
-    data = f"{folder / 'data' / 'chat'},{folder / 'data' / 'bulk'}"
+    chat, bulk = folder / "data" / "chat", folder / "data" / "bulk"
+    data = f"{chat},{bulk}"
     train = [*model, "--data", data, "--out-dir", str(folder / "run"), "--resume",
              "--save", str(folder / drafts.FILES["drafter"]), "--steps", "1000000"]  # fmt: skip
     if cuda:  # the h200 recipe's training options
         train += ["--batch", "64", "--blocks", "64", "--eval-every", "500", "--lr", "1e-3"]
     else:
         train += ["--batch", "4", "--blocks", "64", "--eval-every", "300"]
-    if a.threads:
-        train += ["--threads", str(a.threads)]
     return {
-        "chat": [*gen, "--out", str(folder / "data" / "chat"), "--rounds", "1"],
-        "bulk": [
-            *gen,
-            "--out",
-            str(folder / "data" / "bulk"),
-            "--prompt-set",
-            "bulk",
-            "--rounds",
-            str(BULK_ROUNDS),
-        ],  # fmt: skip
+        "chat": [*gen, "--out", str(chat), "--rounds", "1"],
+        "bulk": [*gen, "--out", str(bulk), "--prompt-set", "bulk", "--rounds", str(BULK_ROUNDS)],
         "ngram": ["--data", data, "--out", str(folder / drafts.FILES["ngram"])],
         "train": train,
     }
@@ -97,7 +94,7 @@ class State:
         tmp.replace(self.path)
 
 
-def run_stage(name: str, argv: list[str], minutes: float, report: Callable[..., None]) -> None:
+def run_stage(name: str, argv: list[str], minutes: float, report: gen_data.Progress) -> None:
     if name == "ngram":
         ngram.main(argv)
     elif name == "train":
@@ -179,18 +176,20 @@ def run_one(
         state.save()
         return
     start = time.time()
-    first: dict[str, float] = {}  # share and time at the first report of this call
+    seen: list[tuple[float, float]] = []  # (seconds, share) of the first report of this call
+    printed = [-LOG_EVERY]  # when the last status line went to a log
 
     def report(share: float, line: str) -> None:
         el = time.time() - start
-        s0, t0 = first.setdefault("share", share), first.setdefault("t", el)
-        rate = (share - s0) / (el - t0) if el > t0 else 0.0
+        if not seen:
+            seen.append((el, share))
+        t0, s0 = seen[0]
+        rate = (share - s0) / (el - t0) if el > t0 else 0.0  # this call's pace (a resume's too)
         eta = (1 - share) / rate if rate > 0 else left - el
-        eta = max(0.0, min(eta, left - el)) + later
-        clock = time.strftime("%H:%M:%S", time.gmtime(eta))
+        clock = time.strftime("%H:%M:%S", time.gmtime(max(0.0, min(eta, left - el)) + later))
         bar.update(task, completed=share, description=f"{stage.what}: {line}", eta=clock)
-        if not bar.console.is_terminal and el - first.get("printed", -LOG_EVERY) >= LOG_EVERY:
-            first["printed"] = el  # a log file gets a line now and then instead of the bar
+        if not bar.console.is_terminal and el - printed[0] >= LOG_EVERY:
+            printed[0] = el  # a log file gets a line now and then instead of the bar
             print(f"{stage.name} {100 * share:.0f}%, ETA {clock}: {line}", flush=True)
 
     bar.update(task, completed=0.0, description=stage.what)

@@ -259,6 +259,7 @@ def main(argv: list[str] | None = None, progress: Progress | None = None) -> Non
     jobs, ids = plan_jobs(tok, a.rounds, a.first_round, a.prompt_set, a.batch)
     n_batches = (len(jobs) + a.batch - 1) // a.batch
     made, tokens, t0 = 0, 0, time.time()
+    had = sum(1 for k in range(n_batches) if (out / f"b{k:05d}.pt").exists())  # a resumed run's
     for k in range(n_batches):
         f = out / f"b{k:05d}.pt"
         if f.exists():
@@ -286,9 +287,8 @@ def main(argv: list[str] | None = None, progress: Progress | None = None) -> Non
         if progress is None:
             print(line, flush=True)
         else:
-            done = sum(1 for i in range(n_batches) if (out / f"b{i:05d}.pt").exists()) / n_batches
             spent = el / (60 * a.minutes) if a.minutes else 0.0
-            progress(min(1.0, max(done, spent)), line)
+            progress(min(1.0, max((had + made) / n_batches, spent)), line)
         if (a.max_batches and made >= a.max_batches) or (a.minutes and el > 60 * a.minutes):
             break
 

@@ -9,6 +9,7 @@ from the bundled model's weights and tokenizer).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from pathlib import Path
@@ -29,6 +30,7 @@ def user_cache(env: str, name: str) -> Path:
     return Path(cache) / "dllm-voice" / name
 
 
+@functools.cache  # every hybrid answer resolves its drafts: one look at the files per process
 def model_identity(lm_path: str) -> tuple[str, int]:
     """lm.path's file (or folder) name and size in bytes: what tells two models apart here."""
     path = Path(lm_path) if lm_path else default_model_path()
