@@ -13,6 +13,7 @@ import logging
 import re
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
@@ -158,6 +159,59 @@ def audible_after(decision: str | None, p_end: float | None, cfg: EndOfTurnConfi
     if decision not in ("complete", "unsure") or (p_end is not None and p_end >= cfg.audio_gate):
         return 0
     return cfg.hold_ms
+
+
+@dataclass
+class TurnEnd:
+    """The end-of-turn decision on the pause under way (and the transcript it was made on),
+    then, after a turn ended on it, until when speech reopens the turn and from when its answer
+    may be heard. Pure, like the turn manager that holds it; audio times in ms."""
+
+    cfg: EndOfTurnConfig
+    scored: str | None = None  # the transcript the decision was made on
+    decision: str | None = None  # "complete" | "unsure" | "incomplete"
+    p_end: float | None = None  # the LM's P(end of turn) behind ``decision``
+    reopen_until: float | None = None  # speech before this continues the ended turn
+    # No answer is heard before this: the turn ended on a decision the LM was not sure of
+    # (``audible_after``), and a reopen before then cuts nothing the user heard.
+    audible_from: float | None = None
+
+    def clear(self) -> None:
+        """Speech went on: nothing is decided."""
+        self.scored = self.decision = self.p_end = None
+
+    def wants_score(self, text: str, complete: bool) -> bool:
+        """Whether the pause's partial ``text`` is scored (``complete``: it covers all the
+        speech); if so, it becomes the text the decision is made on."""
+        new = self.scored is None or normalize(self.scored) != normalize(text)
+        if not (complete and self.cfg.mode == "adaptive" and normalize(text) and new):
+            return False
+        self.scored, self.decision = text, None
+        return True
+
+    def decide(
+        self, text: str, p_end: float | None, p_audio: float | None, asr_logprob: float | None
+    ) -> str | None:
+        """The decision on ``text``, or None when it is not the text being scored."""
+        if self.scored is None or normalize(self.scored) != normalize(text):
+            return None
+        self.decision = end_decision(p_end, self.cfg, text, p_audio, asr_logprob)
+        self.p_end = p_end
+        return self.decision
+
+    def ended(self, end_ms: float) -> None:
+        """The turn ended at ``end_ms``. Any end the adaptive rule chose may be early: a 600 ms
+        pause after "So my question is" outlasts the unsure wait (500 ms) as "What is the
+        capital of?" outlasts 200 ms."""
+        if self.cfg.mode != "adaptive" or self.decision is None:
+            return
+        self.reopen_until = end_ms + self.cfg.reopen_ms
+        hold = audible_after(self.decision, self.p_end, self.cfg)
+        self.audible_from = end_ms + hold if hold else None
+
+    def may_play(self, audio_ms: float) -> bool:
+        """Whether an answer may be heard at input time ``audio_ms``."""
+        return self.audible_from is None or audio_ms >= self.audible_from
 
 
 def stops_open(text: str) -> bool:

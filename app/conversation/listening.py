@@ -173,7 +173,7 @@ class Listener:
         the pause's silence. One that ended before the pause was detected becomes the pause's
         pass (with `vad.pause_ms` 200 it usually has: ~170 ms after the last word)."""
         s, pause_end = self.s, self.s.pause_end
-        if self.last_pass is None or pause_end is None or s.tm.barge is not None:
+        if self.last_pass is None or pause_end is None or s.tm.barging.current is not None:
             return False  # an interruption is confirmed on words two passes agree on
         utt, heard_ms, tr = self.last_pass
         words = self.word_end.sound_ms

@@ -206,8 +206,8 @@ class Responses:
     def may_play(self) -> bool:
         """The turn manager's hold is over in input time, or in the wall-clock time that input
         would reach it (a client that stops sending after its words)."""
-        s, until = self.s, self.s.tm.audible_from
-        return until is None or s.tm.may_play(s.audio_ms) or now_ms() >= s.t_of(until)
+        s, until = self.s, self.s.tm.ending.audible_from
+        return until is None or s.tm.ending.may_play(s.audio_ms) or now_ms() >= s.t_of(until)
 
     def on_audio_started(self, ans: Answer) -> None:
         self.s.answer_audible(ans.turn, ans.gen, ans.times["audio_out_first"])

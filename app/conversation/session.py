@@ -311,7 +311,7 @@ class VoiceSession:
         way is cancelled first, as a barge-in would. Returns why it was not taken, or None."""
         if self.vad.in_speech or self.ears.final_pending:
             return "the user is speaking; the typed turn was not taken"
-        if self.tm.is_backchannel(text):
+        if self.tm.barging.is_backchannel(text):
             return f"{text!r} is a backchannel (conversation.backchannels): it starts no turn"
         self.do(self.tm.cancel_answer())
         self._end_t = now_ms()
@@ -357,9 +357,7 @@ class VoiceSession:
     def configure(self, cfg: Config) -> None:
         """This session's settings (``session.update``): VAD waits from the next frame, the
         decoder, the voice, the system prompt and the turn-taking rules from the next answer."""
-        tm = self.tm
-        tm.cfg, tm.end_of_turn = cfg.conversation, cfg.end_of_turn
-        tm.speculation, tm.barge_in = cfg.speculation, cfg.barge_in
+        self.tm.configure(cfg.conversation, cfg.end_of_turn, cfg.speculation, cfg.barge_in)
         if cfg.vad != self.cfg.vad:
             self.vad.set_waits(cfg.vad.pause_ms, cfg.vad.speech_end_ms)
         if cfg.lm != self.cfg.lm:

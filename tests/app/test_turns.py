@@ -231,7 +231,7 @@ def test_speech_before_the_last_final_continues_that_utterance():
     tm.on_speech_start(5000)
     assert tm.on_speech_progress(5350) == [HoldPlayback(gen)]
     tm.on_speech_end(5400)  # long enough to need its transcript: held
-    assert tm.on_speech_start(6000, unheard=True) == [] and tm.barge.onset_ms == 5000
+    assert tm.on_speech_start(6000, unheard=True) == [] and tm.barging.current.onset_ms == 5000
     assert tm.on_partial("Wait, which ocean") == [CancelAnswer(gen)]
 
 
@@ -461,7 +461,7 @@ def test_speech_that_sounds_cut_is_incomplete_whatever_its_transcript():
     tm.on_pause()
     tm.on_partial(text, complete=True)
     assert tm.on_end_score(text, 0.05, p_audio=0.05) == "incomplete"
-    assert tm.decision == "incomplete"
+    assert tm.ending.decision == "incomplete"
 
 
 def test_an_unsure_lm_score_on_words_whisper_barely_heard_is_incomplete():
@@ -520,7 +520,7 @@ def test_speech_right_after_an_early_end_reopens_the_turn():
     tm.on_audio_started(gen)
     turn = tm.turn
     assert tm.on_speech_start(1000 + END.reopen_ms - 10) == [ReopenTurn(gen)]
-    assert tm.reopened and tm.turn == turn and tm.agent == "idle" and tm.barge is None
+    assert tm.reopened and tm.turn == turn and tm.agent == "idle" and tm.barging.current is None
     assert tm.history.messages == []  # taken back; nothing of the answer counts as said
     tm.on_pause()
     tm.on_partial("What is the capital of France?", complete=True)
@@ -541,15 +541,15 @@ def test_speech_right_after_an_early_end_reopens_the_turn():
 def test_an_end_the_lm_is_not_sure_of_is_answered_silently_for_a_while(p_end, text, silent_until):
     tm = TurnManager(CFG)
     gen = early_end(tm, text, 1000.0, p_end)
-    assert tm.audible_from == silent_until
+    assert tm.ending.audible_from == silent_until
     if silent_until is None:
-        assert tm.may_play(1000)
+        assert tm.ending.may_play(1000)
         return
-    assert not tm.may_play(1000) and not tm.may_play(silent_until - 1)
-    assert tm.may_play(silent_until)
+    assert not tm.ending.may_play(1000) and not tm.ending.may_play(silent_until - 1)
+    assert tm.ending.may_play(silent_until)
     # The user goes on within the hold: the turn reopens, its answer never heard.
     assert tm.on_speech_start(silent_until - 100) == [ReopenTurn(gen)]
-    assert tm.audible_from is None and tm.may_play(silent_until - 100)
+    assert tm.ending.audible_from is None and tm.ending.may_play(silent_until - 100)
 
 
 def test_no_hold_where_the_turn_waited_long_or_the_hold_is_off():
@@ -563,7 +563,7 @@ def test_no_hold_where_the_turn_waited_long_or_the_hold_is_off():
     tm.on_pause()
     tm.on_partial("What is it?", complete=True)
     tm.on_speech_end(1000)
-    assert tm.audible_from is None
+    assert tm.ending.audible_from is None
 
 
 def test_reopen_before_the_final_drops_the_speculation_only():
@@ -582,7 +582,7 @@ def test_no_reopen_late_or_after_the_answer_or_with_the_fixed_rule():
     gen = early_end(tm, "What is the capital?")
     tm.on_audio_started(gen)
     assert tm.on_speech_start(1000 + END.reopen_ms + 10) == []  # a barge-in, as usual
-    assert not tm.reopened and tm.barge is not None
+    assert not tm.reopened and tm.barging.current is not None
     tm = TurnManager(CFG)
     gen = early_end(tm, "What is the capital?")
     tm.on_answer_done(gen, "Paris.")
@@ -662,9 +662,9 @@ def test_turn_manager_resolves_the_history_mode():
 def test_short_empty_words_are_backchannels_but_commands_and_questions_are_not():
     tm = TurnManager(CFG)
     for text in ("and then them.", "MMM.", "Uh-oh.", "mm mm mm", "Okay."):
-        assert tm.is_backchannel(text), text
+        assert tm.barging.is_backchannel(text), text
     for text in ("Stop.", "Wait.", "No.", "And then?", "So what?", "Tell me about castles."):
-        assert not tm.is_backchannel(text), text
+        assert not tm.barging.is_backchannel(text), text
 
 
 def test_double_talk_holds_at_once_and_resumes_without_speech():
@@ -676,7 +676,7 @@ def test_double_talk_holds_at_once_and_resumes_without_speech():
     assert tm.on_near_end(5300, False, True) == []
     # No speech_start from the VAD: a knock, a cough, the echo taken for the user.
     assert tm.on_near_end(5330, False, True) == [ResumePlayback(gen, "no speech")]
-    assert tm.barge is None and tm.answer_gen == gen
+    assert tm.barging.current is None and tm.answer_gen == gen
 
 
 def test_double_talk_hold_stays_when_the_vad_hears_the_speech():
@@ -722,7 +722,7 @@ def test_speech_the_sure_detector_never_called_the_users_is_echo():
     assert tm.on_partial("before you complete") == []
     assert tm.on_speech_end(5700) == []
     assert tm.on_final("before you complete.") == []
-    assert tm.agent == "speaking" and tm.answer_gen == gen and tm.barge is None
+    assert tm.agent == "speaking" and tm.answer_gen == gen and tm.barging.current is None
 
 
 def test_until_the_detector_has_measured_the_echo_the_vad_and_echo_guard_decide():

@@ -1,0 +1,142 @@
+"""Barge-in: the user's speech while the agent thinks or speaks, held before it is judged.
+
+Two steps, so playback stops within ~100 ms yet a cough or "mm-hmm" does not throw the answer
+away:
+  speech for ``barge_in.min_speech_ms`` (+ echo guard while audio plays) -> ``HoldPlayback``
+  behind an echo canceller, at once on its double talk (``on_near_end``) -> ``HoldPlayback``,
+                                          resumed without a speech_start within NEAR_END_WAIT_MS;
+                                          while it can tell (the echo's delay known), speech it
+                                          never called the user's is the agent's echo: ignored
+  a transcript that is not a backchannel, once speech lasted ``barge_in.confirm_ms``
+                                          -> the turn manager cancels the answer
+  speech that ends before that, or transcribes as a backchannel -> ``ResumePlayback``
+  speech within ``reopen_ms`` of the end of a held one ("Wait, [600 ms] which ocean is the
+  smallest?") continues it (``rejoin``).
+Pure and synchronous like the turn manager that owns it; audio times in ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dllm_voice.app.conversation.actions import Action, HoldPlayback, ResumePlayback
+from dllm_voice.app.conversation.config import BargeInConfig
+from dllm_voice.app.conversation.text import normalize
+
+# Words that alone say nothing to act on; "no", "stop", "wait" are not among them.
+_EMPTY_WORDS = frozenset(
+    ("a", "an", "the", "and", "or", "but", "so", "then", "them", "they", "it", "its", "that")
+    + ("this", "there", "uh", "um", "umm", "uhm", "er", "erm", "eh", "ah", "oh", "ooh", "mm")
+    + ("mmm", "mhm", "hm", "hmm", "huh", "m")
+)
+
+# A hold on double talk alone resumes when the VAD does not start speech within this: on a real
+# sound server speech_start (90 ms of voiced frames) came 80-210 ms after such a hold.
+NEAR_END_WAIT_MS = 300
+
+
+def is_backchannel(text: str, known: frozenset[str]) -> bool:
+    """A listener's sound, not a turn: one of ``known`` (normalized), or up to 3 words that
+    carry nothing (Whisper hears "mm-hmm" as "and then them", "MMM", "uh oh")."""
+    words = normalize(text)
+    if not words or words in known:
+        return True
+    if text.rstrip().endswith("?"):  # "And then?" asks for more
+        return False
+    split = words.split()
+    return len(split) <= 3 and all(w in _EMPTY_WORDS or w in known for w in split)
+
+
+@dataclass
+class Interruption:
+    onset_ms: float
+    held: bool = False
+    last_ms: float = 0.0
+    early: bool = False  # held on the echo canceller's double talk, before the VAD's onset
+    echo: bool = False  # speech the double-talk detector has not called the user's (yet)
+
+
+class BargeIn:
+    """The interruption under way, if any, and when it holds, resumes or needs its words."""
+
+    def __init__(self, cfg: BargeInConfig, backchannels: tuple[str, ...]) -> None:
+        self.configure(cfg, backchannels)
+        self.current: Interruption | None = None
+        self.near_end_sure = False  # an echo canceller's double-talk detector can tell echo apart
+        # An interruption let go as short: until when (audio ms) speech continues it, its onset.
+        self.rejoin: tuple[float, float] | None = None
+
+    def configure(self, cfg: BargeInConfig, backchannels: tuple[str, ...]) -> None:
+        self.cfg = cfg
+        self.known = frozenset(normalize(b) for b in backchannels)
+
+    def is_backchannel(self, text: str) -> bool:
+        return is_backchannel(text, self.known)
+
+    def not_for_us(self, text: str, said: str) -> bool:
+        """A backchannel, or (echo guard on) mostly the words the agent just said (``said``)."""
+        if self.is_backchannel(text):
+            return True
+        if not self.cfg.echo_guard_ms or not said:
+            return False
+        recent = set(normalize(said).split()[-30:])
+        words = normalize(text).split()
+        return sum(w in recent for w in words) >= 0.6 * len(words)
+
+    def guard_ms(self, speaking: bool) -> int:
+        return self.cfg.echo_guard_ms if speaking else 0
+
+    def begin(self, onset_ms: float, now_ms: float, speaking: bool) -> None:
+        """Speech started while the agent thinks (or speaks: ``speaking``)."""
+        held = self.current is not None and self.current.held  # held on double talk
+        echo = speaking and self.near_end_sure and not held
+        self.current = Interruption(onset_ms, held=held, last_ms=now_ms, echo=echo)
+
+    def on_near_end(
+        self, audio_ms: float, talking: bool, sure: bool, gen: int | None, speaking: bool
+    ) -> list[Action]:
+        """An input frame behind an echo canceller (see TurnManager.on_near_end); ``gen``: the
+        answer under way, ``speaking``: its audio plays."""
+        self.near_end_sure = sure
+        b = self.current
+        if talking and self.cfg.enabled and speaking and gen is not None:
+            if b is None:
+                self.current = Interruption(audio_ms, held=True, last_ms=audio_ms, early=True)
+                return [HoldPlayback(gen, near_end=True, onset_ms=audio_ms)]
+            b.echo = False
+            if not b.held:
+                b.held = True
+                return [HoldPlayback(gen, near_end=True)]
+        return []
+
+    def waited_in_vain(self, audio_ms: float) -> bool:
+        """A hold on double talk alone that no speech_start followed within NEAR_END_WAIT_MS."""
+        b = self.current
+        return b is not None and b.early and audio_ms - b.onset_ms >= NEAR_END_WAIT_MS
+
+    def on_progress(self, audio_ms: float, gen: int, speaking: bool) -> list[Action]:
+        b = self.current
+        if b is None:
+            return []
+        b.last_ms = audio_ms
+        long_enough = audio_ms - b.onset_ms >= self.cfg.min_speech_ms + self.guard_ms(speaking)
+        if not b.held and not b.echo and long_enough:
+            b.held = True
+            return [HoldPlayback(gen)]
+        return []
+
+    def needs_transcript(self, speaking: bool) -> bool:
+        """The interruption lasted ``confirm_ms``: its words decide whether it takes the turn."""
+        b = self.current
+        if b is None:
+            return False
+        return (
+            b.last_ms - b.onset_ms >= self.cfg.confirm_ms + self.guard_ms(speaking) and not b.echo
+        )
+
+    def let_go(self, gen: int | None, reason: str) -> list[Action]:
+        """The interruption was not a turn: playback resumes if it was held."""
+        b, self.current = self.current, None
+        if b is None or not b.held or gen is None:
+            return []
+        return [ResumePlayback(gen, reason)]
