@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from dllm_voice.app.config import Config
     from dllm_voice.app.conversation.components import Components
     from dllm_voice.app.conversation.listening import Listener
-    from dllm_voice.app.conversation.ports import ChatSession
+    from dllm_voice.app.conversation.lm_thread import LMThread
     from dllm_voice.app.conversation.turns import TurnManager
     from dllm_voice.audio.vad import Endpointer
 
@@ -294,10 +294,9 @@ class Scoring(Protocol):
     ears: Listener
     audio_ms: float
     pause_end: float | None
-    lm_session: ChatSession
+    lm_thread: LMThread
 
     def trace(self, name: str, turn: int, gen: int, **attrs: object) -> None: ...
-    def run_lm(self, fn: Callable[..., T], *args: object) -> asyncio.Future[T]: ...
     def on_vad(self, kind: str, audio_ms: float, detected_ms: float) -> None: ...
 
 
@@ -328,12 +327,12 @@ class EndOfTurn:
             t = now_ms()
             return prosody.score(heard), now_ms() - t
 
-        self._speech_end = self.s.run_lm(score)
+        self._speech_end = self.s.lm_thread.run(score)
 
     def score_words(self, a: ScoreEnd) -> None:
         """P(end of turn) of the pause's words in the LM worker, ahead of any speculation."""
         decide = self.scorer(a.gen, a.text)
-        fut = self.s.run_lm(self.s.lm_session.end_of_turn, a.messages)
+        fut = self.s.lm_thread.run(self.s.lm_thread.session.end_of_turn, a.messages)
 
         def done(f: asyncio.Future[float | None]) -> None:
             if f.cancelled():

@@ -63,11 +63,11 @@ class Responses:
 
     @property
     def lm_session(self) -> ChatSession:
-        return self.s.lm_session
+        return self.s.lm_thread.session
 
     @property
     def lm_executor(self) -> Executor:
-        return self.s.lm_executor
+        return self.s.lm_thread.executor
 
     @property
     def sink(self) -> Sink:

@@ -14,12 +14,10 @@ running, so nothing of the session runs after ``run()`` returns.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import logging
 from collections import deque
 from collections.abc import AsyncIterable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -41,8 +39,8 @@ from dllm_voice.app.conversation.actions import (
 from dllm_voice.app.conversation.components import Components
 from dllm_voice.app.conversation.end_of_turn import EndOfTurn
 from dllm_voice.app.conversation.listening import Listener
+from dllm_voice.app.conversation.lm_thread import LMThread
 from dllm_voice.app.conversation.responses import Responses
-from dllm_voice.app.conversation.scheduler import JobFuture
 from dllm_voice.app.conversation.tool_use import ToolUse
 from dllm_voice.app.conversation.turns import TurnManager
 from dllm_voice.app.observe.trace import TraceEvent, Tracer, now_ms
@@ -79,10 +77,7 @@ class VoiceSession:
         self.echo = getattr(source, "canceller", None)
         self.tracer = tracer or Tracer(None)
         self.on_event = on_event
-        self.lm_session = components.lm.session()
-        # This conversation's LM jobs, in order (its ChatSession is not thread-safe); sessions'
-        # threads run side by side and their decoding steps share forwards (model/batch.py).
-        self.lm_executor = ThreadPoolExecutor(1, thread_name_prefix="lm")
+        self.lm_thread = LMThread(components.lm.session())
         self.vad = Endpointer(cfg.vad, cfg.audio.sample_rate_hz)
         self.tm = TurnManager(
             cfg.conversation,
@@ -96,8 +91,6 @@ class VoiceSession:
         self.audio_ms = 0.0
         self.pause_end: float | None = None  # audio ms where the current pause began
         self._arrivals: deque[tuple[float, float]] = deque(maxlen=2000)  # (audio ms, t_ms)
-        self._lm_jobs: set[JobFuture] = set()  # end-of-turn scores, prefills
-        self._warming: asyncio.Future[int] | None = None  # the prefill in the LM thread
         self._closed = False
         self.onset_t: float | None = None  # when the current speech began (monotonic ms)
         self._end_t: float | None = None  # when the user's turn ended: voice to voice from here
@@ -117,6 +110,10 @@ class VoiceSession:
     def gen(self) -> int:
         """Generation id of the audio being played (or the latest generation)."""
         return self.tm.answer_gen if self.tm.answer_gen is not None else self.tm.gen
+
+    def hearing_user(self) -> bool:
+        """The user speaks, or the final transcript of their last words has not come."""
+        return self.vad.in_speech or self.ears.final_pending
 
     def idle(self) -> bool:
         """No user speech in progress, no transcript pending, no answer running."""
@@ -181,21 +178,8 @@ class VoiceSession:
         the words of the turn the partial passes agree on. The end-of-turn score at the pause
         then feeds only the last words: a cold 100-token history cost it 80-107 ms, a warm one
         18 ms with the whole question to feed and 14 with its last words (Zen 4)."""
-        if self._closed or self.responses.answers or self._warming is not None:
-            return
-        fut = asyncio.get_running_loop().run_in_executor(
-            self.lm_executor, self.lm_session.prefill, self.tm.lead(words)
-        )
-        self._warming = fut
-
-        def done(f: asyncio.Future[int]) -> None:
-            self._lm_jobs.discard(f)
-            self._warming = None
-            if not f.cancelled() and f.exception() is not None:
-                log.warning("LM prefill failed: %s", f.exception())
-
-        self._lm_jobs.add(fut)
-        fut.add_done_callback(done)
+        if not self._closed and not self.responses.answers:
+            self.lm_thread.prefill(self.tm.lead(words))
 
     def _on_frame(self, frame: np.ndarray) -> None:
         t = now_ms()
@@ -262,13 +246,6 @@ class VoiceSession:
 
     # ---- carrying out the turn manager's actions -----------------------------------------------
 
-    def run_lm(self, fn: Callable[..., T], *args: object) -> asyncio.Future[T]:
-        """``fn(*args)`` in the conversation's LM thread, awaited at close."""
-        fut = asyncio.get_running_loop().run_in_executor(self.lm_executor, fn, *args)
-        self._lm_jobs.add(fut)
-        fut.add_done_callback(self._lm_jobs.discard)
-        return fut
-
     def do(self, actions: list[Action]) -> None:
         for a in actions:
             self._do_one(a)
@@ -309,7 +286,7 @@ class VoiceSession:
     def text_turn(self, text: str) -> str | None:
         """A typed user turn, answered like a spoken turn's final transcript; an answer under
         way is cancelled first, as a barge-in would. Returns why it was not taken, or None."""
-        if self.vad.in_speech or self.ears.final_pending:
+        if self.hearing_user():
             return "the user is speaking; the typed turn was not taken"
         if self.tm.barging.is_backchannel(text):
             return f"{text!r} is a backchannel (conversation.backchannels): it starts no turn"
@@ -327,31 +304,12 @@ class VoiceSession:
 
     def answer_waiting_turn(self) -> str | None:
         """Answer the turn that waits (``response.create``); returns why not, or None."""
-        if self.vad.in_speech or self.ears.final_pending:
+        if self.hearing_user():
             return "the user is speaking"
         actions = self.tm.answer_again(tools=True)
         if not actions:
             return "an answer is under way"
         self.do(actions)
-        return None
-
-    def answer_tool_outputs(self) -> str | None:
-        """Answer the turn again from the client's tool outputs noted in it (``response.create``
-        after ``function_call_output``): said as they are when they read as sentences, else the
-        LM answers from them. Returns why not, or None."""
-        if self.vad.in_speech or self.ears.final_pending:
-            return "the user is speaking"
-        actions = self.tm.answer_again()
-        if not actions:
-            return "an answer is under way"
-        spoken = self.tools.spoken_outputs()
-        self.tools.outputs, self.tools.output_texts = 0, []
-        if spoken is None:
-            self.do(actions)
-        else:
-            start = actions[0]
-            assert isinstance(start, StartAnswer)
-            self.responses.say(start.gen, spoken)
         return None
 
     def configure(self, cfg: Config) -> None:
@@ -361,7 +319,7 @@ class VoiceSession:
         if cfg.vad != self.cfg.vad:
             self.vad.set_waits(cfg.vad.pause_ms, cfg.vad.speech_end_ms)
         if cfg.lm != self.cfg.lm:
-            self.lm_session.configure(cfg.lm)
+            self.lm_thread.session.configure(cfg.lm)
         if cfg.tts != self.cfg.tts:
             self.c = copy.copy(self.c)  # the models stay shared; only this session's view
             self.c.tts = copy.copy(self.c.tts)
@@ -401,10 +359,7 @@ class VoiceSession:
         self.responses.cancel_all()
         await self.responses.wait_closed()
         await self.ears.wait_closed()
-        for fut in list(self._lm_jobs):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await fut
-        self.lm_executor.shutdown(wait=False)  # its jobs have ended: cancelled and awaited
+        await self.lm_thread.close()
         if self._collect in self.tracer.listeners:
             self.tracer.listeners.remove(self._collect)
         self.tracer.flush()

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from dllm_voice.app.conversation.actions import StartAnswer
 from dllm_voice.app.tools.calls import Ledger
 from dllm_voice.app.tools.chooser import ToolChooser
 from dllm_voice.app.tools.config import ToolsConfig
@@ -73,6 +74,26 @@ class ToolUse:
         self.outputs += 1
         self.output_texts.append(output.strip())
 
+    def answer_from_outputs(self) -> str | None:
+        """Answer the turn again from the client's tool outputs noted in it (``response.create``
+        after ``function_call_output``): said as they are when they read as sentences, else the
+        LM answers from them. Returns why not, or None."""
+        s = self.s
+        if s.hearing_user():
+            return "the user is speaking"
+        actions = s.tm.answer_again()
+        if not actions:
+            return "an answer is under way"
+        spoken = self.spoken_outputs()
+        self.outputs, self.output_texts = 0, []
+        if spoken is None:
+            s.do(actions)
+        else:
+            start = actions[0]
+            assert isinstance(start, StartAnswer)
+            s.responses.say(start.gen, spoken)
+        return None
+
     def spoken_outputs(self) -> str | None:
         """The client's outputs as the answer, when each already reads as a short spoken
         sentence ("Order 4521 shipped on Monday."): a 135M LM rephrasing one drops its facts.
@@ -96,7 +117,7 @@ class ToolUse:
     def speak_notices(self) -> None:
         """Say what waits, if nobody is talking and no answer is under way."""
         s = self.s
-        while self._notices and not s.vad.in_speech and not s.ears.final_pending:
+        while self._notices and not s.hearing_user():
             gen = s.tm.announce()
             if gen is None:
                 return

@@ -113,7 +113,7 @@ def test_session_update_checks_values_like_the_config_file(
     updated = next(e for e in seen if e["type"] == "session.updated")["session"]["settings"]
     values = {s["key"]: s["value"] for s in updated}
     assert values["lm.decoder"] == "ar" and values["vad.speech_end_ms"] == 800
-    assert session.cfg.lm.threshold == 0.7 and session.lm_session.cfg.decoder == "ar"
+    assert session.cfg.lm.threshold == 0.7 and session.lm_thread.session.cfg.decoder == "ar"
     assert session.vad.cfg.speech_end_ms == 800
     errors = [e["error"] for e in seen if e["type"] == "error"]
     assert [e["type"] for e in errors] == ["invalid_request_error"] * 3
