@@ -72,7 +72,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def running(components: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     folder = tmp_path_factory.mktemp("traces")
-    cfg = replace(E2E_CONFIG, server=replace(E2E_CONFIG.server, token="KEY"))
+    cfg = replace(E2E_CONFIG, server=replace(E2E_CONFIG.server, port=0, token="KEY"))
     cfg = replace(cfg, trace=replace(cfg.trace, path=str(folder)))
     run = Running(VoiceServer(cfg, components))
     yield run

@@ -13,12 +13,11 @@ sent.
 from __future__ import annotations
 
 import base64
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from dllm_voice.app.conversation.events import Event
+from dllm_voice.app.server.realtime.items import Conversation, new_item
 
-MAX_ITEMS = 500  # items kept for retrieve and delete; older ones are forgotten
 # Our error kinds that mean the client's message was wrong; the rest are the server's side.
 _CLIENT_ERRORS = ("invalid_request_error",)
 _EXTRA = {
@@ -84,88 +83,18 @@ class _Response:
         return "audio" in self.modalities
 
 
-class RealtimeEvents:
+class RealtimeEvents(Conversation):
     """Translates one session's events into the Realtime API's, keeping its items."""
 
     def __init__(self, conversation_id: str) -> None:
-        self.conversation_id = conversation_id
-        self._n = 0
-        self.items: OrderedDict[str, Event] = OrderedDict()
+        super().__init__(conversation_id)
         self.responses: dict[int, _Response] = {}
         self.modalities: tuple[str, ...] = ("audio",)  # for the next response
         self.extras: frozenset[str] = frozenset()
         self._user: str | None = None  # the user item of the turn under way
         self._heard_partial = ""  # its transcript sent as deltas so far
         self._spoken_ms: dict[str, float] = {}  # user item -> speech start (audio ms)
-        self._seconds: dict[str, float] = {}  # user item -> its speech's length
-        self._gens: dict[str, int] = {}  # assistant message item -> its generation
         self._waiting: list[str] = []  # committed user items awaiting their final transcript
-
-    # ---- ids and items ---------------------------------------------------------------------------
-
-    def event(self, kind: str, **fields: object) -> Event:
-        self._n += 1
-        return {"type": kind, "event_id": f"event_{self._n}", **fields}
-
-    def new_id(self, prefix: str = "item") -> str:
-        self._n += 1
-        return f"{prefix}_{self._n}"
-
-    @property
-    def last_item(self) -> str | None:
-        return next(reversed(self.items), None)
-
-    def add_item(self, item: Event) -> list[Event]:
-        """``conversation.item.added`` and ``.done`` for an item the conversation takes whole."""
-        previous = self.last_item
-        self.items[item["id"]] = item
-        while len(self.items) > MAX_ITEMS:
-            old, _ = self.items.popitem(last=False)
-            self._seconds.pop(old, None)
-            self._gens.pop(old, None)
-        return [
-            self.event("conversation.item.added", previous_item_id=previous, item=item),
-            self.event("conversation.item.done", previous_item_id=previous, item=item),
-        ]
-
-    def user_text_item(self, item_id: str | None, text: str) -> list[Event]:
-        item = {
-            "id": item_id or self.new_id(),
-            "object": "realtime.item",
-            "type": "message",
-            "role": "user",
-            "status": "completed",
-            "content": [{"type": "input_text", "text": text}],
-        }
-        return self.add_item(item)
-
-    def tool_output_item(self, item_id: str | None, call_id: str, output: str) -> list[Event]:
-        item = {
-            "id": item_id or self.new_id(),
-            "object": "realtime.item",
-            "type": "function_call_output",
-            "status": "completed",
-            "call_id": call_id,
-            "output": output,
-        }
-        return self.add_item(item)
-
-    def retrieve(self, item_id: str) -> Event | None:
-        item = self.items.get(item_id)
-        return None if item is None else self.event("conversation.item.retrieved", item=item)
-
-    def said(self, item_id: str) -> tuple[str, str] | None:
-        """The role and words of a message item (its text or transcript); None for others."""
-        item = self.items.get(item_id)
-        if item is None or item["type"] != "message" or not item["content"]:
-            return None
-        part = item["content"][0]
-        return item["role"], part.get("text") or part.get("transcript") or ""
-
-    def delete(self, item_id: str) -> Event | None:
-        if self.items.pop(item_id, None) is None:
-            return None
-        return self.event("conversation.item.deleted", item_id=item_id)
 
     def gen_of(self, item_id: str) -> int | None:
         """The generation whose assistant message is ``item_id``."""
@@ -208,14 +137,8 @@ class RealtimeEvents:
                 "input_audio_buffer.committed", previous_item_id=self.last_item, item_id=item_id
             )
         ]
-        item = {
-            "id": item_id,
-            "object": "realtime.item",
-            "type": "message",
-            "role": "user",
-            "status": "completed",
-            "content": [{"type": "input_audio", "transcript": None}],
-        }
+        content = [{"type": "input_audio", "transcript": None}]
+        item = new_item(item_id, "message", role="user", content=content)
         self._seconds[item_id] = max(0.0, (end_ms - start) / 1000)
         return [*out, *self.add_item(item)]
 
@@ -264,18 +187,10 @@ class RealtimeEvents:
         if r.message is not None:
             return []
         item_id = self.new_id()
-        r.message = {
-            "id": item_id,
-            "object": "realtime.item",
-            "type": "message",
-            "role": "assistant",
-            "status": "in_progress",
-            "content": [],
-        }
+        r.message = new_item(item_id, "message", "in_progress", role="assistant", content=[])
         r.output.append(r.message)
         where = {"response_id": r.id, "output_index": len(r.output) - 1}
-        previous = self.last_item
-        self.items[item_id] = r.message
+        previous = self.append(r.message)
         part = {"type": "audio", "transcript": ""} if r.speaks else {"type": "text", "text": ""}
         return [
             self.event("response.output_item.added", item=dict(r.message), **where),
@@ -334,19 +249,11 @@ class RealtimeEvents:
         r = self.responses.get(gen)
         if r is None:
             return []
-        item: Event = {
-            "id": self.new_id(),
-            "object": "realtime.item",
-            "type": "function_call",
-            "status": "in_progress",
-            "call_id": call_id,
-            "name": name,
-            "arguments": "",
-        }
+        fields: Event = {"call_id": call_id, "name": name, "arguments": ""}
+        item = new_item(self.new_id(), "function_call", "in_progress", **fields)
         r.output.append(item)
         where = {"response_id": r.id, "output_index": len(r.output) - 1}
-        previous = self.last_item
-        self.items[item["id"]] = item
+        previous = self.append(item)
         args = {"item_id": item["id"], "call_id": call_id, **where}
         out = [
             self.event("response.output_item.added", item=dict(item), **where),
