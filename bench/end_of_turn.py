@@ -41,6 +41,8 @@ from dllm_voice.app.config import load_config
 from testkit.turn_end_set import labeled, roc_auc
 
 HOLDS_MS = (0, 400, 550, 750)  # end_of_turn.hold_ms values the spoken run projects
+# end_of_turn.audio_final values it projects with the configured hold (1.01: off)
+AUDIO_FINALS = (1.01, 0.9, 0.8, 0.7, 0.6, 0.5)
 
 
 def spoken(cfg, clips_path: str | None) -> dict:
@@ -102,6 +104,8 @@ def spoken(cfg, clips_path: str | None) -> dict:
         # on (a blurt), and the silence before a complete turn's answer is heard.
         blurts = dict.fromkeys(HOLDS_MS, 0.0)
         silences: dict[int, list[int]] = {h: [] for h in HOLDS_MS}
+        final_blurts = dict.fromkeys(AUDIO_FINALS, 0.0)
+        final_silences: dict[float, list[int]] = {f: [] for f in AUDIO_FINALS}
         for kind, pcm in items:
             tr = asr.transcribe(np.concatenate([lead, pcm, pause]), final=True)
             text = tr.text
@@ -122,6 +126,12 @@ def spoken(cfg, clips_path: str | None) -> dict:
                     blurts[h] += sum(audible < g for g in GAPS_MS) / len(GAPS_MS)
                 elif kind == "complete":
                     silences[h].append(audible)
+            for f in AUDIO_FINALS:
+                audible = max(wait[d], audible_after(d, p, replace(eot, audio_final=f), p_audio))
+                if kind == "head":
+                    final_blurts[f] += sum(audible < g for g in GAPS_MS) / len(GAPS_MS)
+                elif kind == "complete":
+                    final_silences[f].append(audible)
         heads = sum(k == "head" for k, _ in items)
         out[name] = {
             "clips": len(items),
@@ -140,8 +150,21 @@ def spoken(cfg, clips_path: str | None) -> dict:
                 }
                 for h in HOLDS_MS
             },
+            "audio_final": {
+                f: {
+                    "heads_projected_blurts": round(final_blurts[f] / max(1, heads), 3),
+                    "complete_silence_before_audio_ms": _spread(final_silences[f]),
+                }
+                for f in AUDIO_FINALS
+            },
         }
     return {"bench": "end_of_turn_spoken", **out, "loadavg_1m": round(os.getloadavg()[0], 2)}
+
+
+def _spread(ms: list[int]) -> dict[str, float | None]:
+    if not ms:
+        return {"p50": None, "mean": None}
+    return {"p50": statistics.median(ms), "mean": round(statistics.fmean(ms))}
 
 
 def first_token_ms(lm, system: list[dict], texts: list[str]) -> dict[str, float]:

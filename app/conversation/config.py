@@ -108,6 +108,9 @@ class EndOfTurnConfig:
         min=0,
         max=10000,
     )
+    audio_final: float = setting(
+        0.7, "the speech's P(end) from which an end skips hold_ms (1.01 = off)", min=0.0, max=1.01
+    )
 
 
 @dataclass(frozen=True)

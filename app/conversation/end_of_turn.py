@@ -150,13 +150,18 @@ def end_decision(
     return "unsure" if sounds_cut or tells_something(text) else "complete"
 
 
-def audible_after(decision: str | None, p_end: float | None, cfg: EndOfTurnConfig) -> int:
+def audible_after(
+    decision: str | None, p_end: float | None, cfg: EndOfTurnConfig, p_audio: float | None = None
+) -> int:
     """Silence after the user's last word before the answer to this end of turn may be heard
-    (ms; 0: at once). An end the LM is sure of (``p_end`` >= ``audio_gate``) plays at once; a
-    "complete" or "unsure" one it is not sure of waits ``hold_ms`` from the last word, so
-    that a user going on after a mid-sentence pause (300-700 ms) reopens a turn whose answer
-    nobody heard. An "incomplete" end has waited longer already."""
+    (ms; 0: at once). An end the LM is sure of (``p_end`` >= ``audio_gate``), or whose speech
+    sounds final (``p_audio`` >= ``audio_final``), plays at once; another "complete" or
+    "unsure" one waits ``hold_ms`` from the last word, so that a user going on after a
+    mid-sentence pause (300-700 ms) reopens a turn whose answer nobody heard. An "incomplete"
+    end has waited longer already."""
     if decision not in ("complete", "unsure") or (p_end is not None and p_end >= cfg.audio_gate):
+        return 0
+    if p_audio is not None and p_audio >= cfg.audio_final:
         return 0
     return cfg.hold_ms
 
@@ -171,6 +176,7 @@ class TurnEnd:
     scored: str | None = None  # the transcript the decision was made on
     decision: str | None = None  # "complete" | "unsure" | "incomplete"
     p_end: float | None = None  # the LM's P(end of turn) behind ``decision``
+    p_audio: float | None = None  # and the speech's
     reopen_until: float | None = None  # speech before this continues the ended turn
     # No answer is heard before this: the turn ended on a decision the LM was not sure of
     # (``audible_after``), and a reopen before then cuts nothing the user heard.
@@ -178,7 +184,7 @@ class TurnEnd:
 
     def clear(self) -> None:
         """Speech went on: nothing is decided."""
-        self.scored = self.decision = self.p_end = None
+        self.scored = self.decision = self.p_end = self.p_audio = None
 
     def wants_score(self, text: str, complete: bool) -> bool:
         """Whether the pause's partial ``text`` is scored (``complete``: it covers all the
@@ -196,7 +202,7 @@ class TurnEnd:
         if self.scored is None or normalize(self.scored) != normalize(text):
             return None
         self.decision = end_decision(p_end, self.cfg, text, p_audio, asr_logprob)
-        self.p_end = p_end
+        self.p_end, self.p_audio = p_end, p_audio
         return self.decision
 
     def ended(self, end_ms: float) -> None:
@@ -206,7 +212,7 @@ class TurnEnd:
         if self.cfg.mode != "adaptive" or self.decision is None:
             return
         self.reopen_until = end_ms + self.cfg.reopen_ms
-        hold = audible_after(self.decision, self.p_end, self.cfg)
+        hold = audible_after(self.decision, self.p_end, self.cfg, self.p_audio)
         self.audible_from = end_ms + hold if hold else None
 
     def may_play(self, audio_ms: float) -> bool:

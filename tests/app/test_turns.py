@@ -503,12 +503,18 @@ def test_adaptive_scores_each_new_pause_transcript_with_its_speculation():
     assert isinstance(score, ScoreEnd) and score.messages[-1]["content"] == "Thanks."
 
 
-def early_end(tm: TurnManager, text: str, end_ms: float = 1000.0, p_end: float = 0.9) -> int:
+def early_end(
+    tm: TurnManager,
+    text: str,
+    end_ms: float = 1000.0,
+    p_end: float = 0.9,
+    p_audio: float | None = None,
+) -> int:
     """A turn the LM judged complete at its pause, ended early; returns the answer's gen."""
     tm.on_speech_start(0)
     tm.on_pause()
     (spec,) = tm.on_partial(text, complete=True)
-    tm.on_end_score(text, p_end)
+    tm.on_end_score(text, p_end, p_audio)
     tm.on_speech_end(end_ms)
     assert tm.on_final(text) == [ReleaseSpeculation(spec.gen)]
     return spec.gen
@@ -540,7 +546,7 @@ def test_speech_right_after_an_early_end_reopens_the_turn():
 )
 def test_an_end_the_lm_is_not_sure_of_is_answered_silently_for_a_while(p_end, text, silent_until):
     tm = TurnManager(CFG)
-    gen = early_end(tm, text, 1000.0, p_end)
+    gen = early_end(tm, text, 1000.0, p_end, p_audio=END.audio_final - 0.2)
     assert tm.ending.audible_from == silent_until
     if silent_until is None:
         assert tm.ending.may_play(1000)
@@ -558,12 +564,28 @@ def test_no_hold_where_the_turn_waited_long_or_the_hold_is_off():
     assert audible_after("unsure", None, END) == END.hold_ms  # no LM score: not sure
     assert audible_after(None, None, END) == 0  # the fixed rule
     assert audible_after("complete", 0.05, replace(END, hold_ms=0)) == 0
+    assert audible_after("complete", 0.05, END, p_audio=END.audio_final - 0.01) == END.hold_ms
+    assert audible_after("unsure", 0.01, END, p_audio=END.audio_final) == 0  # sounds final
+    assert audible_after("complete", 0.05, replace(END, audio_final=1.01), p_audio=1.0) > 0
     tm = TurnManager(CFG, FIXED)
     tm.on_speech_start(0)
     tm.on_pause()
     tm.on_partial("What is it?", complete=True)
     tm.on_speech_end(1000)
     assert tm.ending.audible_from is None
+
+
+def test_speech_that_sounds_final_is_answered_aloud_at_once_even_when_the_lm_is_not_sure():
+    tm = TurnManager(CFG)
+    gen = early_end(tm, "Who wrote Romeo and Juliet?", 1000.0, p_end=0.05, p_audio=0.9)
+    assert tm.ending.audible_from is None and tm.ending.may_play(1000)
+    tm.on_answer_done(gen, "Shakespeare.")
+    tm.on_speech_start(2000)  # the next turn forgets how the last one sounded
+    tm.on_pause()
+    tm.on_partial("What is the capital?", complete=True)
+    tm.on_end_score("What is the capital?", 0.05)
+    tm.on_speech_end(3000)
+    assert tm.ending.audible_from == 3000 + END.hold_ms
 
 
 def test_reopen_before_the_final_drops_the_speculation_only():
