@@ -5,7 +5,7 @@ Round 0 answers every conversation greedily (held-out ones included, for evaluat
 1..R-1 sample the training conversations again at `--temperature` for volume. Each record keeps
 the full token sequence (prompt + answer, stop token included), the base's greedy choice at each
 answer position (so sampled answers still give exact greedy targets, see train_drafter.py) and,
-optionally, the base's hidden states at the input of layer `n_layers - FEATURE_DEPTH` (fp16), so
+optionally, the base's hidden states at the input of layer `n_layers - FEATURE_DEPTH` (bf16), so
 training never runs the 27 lower layers again. Without them (--no-hidden) train_drafter.py
 computes them itself, one prefill a record: on CPU that is the better trade (generation keeps the
 batched C layer stack, ~2x the tokens/s, and nothing is stored: features are 1.1 KB a token).
@@ -137,8 +137,9 @@ def generate_batch(
 
     feats: list[torch.Tensor] = []
     layer = model.layers[model.args.n_layers - FEATURE_DEPTH]
+    # bf16, not fp16: Gemma 3's residual stream passes fp16's 65504 (NaN training losses).
     hook = (
-        layer.register_forward_pre_hook(lambda _m, a: feats.append(a[0].to(torch.float16).cpu()))
+        layer.register_forward_pre_hook(lambda _m, a: feats.append(a[0].to(torch.bfloat16).cpu()))
         if store_hidden
         else None
     )

@@ -79,7 +79,7 @@ def _lower_layers(base: Transformer) -> nn.ModuleList:
 @torch.no_grad()
 def features(base: Transformer, rec: Record) -> torch.Tensor:
     """The base's hidden states at the input of layer L-3 for all of rec's tokens but the
-    last: gen_data's stored ones (fp16), or (token-only data) one prefill of the lower layers now,
+    last: gen_data's stored ones (bf16), or (token-only data) one prefill of the lower layers now,
     through the C layer stack on CPU (SmolLM2-135M: ~1.9K tokens/s on 2 cores)."""
     if "hidden" in rec:
         return rec["hidden"]

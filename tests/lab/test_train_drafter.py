@@ -82,14 +82,17 @@ def test_token_only_records_get_the_stored_features(tiny, records) -> None:
     _, recs = records
     for rec in recs:
         bare = {k: v for k, v in rec.items() if k != "hidden"}
-        torch.testing.assert_close(features(tiny, bare).half(), rec["hidden"], atol=2e-3, rtol=2e-3)
+        stored = rec["hidden"].float()  # bf16: ~3 significant digits
+        torch.testing.assert_close(features(tiny, bare), stored, atol=2e-3, rtol=8e-3)
     bare = {k: v for k, v in recs[0].items() if k != "hidden"}
     s = int(recs[0]["prompt_len"]) + 2
+    # The same drafter pass on both, to within the stored features' bf16 rounding.
     torch.testing.assert_close(
         block_forward(BlockDrafter.random(tiny, seed=2), tiny, [bare], [[s, s + 3]]),
         block_forward(BlockDrafter.random(tiny, seed=2), tiny, [recs[0]], [[s, s + 3]]),
-        atol=1e-3, rtol=1e-3,
-    )  # fmt: skip
+        atol=5e-3,
+        rtol=1e-2,
+    )
 
 
 def test_token_only_features_on_the_bundled_model(lm) -> None:
@@ -99,7 +102,9 @@ def test_token_only_features_on_the_bundled_model(lm) -> None:
     (rec,) = generate_batch(lm.model, lm.tokenizer, [prompt], temperatures=[0.0], seed=0,
                             max_new_tokens=12, store_hidden=True)  # fmt: skip
     bare = {k: v for k, v in rec.items() if k != "hidden"}
-    torch.testing.assert_close(features(lm.model, bare).half(), rec["hidden"], atol=2e-2, rtol=1e-2)
+    torch.testing.assert_close(
+        features(lm.model, bare), rec["hidden"].float(), atol=2e-2, rtol=1e-2
+    )
 
 
 @torch.inference_mode()
