@@ -48,10 +48,10 @@ class LMConfig:
         "weighted agreement x tokens/forward)", min=0.0, max=1.0,
     )  # fmt: skip
     drafter: str = setting(
-        "", "drafter adapter: '' = bundled, 'none' = free drafts only, or a .safetensors path"
+        "", "drafter: '' = built by lab.drafts, else bundled; 'none' = free drafts; or a path"
     )
     ngram: str = setting(
-        "", "n-gram store of the base's own answers: '' = bundled, 'none' = off, or a path"
+        "", "n-gram store: '' = built by lab.drafts, else bundled; 'none' = off; or a path"
     )
     lookup_ngram: int = setting(
         8, "prompt lookup: longest n-gram matched (0 = no lookup)", min=0, max=8

@@ -17,6 +17,7 @@ Pure and synchronous like the turn manager that owns it; audio times in ms.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dllm_voice.app.conversation.actions import Action, HoldPlayback, ResumePlayback
@@ -73,13 +74,13 @@ class BargeIn:
     def is_backchannel(self, text: str) -> bool:
         return is_backchannel(text, self.known)
 
-    def not_for_us(self, text: str, said: str) -> bool:
-        """A backchannel, or (echo guard on) mostly the words the agent just said (``said``)."""
+    def not_for_us(self, text: str, said: Callable[[], str]) -> bool:
+        """A backchannel, or (echo guard on) mostly the words the agent just said (``said()``)."""
         if self.is_backchannel(text):
             return True
-        if not self.cfg.echo_guard_ms or not said:
+        if not self.cfg.echo_guard_ms:
             return False
-        recent = set(normalize(said).split()[-30:])
+        recent = set(normalize(said()).split()[-30:])
         words = normalize(text).split()
         return sum(w in recent for w in words) >= 0.6 * len(words)
 

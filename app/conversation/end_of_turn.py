@@ -14,7 +14,7 @@ import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from dllm_voice.audio.vad import Endpointer
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 # Input kept for the end of turn heard in the speech: its 1.6 s window, and the pause's silence
 # until the score starts (the pause's ASR pass is done ~200 ms after the speech ends, p95 ~1 s).
 RECENT_MS = 3000

@@ -39,11 +39,14 @@ class LMThread:
         fut.add_done_callback(self._jobs.discard)
         return fut
 
+    @property
+    def warming(self) -> bool:
+        """A prefill is under way: the next one waits for it (it starts from where it left)."""
+        return self._warming is not None
+
     def prefill(self, messages: list[dict[str, str]]) -> None:
-        """Warm the session's cache with the prompt ``messages`` start, unless a prefill is
-        under way already (the next one starts from where it left)."""
-        if self._warming is not None:
-            return
+        """Warm the session's cache with the prompt ``messages`` start; one at a time
+        (``warming``)."""
         self._warming = fut = self.run(self.session.prefill, messages)
 
         def done(f: asyncio.Future[int]) -> None:

@@ -18,7 +18,7 @@ import copy
 import logging
 from collections import deque
 from collections.abc import AsyncIterable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 __all__ = ["Components", "VoiceSession"]
 log = logging.getLogger(__name__)
 EventFn = Callable[[events.Event], None]
-T = TypeVar("T")
 
 
 class VoiceSession:
@@ -118,12 +117,7 @@ class VoiceSession:
     def idle(self) -> bool:
         """No user speech in progress, no transcript pending, no answer running."""
         self.responses.reap()  # a source that waits for idle() feeds no frames, and frames reap
-        return (
-            not self.vad.in_speech
-            and not self.ears.final_pending
-            and not self.responses.answers
-            and not self.responses.closing
-        )
+        return not self.hearing_user() and not self.responses.answers and not self.responses.closing
 
     # ---- events --------------------------------------------------------------------------------
 
@@ -178,7 +172,7 @@ class VoiceSession:
         the words of the turn the partial passes agree on. The end-of-turn score at the pause
         then feeds only the last words: a cold 100-token history cost it 80-107 ms, a warm one
         18 ms with the whole question to feed and 14 with its last words (Zen 4)."""
-        if not self._closed and not self.responses.answers:
+        if not self._closed and not self.responses.answers and not self.lm_thread.warming:
             self.lm_thread.prefill(self.tm.lead(words))
 
     def _on_frame(self, frame: np.ndarray) -> None:

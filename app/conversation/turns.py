@@ -116,8 +116,8 @@ class TurnManager:
 
     def _not_for_us(self, text: str) -> bool:
         """A backchannel, or (echo guard on) mostly the words the agent itself just said."""
-        said = self.heard(self.answer_gen) if self.answer_gen is not None else ""
-        return self.barging.not_for_us(text, said)
+        gen = self.answer_gen
+        return self.barging.not_for_us(text, lambda: self.heard(gen) if gen is not None else "")
 
     def _next_gen(self) -> int:
         self.gen += 1
