@@ -127,6 +127,16 @@ void rows_matmul(const float *x, const float *wp, float *y, int m, int n, int k,
     ((fmt) == FMT_Q4_1 ? Q4_1_BYTES : (fmt) == FMT_Q8_0 ? Q8_0_BYTES                             \
      : (fmt) == FMT_Q4_F ? Q4_F_BYTES : Q8_F_BYTES)
 #define NIBBLES(fmt) ((fmt) == FMT_Q4_1 || (fmt) == FMT_Q4_F)
+/* The products over panels take `pick`: NULL for every panel of w, or a list of panels of w to
+ * compute, whose outputs come side by side (panel pick[u] in columns 16 u..16 u + 15, and n the
+ * columns of y): each is computed exactly as in the whole product. */
+#define PICKED(pick, p) ((size_t)((pick) ? (pick)[p] : (p)))
+/* Where the integer products prefetch from while multiplying a panel's block b (at pf + b
+ * bytes): QPREFETCH blocks ahead in the stream of panels, or the next picked panel's block b
+ * (with a pick, the panels after this one are seldom the next one read). */
+#define PREFETCH_AT(wq, pick, p, panels, pstride, wp, bytes)                                       \
+    ((pick) ? (wq) + PICKED(pick, (p) + 1 < (panels) ? (p) + 1 : (p)) * (pstride)                  \
+            : (wp) + QPREFETCH * (bytes))
 
 /* The scales of half h (inputs 16 h..16 h + 15) of the block at blk, 8 columns a register: d,
  * and m (none in Q8_0's). */
@@ -249,7 +259,7 @@ static inline __attribute__((always_inline)) void expand_blocks(const uint8_t *w
  * K_BLOCK slice of a panel is expanded once into an L1 buffer that every group multiplies like
  * an fp32 panel (panel_rows; whole forwards of 64 rows ~10 % faster). */
 static void quant_matmul_ws(const float *x, const uint8_t *wq, float *y, int m, int n, int k,
-                            int fmt) {
+                            int fmt, const int32_t *pick) {
     const int panels = n / PANEL, blocks = k / QK;
     const size_t pstride = QBYTES(fmt) * (size_t)blocks;
     if (m > 2 * ROWS) {
@@ -258,7 +268,7 @@ static void quant_matmul_ws(const float *x, const uint8_t *wq, float *y, int m, 
             float buf[K_BLOCK * PANEL] __attribute__((aligned(32)));
             for (int b0 = 0; b0 < blocks; b0 += K_BLOCK / QK) {
                 const int nb = blocks - b0 < K_BLOCK / QK ? blocks - b0 : K_BLOCK / QK;
-                const uint8_t *wp = wq + p * pstride;
+                const uint8_t *wp = wq + PICKED(pick, p) * pstride;
                 switch (fmt) { /* a constant format each: no branch in the loop */
                 case FMT_Q4_1: expand_blocks(wp, b0, nb, buf, FMT_Q4_1); break;
                 case FMT_Q8_0: expand_blocks(wp, b0, nb, buf, FMT_Q8_0); break;
@@ -272,15 +282,16 @@ static void quant_matmul_ws(const float *x, const uint8_t *wq, float *y, int m, 
         }
         return;
     }
-    const int np = m == 1 ? 2 : 1;
+    const int np = m == 1 && !pick ? 2 : 1; /* picked panels are not side by side */
 #pragma omp for schedule(static)
     for (int u = 0; u < (panels + np - 1) / np; u++) {
         const int p = u * np, two = p + 1 < panels && np == 2;
+        const uint8_t *wp = wq + PICKED(pick, p) * pstride;
         for (int g = 0, r0 = 0; r0 < m; r0 += GROUP_ROWS(m, g), g++) {
             const float *xr = x + (size_t)r0 * k;
             float *yr = y + (size_t)r0 * n + PANEL * p;
             /* constant row and panel counts and format: registers, no branch in the k loop */
-#define QR(R, NP, F) quant_rows(xr, wq + p * pstride, pstride, yr, R, NP, blocks, k, n, F); break
+#define QR(R, NP, F) quant_rows(xr, wp, pstride, yr, R, NP, blocks, k, n, F); break
 #define QUANT_ROWS_SWITCH(F)                                                                       \
     switch (GROUP_ROWS(m, g) * 2 + two) {                                                          \
     case 2: QR(1, 1, F); case 3: QR(1, 2, F);                                                      \
@@ -418,10 +429,11 @@ VNNI static inline __attribute__((always_inline)) __m512 input_codes(const uint8
 }
 
 /* Rows r < rows of y[., 0..15] = x[r] . one panel, from its blocks at wp (VQ4_1 / VQ8_0 layout);
- * xr: the rows' codes from row 0 of the group, k inputs a row. */
+ * xr: the rows' codes from row 0 of the group, k inputs a row; pf: what to prefetch while block b
+ * is multiplied, from pf + b bytes on (PREFETCH_AT). */
 VNNI static inline __attribute__((always_inline)) void vnni_rows(
-    XRows xr, const uint8_t *wp, float *y, const int rows, int blocks, int k, int n_dim,
-    const int q4) {
+    XRows xr, const uint8_t *wp, const uint8_t *pf, float *y, const int rows, int blocks, int k,
+    int n_dim, const int q4) {
     const size_t bytes = q4 ? VQ4_1_BYTES : VQ8_0_BYTES;
     const __m512i low = _mm512_set1_epi8(15);
     __m512 acc[VROWS];
@@ -431,7 +443,7 @@ VNNI static inline __attribute__((always_inline)) void vnni_rows(
         const uint8_t *blk = wp + b * bytes;
         /* into L2, not L1: 2 rows 6.4 -> 5.6 ms a forward, 1 row 5.1 -> 4.8 (Zen 4, rows.py) */
         for (size_t line = 0; line < bytes; line += 64)
-            _mm_prefetch((const char *)(blk + QPREFETCH * bytes + line), _MM_HINT_T1);
+            _mm_prefetch((const char *)(pf + b * bytes + line), _MM_HINT_T1);
         const uint8_t *codes = blk + (q4 ? 4 : 2) * PANEL;
         __m512i s0[VROWS], s1[VROWS];
         for (int r = 0; r < rows; r++)
@@ -493,9 +505,9 @@ VNNI static inline __attribute__((always_inline)) void vnni_rows(
 
 /* As quant_matmul_ws, for weights in the VNNI layouts and x already rounded (quantize_rows). */
 VNNI static void vnni_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, int k,
-                                int q4) {
+                                int q4, const int32_t *pick) {
     const int panels = n / PANEL, blocks = k / QK;
-    const size_t pstride = (q4 ? VQ4_1_BYTES : VQ8_0_BYTES) * (size_t)blocks;
+    const size_t bytes = q4 ? VQ4_1_BYTES : VQ8_0_BYTES, pstride = bytes * (size_t)blocks;
 #pragma omp for schedule(static)
     for (int p = 0; p < panels; p++)
         for (int g = 0, r0 = 0; r0 < m; r0 += VGROUP_ROWS(m, g), g++) {
@@ -503,10 +515,11 @@ VNNI static void vnni_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, in
             const size_t rk = (size_t)r0 * k;
             XRows xg = {xr.q + rk, xr.hi + rk, xr.lo + rk, xr.d + rb, xr.sum + rb, xr.out + rb,
                         xr.at + rb};
-            const uint8_t *wp = wq + p * pstride;
+            const uint8_t *wp = wq + PICKED(pick, p) * pstride;
+            const uint8_t *pf = PREFETCH_AT(wq, pick, p, panels, pstride, wp, bytes);
             float *yr = y + (size_t)r0 * n + PANEL * p;
             /* constant row counts and format: registers, no branch in the block loop */
-#define VR(R, Q4) vnni_rows(xg, wp, yr, R, blocks, k, n, Q4); break
+#define VR(R, Q4) vnni_rows(xg, wp, pf, yr, R, blocks, k, n, Q4); break
 #define VNNI_ROWS_SWITCH(Q4)                                                                       \
     switch (VGROUP_ROWS(m, g)) {                                                                   \
     case 1: VR(1, Q4); case 2: VR(2, Q4); case 3: VR(3, Q4); case 4: VR(4, Q4);                    \
@@ -607,7 +620,8 @@ static void quantize_rows_avx2(const float *x, int m, int k, XRows xr) {
 /* Rows r < rows of y[., 0..15] = x[r] . one panel of q8_0_vnni blocks at wp, as vnni_rows; f8:
  * q8_f_vnni blocks instead (FMT_Q8_F's fp32 d_lo, d_hi, m, then the codes as q8_0_vnni's): the
  * sums of inputs 0-15 and 16-31 finished apart, each with its own scale, then m sum(x). */
-static inline __attribute__((always_inline)) void int_rows(XRows xr, const uint8_t *wp, float *y,
+static inline __attribute__((always_inline)) void int_rows(XRows xr, const uint8_t *wp,
+                                                           const uint8_t *pf, float *y,
                                                            const int rows, int blocks, int k,
                                                            int n_dim, const int f8) {
     const size_t bytes = f8 ? Q8_F_BYTES : VQ8_0_BYTES;
@@ -617,7 +631,7 @@ static inline __attribute__((always_inline)) void int_rows(XRows xr, const uint8
     for (int b = 0; b < blocks; b++) {
         const uint8_t *blk = wp + b * bytes, *codes = blk + (f8 ? 12 : 2) * PANEL;
         for (size_t line = 0; line < bytes; line += 64)
-            _mm_prefetch((const char *)(blk + QPREFETCH * bytes + line), _MM_HINT_T0);
+            _mm_prefetch((const char *)(pf + b * bytes + line), _MM_HINT_T0);
         for (int h = 0; h < (f8 ? 2 : 1); h++) {
             __m256i s[IROWS][2];
             for (int r = 0; r < rows; r++)
@@ -684,18 +698,20 @@ static inline __attribute__((always_inline)) void int_rows(XRows xr, const uint8
 #define IGROUP_ROWS(m, g) ((m) / IGROUPS(m) + ((g) < (m) % IGROUPS(m)))
 
 /* As vnni_matmul_ws for Q8_0 (f8: q8_f_vnni), on AVX2. */
-static void int_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, int k, int f8) {
+static void int_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, int k, int f8,
+                          const int32_t *pick) {
     const int panels = n / PANEL, blocks = k / QK;
-    const size_t pstride = (f8 ? Q8_F_BYTES : VQ8_0_BYTES) * (size_t)blocks;
+    const size_t bytes = f8 ? Q8_F_BYTES : VQ8_0_BYTES, pstride = bytes * (size_t)blocks;
 #pragma omp for schedule(static)
     for (int p = 0; p < panels; p++)
         for (int g = 0, r0 = 0; r0 < m; r0 += IGROUP_ROWS(m, g), g++) {
             const size_t rb = (size_t)r0 * blocks, rk = (size_t)r0 * k;
             XRows xg = {xr.q + rk, xr.hi + rk, xr.lo + rk, xr.d + rb, xr.sum + rb, xr.out + rb,
                         xr.at + rb};
-            const uint8_t *wp = wq + p * pstride;
+            const uint8_t *wp = wq + PICKED(pick, p) * pstride;
+            const uint8_t *pf = PREFETCH_AT(wq, pick, p, panels, pstride, wp, bytes);
             float *yr = y + (size_t)r0 * n + PANEL * p;
-#define IR(R, F) int_rows(xg, wp, yr, R, blocks, k, n, F); break
+#define IR(R, F) int_rows(xg, wp, pf, yr, R, blocks, k, n, F); break
 #define INT_ROWS_SWITCH(F)                                                                         \
     switch (IGROUP_ROWS(m, g)) {                                                                   \
     case 1: IR(1, F); case 2: IR(2, F); case 3: IR(3 < IROWS ? 3 : IROWS, F);                      \
@@ -721,14 +737,15 @@ static void quantize_x(const float *x, int m, int k, XRows xr, int q4) {
         quantize_rows_avx2(x, m, k, xr);
 }
 
-static void int_products_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, int k, int fmt) {
+static void int_products_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, int k, int fmt,
+                            const int32_t *pick) {
     const int q4 = fmt == FMT_Q4_1_INT;
     if (fmt == FMT_Q8_F_INT) /* AVX2's on every CPU: the codes are alike, VNNI's or not */
-        int_matmul_ws(xr, wq, y, m, n, k, 1);
+        int_matmul_ws(xr, wq, y, m, n, k, 1, pick);
     else if (use_vnni())
-        vnni_matmul_ws(xr, wq, y, m, n, k, q4);
+        vnni_matmul_ws(xr, wq, y, m, n, k, q4, pick);
     else
-        int_matmul_ws(xr, wq, y, m, n, k, 0);
+        int_matmul_ws(xr, wq, y, m, n, k, 0, pick);
 }
 
 #define VNNI_FMT(fmt) ((fmt) == FMT_Q4_1_INT || (fmt) == FMT_Q8_0_INT || (fmt) == FMT_Q8_F_INT)
@@ -736,16 +753,16 @@ static void int_products_ws(XRows xr, const uint8_t *wq, float *y, int m, int n,
 /* y = x @ w.T from GGUF blocks in fmt 1 Q4_1, 2 Q8_0, 5 Q4_F, 6 Q8_F (fp32 products) or 3 Q4_1,
  * 4 Q8_0 (the VNNI layouts, integer products: VNNI, or for 4 AVX2 where VNNI is absent). */
 void quant_matmul(const float *x, const uint8_t *wq, float *y, int m, int n, int k, int threads,
-                  int fmt) {
+                  int fmt, const int32_t *pick) {
     if (!VNNI_FMT(fmt)) {
 #pragma omp parallel num_threads(threads)
-        quant_matmul_ws(x, wq, y, m, n, k, fmt);
+        quant_matmul_ws(x, wq, y, m, n, k, fmt, pick);
         return;
     }
     const XRows xr = xrows_alloc(m, k);
     quantize_x(x, m, k, xr, fmt == FMT_Q4_1_INT);
 #pragma omp parallel num_threads(threads)
-    int_products_ws(xr, wq, y, m, n, k, fmt);
+    int_products_ws(xr, wq, y, m, n, k, fmt, pick);
     free(xr.d);
 }
 
@@ -811,6 +828,157 @@ void argmax_rows(const float *x, int m, int k, int64_t *out) {
                 best = i;
         out[r] = best;
     }
+}
+
+/* --- The head's sketch: greedy decoding without the whole head -------------------------------
+ *
+ * A greedy step needs the argmax of the logits, not the logits. Gemma 3's head is 262144 x 640
+ * (Q8_0: 178 MB, 10 of a 17 ms step at one thread on Zen 3), read whole every step. The sketch
+ * is a 4-bit copy S of the head W (per row and 32 inputs an fp16 scale, codes 0..15 standing for
+ * -8..7: 0.53 of Q8_0's bytes) with, per row i, rn_i = |W_i - S_i| and sn_i = |S_i|. One pass
+ * over it (int8 x, vpmaddubsw) gives each row an estimate a_i = S_i . x8 and an upper bound
+ * u_i = a_i + rn_i |x| + sn_i |x - x8| (+ the slack of the int16 rounding of x in the exact
+ * product and of fp32 sums): by Cauchy-Schwarz no exact logit exceeds its bound. The caller
+ * (kernels/cpu_rows.py `head_argmax`) then computes exactly, with the product's own code and so
+ * its own bits, the panel of the best estimate and every panel whose bound reaches that panel's
+ * best logit: the argmax among them is the whole head's, ties included. On Gemma 3's answers
+ * the bound leaves a median 4 % of the panels to compute, but most of them where the model is
+ * unsure of its next token (model/transformer.py HeadSketch decides when to sketch). x is
+ * rounded per 16 inputs (per 32 the bound's x term left 1.1x the panels).
+ *
+ * Layout (pack_sketch): per panel of 16 rows and block of 32 inputs, d[16] fp16, then 8 chunks
+ * of 32 bytes whose byte 2 j + i holds input 2 c + i of row j in its low nibble and input
+ * 16 + 2 c + i in its high one (vpmaddubsw's pairs); the bounds (panels, 2, 16) fp32: rn[16],
+ * sn[16], rn -inf for padding rows. */
+#define SK_BYTES (2 * PANEL + QK * PANEL / 2)
+#define SK_ROWS 3 /* rows of x a pass over a block keeps in registers (4 per row) */
+
+/* Rows r < rows: for the panel at wp with bounds bd, its largest estimate top[r] and its largest
+ * upper bound upper[r]; xq: int8 codes (k a row), xd: their scales, xs: 8 sum(codes), each per
+ * 16 inputs; ab: each row's (a, b) of u = est + rn a + sn b. */
+static inline __attribute__((always_inline)) void sketch_rows(
+    const int8_t *xq, const float *xd, const int32_t *xs, const float *ab, const uint8_t *wp,
+    const float *bd, int blocks, int k, const int rows, float *top, float *upper, int panels) {
+    const __m256i low = _mm256_set1_epi8(15);
+    __m256 acc[SK_ROWS][2];
+    for (int r = 0; r < rows; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int b = 0; b < blocks; b++) {
+        const uint8_t *blk = wp + (size_t)b * SK_BYTES, *codes = blk + 2 * PANEL;
+        for (size_t line = 0; line < SK_BYTES; line += 64)
+            _mm_prefetch((const char *)(blk + QPREFETCH * SK_BYTES + line), _MM_HINT_T0);
+        /* int16 sums of 8 pair products each, |.| <= 8 * 2 * 15 * 127 < 32768 */
+        __m256i s[SK_ROWS][2];
+        for (int r = 0; r < rows; r++)
+            s[r][0] = s[r][1] = _mm256_setzero_si256();
+        for (int c = 0; c < 8; c++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(codes + 32 * c));
+            const __m256i lo = _mm256_and_si256(v, low);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+            for (int r = 0; r < rows; r++) {
+                const int16_t *xp = (const int16_t *)(xq + (size_t)r * k + QK * b);
+                s[r][0] = _mm256_add_epi16(s[r][0],
+                                           _mm256_maddubs_epi16(lo, _mm256_set1_epi16(xp[c])));
+                s[r][1] = _mm256_add_epi16(s[r][1],
+                                           _mm256_maddubs_epi16(hi, _mm256_set1_epi16(xp[8 + c])));
+            }
+        }
+        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
+        for (int r = 0; r < rows; r++)
+            for (int h = 0; h < 2; h++) { /* inputs 16 h..16 h + 15, with their own scale */
+                const size_t at = 2 * ((size_t)r * blocks + b) + h;
+                const __m256i off = _mm256_set1_epi32(xs[at]); /* codes - 8: 8 sum(x8) apart */
+                const __m256i t0 = _mm256_sub_epi32(
+                    _mm256_cvtepi16_epi32(_mm256_castsi256_si128(s[r][h])), off);
+                const __m256i t1 = _mm256_sub_epi32(
+                    _mm256_cvtepi16_epi32(_mm256_extracti128_si256(s[r][h], 1)), off);
+                const __m256 dx = _mm256_set1_ps(xd[at]);
+                acc[r][0] = _mm256_fmadd_ps(_mm256_mul_ps(d0, dx), _mm256_cvtepi32_ps(t0),
+                                            acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(_mm256_mul_ps(d1, dx), _mm256_cvtepi32_ps(t1),
+                                            acc[r][1]);
+            }
+    }
+    for (int r = 0; r < rows; r++) {
+        const __m256 a = _mm256_set1_ps(ab[2 * r]), bb = _mm256_set1_ps(ab[2 * r + 1]);
+        __m256 u[2], e[2];
+        for (int h = 0; h < 2; h++) { /* padding rows: rn -inf, so u -inf and e = min(a, u) */
+            u[h] = _mm256_fmadd_ps(_mm256_loadu_ps(bd + 8 * h), a,
+                                   _mm256_fmadd_ps(_mm256_loadu_ps(bd + PANEL + 8 * h), bb,
+                                                   acc[r][h]));
+            e[h] = _mm256_min_ps(acc[r][h], u[h]);
+        }
+        float vu[8], ve[8];
+        _mm256_storeu_ps(vu, _mm256_max_ps(u[0], u[1]));
+        _mm256_storeu_ps(ve, _mm256_max_ps(e[0], e[1]));
+        float mu = vu[0], me = ve[0];
+        for (int j = 1; j < 8; j++) {
+            mu = vu[j] > mu ? vu[j] : mu;
+            me = ve[j] > me ? ve[j] : me;
+        }
+        upper[(size_t)r * panels] = mu;
+        top[(size_t)r * panels] = me;
+    }
+}
+
+/* x (m, k) against the sketch (panels of 16 rows, k / 32 blocks of SK_BYTES) and its bounds:
+ * top and upper (m, panels), as sketch_rows gives them. */
+void sketch_pass(const float *x, int m, int k, const uint8_t *sk, const float *bounds, int panels,
+                 float *top, float *upper, int threads) {
+    const int blocks = k / QK;
+    int8_t *xq = malloc((size_t)m * k);
+    const int halves = 2 * blocks; /* x's scales per 16 inputs */
+    float *xd = malloc(sizeof(float) * ((size_t)m * halves + 2 * (size_t)m));
+    int32_t *xs = malloc(sizeof(int32_t) * (size_t)m * halves);
+    float *ab = xd + (size_t)m * halves;
+    /* the slack: the exact product's int16 rounding of x (|x~ - x| <= sqrt(k) |x| / 65534) and
+     * the fp32 sums of both products (~(k / 32 + 8) roundings), over |x| */
+    const double slack = sqrt((double)k) / 65534.0 + (k / QK + 8) * 1.2e-7 + 1e-6;
+    for (int r = 0; r < m; r++) {
+        double xx = 0.0, ee = 0.0;
+        for (int b = 0; b < halves; b++) {
+            const float *xb = x + (size_t)r * k + QK / 2 * b;
+            float amax = 0.0f;
+            for (int i = 0; i < QK / 2; i++)
+                amax = fabsf(xb[i]) > amax ? fabsf(xb[i]) : amax;
+            const float dx = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            int32_t sum = 0;
+            for (int i = 0; i < QK / 2; i++) {
+                const int q = (int)lrintf(xb[i] * inv);
+                const int c = q > 127 ? 127 : q < -127 ? -127 : q;
+                xq[(size_t)r * k + QK / 2 * b + i] = (int8_t)c;
+                sum += c;
+                const double err = (double)xb[i] - (double)dx * c;
+                xx += (double)xb[i] * xb[i];
+                ee += err * err;
+            }
+            xd[(size_t)r * halves + b] = dx;
+            xs[(size_t)r * halves + b] = 8 * sum;
+        }
+        const double nx = sqrt(xx), e = sqrt(ee);
+        ab[2 * r] = (float)(nx * (1.0 + slack) + 1e-30);
+        ab[2 * r + 1] = (float)(e * (1.0 + 1e-6) + nx * slack);
+    }
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int p = 0; p < panels; p++) {
+        const uint8_t *wp = sk + (size_t)p * blocks * SK_BYTES;
+        const float *bd = bounds + (size_t)p * 2 * PANEL;
+        for (int r0 = 0; r0 < m; r0 += SK_ROWS) {
+            const int rows = m - r0 < SK_ROWS ? m - r0 : SK_ROWS;
+            const size_t rb = (size_t)r0 * halves;
+            float *t = top + (size_t)r0 * panels + p, *u = upper + (size_t)r0 * panels + p;
+#define SKR(R) sketch_rows(xq + (size_t)r0 * k, xd + rb, xs + rb, ab + 2 * r0, wp, bd, blocks, k, \
+                           R, t, u, panels); break
+            switch (rows) {
+            case 1: SKR(1); case 2: SKR(2); default: SKR(SK_ROWS);
+            }
+#undef SKR
+        }
+    }
+    free(xq);
+    free(xd);
+    free(xs);
 }
 
 /* e^x for x <= 0, 8 at a time: 2^n e^r with n = round(x / ln 2), |r| <= ln 2 / 2, e^r by a
@@ -979,11 +1147,11 @@ static void matmul_fmt_ws(const float *x, const void *w, int fmt, float *y, int 
     if (fmt == 0) {
         rows_matmul_ws(x, (const float *)w, y, m, n, k);
     } else if (!VNNI_FMT(fmt)) {
-        quant_matmul_ws(x, (const uint8_t *)w, y, m, n, k, fmt);
+        quant_matmul_ws(x, (const uint8_t *)w, y, m, n, k, fmt, NULL);
     } else {
 #pragma omp single
         quantize_x(x, m, k, xr, fmt == FMT_Q4_1_INT);
-        int_products_ws(xr, (const uint8_t *)w, y, m, n, k, fmt);
+        int_products_ws(xr, (const uint8_t *)w, y, m, n, k, fmt, NULL);
     }
 }
 

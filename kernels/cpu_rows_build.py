@@ -71,8 +71,16 @@ def load() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(_build()))
     lib.rows_matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
     lib.rows_matmul.restype = None
-    lib.quant_matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 5
+    lib.quant_matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 5 + [ctypes.c_void_p]
     lib.quant_matmul.restype = None
+    lib.sketch_pass.argtypes = (
+        [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        + [ctypes.c_void_p] * 2
+        + [ctypes.c_int]
+        + [ctypes.c_void_p] * 2
+        + [ctypes.c_int]
+    )
+    lib.sketch_pass.restype = None
     lib.vnni_supported.restype = ctypes.c_int
     norm_args = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]
     lib.rms_norm_rows.argtypes = norm_args

@@ -177,10 +177,16 @@ def decode_ar(req: DecodeRequest) -> Steps:
             yield []
     assert logits is not None
     token = torch.empty(1, 1, dtype=torch.long, device=req.model.embed.weight.device)  # (1, 1)
+    t = req.sampler(logits)
+    sketched = req.sampler.greedy and req.model.sketched  # the argmax without the logits
     for _ in range(req.max_new_tokens):
-        t = req.sampler(logits)
         yield [t]
         token.fill_(t)
+        if sketched:
+            out = req.run(token, cache=req.cache, logits="none", hidden=True)
+            assert out.hidden_normed is not None
+            t = req.model.head_argmax(out.hidden_normed[0])[0]
+            continue
         out = req.run(token, cache=req.cache)
         assert out.logits is not None
-        logits = out.logits[0, -1]
+        t = req.sampler(out.logits[0, -1])

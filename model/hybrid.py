@@ -195,26 +195,34 @@ class HybridStepper:
         first_logit_row: int,
         positions: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append `rows` to the cache; logits (R, V) and normed hidden (R, dim) of rows
-        first_logit_row.. (the output head runs only where a row checks a draft)."""
+        head: bool = True,
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Append `rows` to the cache; logits (R, V) (None without the `head`) and normed hidden
+        (R, dim) of rows first_logit_row.. (the head runs only where a row checks a draft)."""
         ids = torch.tensor([rows], device=self.dev)  # (1, T)
         out = self.req.run(
-            ids, cache=self.cache, positions=positions, mask=mask, logits=first_logit_row,
-            hidden=True,
+            ids, cache=self.cache, positions=positions, mask=mask,
+            logits=first_logit_row if head else "none", hidden=True,
         )  # fmt: skip
-        assert out.logits is not None and out.hidden_normed is not None
-        return out.logits[0], out.hidden_normed[0, first_logit_row:]  # (R, V), (R, dim)
+        assert out.hidden_normed is not None
+        logits = None if out.logits is None else out.logits[0]
+        return logits, out.hidden_normed[0, first_logit_row:]  # (R, V), (R, dim)
 
-    def accept(self, logits: torch.Tensor, tree: DraftTree) -> tuple[list[int], int]:
+    def accept(
+        self, logits: torch.Tensor | None, tree: DraftTree, normed: torch.Tensor | None = None
+    ) -> tuple[list[int], int]:
         """(accepted path of tree nodes, bonus token) from logits (1 + nodes, V) of [anchor] +
-        tree; row 1 + j predicts what follows node j. The tree's forced nodes (a chain) are
-        committed already (parallel mode) and count as accepted."""
+        tree (None: greedy on a sketched head, from the rows' normed hidden states); row 1 + j
+        predicts what follows node j. The tree's forced nodes (a chain) are committed already
+        (parallel mode) and count as accepted."""
         kids, sampler = tree.children(), self.req.sampler
         path = list(range(tree.forced))
         node = tree.forced - 1  # -1: the anchor
         if sampler.greedy:
-            if logits.is_cuda:  # the Triton kernel: one pass over the vocabulary per row
+            if logits is None:
+                assert normed is not None
+                argmax = self.model.head_argmax(normed)
+            elif logits.is_cuda:  # the Triton kernel: one pass over the vocabulary per row
                 d = torch.tensor(tree.tokens, dtype=torch.long, device=logits.device)
                 argmax = verify_select(logits, d, check_drafts=False).argmax.tolist()
             else:  # its CPU fallback also computes softmax statistics greedy does not read
@@ -228,6 +236,7 @@ class HybridStepper:
         # Recursive rejection sampling over each node's children (one-hot drafts): accept child
         # c with probability r(c), else remove c from r and renormalise; if none is accepted,
         # sample r. The committed token is distributed exactly as p, whatever the drafts.
+        assert logits is not None
         p = sampler.probs(logits)  # (1 + nodes, V): exactly the distribution `ar` samples from
         while True:
             r = p[node + 1]
@@ -258,12 +267,17 @@ class HybridStepper:
             mask[len(pre) + 1 :, at + 1 :] = tree.mask()  # (T, S + T), True = visible
         tap = tap_row(self.req, len(pre))
         first = len(pre) if tap is None else tap
-        logits, normed = self.forward_rows(rows, first, positions, mask)
+        # greedy on a sketched head needs no logits for a lone row (no drafts to check), but
+        # the tapped row's reader does
+        lone = len(rows) - first <= cpu_rows.SKETCH_ROWS
+        head = tap is not None or not (self.req.sampler.greedy and self.model.sketched and lone)
+        logits, normed = self.forward_rows(rows, first, positions, mask, head)
         if tap is not None:
+            assert logits is not None
             if self.req.on_tap is not None:
                 self.req.on_tap(logits[0], normed[0])
             logits, normed = logits[len(pre) - tap :], normed[len(pre) - tap :]
-        path, bonus = self.accept(logits, tree)
+        path, bonus = self.accept(logits, tree, normed)
         self.cache.move(at + 1, [at + 1 + j for j in path])
         self.cache.truncate(at + 1 + len(path))
         tokens = [tree.tokens[j] for j in path]

@@ -20,7 +20,7 @@ other kernels; `.to()` and state_dict do it themselves).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import NamedTuple, Protocol, cast
 
@@ -111,6 +111,43 @@ class Embedding(BlockWeight, nn.Embedding):
         return x if self.scale == 1.0 else x * self.scale
 
 
+class HeadSketch:
+    """A head's sketch (cpu_rows.pack_sketch) and when to use it. The bound leaves few panels to
+    compute where the model is sure of its next token (Gemma 3 answering: a median 4 % of its
+    262K-row head) and most of them where it is not (flat logits), where the sketch's pass is
+    paid for nothing. Sureness comes in runs, so each step decides from the last: after a
+    sketched step that computed over HIGH of the panels the next one takes the whole head, and
+    after a whole head the next one is sketched where at most NEAR of the rows came within a
+    typical bound of the top logit (an estimate of what the sketch would have computed). On
+    Gemma 3's answers this took a head from 9.0 to 7.2 ms a step, against 8.1 always sketched
+    (the ids are the same either way)."""
+
+    MIN_VOCAB = 100_000  # vocabularies where the head is a large share of a step (128K-262K)
+    HIGH = 0.2
+    NEAR = 0.004
+
+    def __init__(self, sketch: cpu_rows.Sketch) -> None:
+        self.sketch, self.use = sketch, True
+        rn, sn = sketch.bounds[:, 0], sketch.bounds[:, 1]
+        real = rn.isfinite()
+        # a typical row's bound over its estimate, per unit of |x| (x's rounding: ~1 % of |x|)
+        self.slack = float(rn[real].median() + 0.01 * sn[real].median())
+
+    def argmax(self, normed: torch.Tensor, head: Callable[[], torch.Tensor],
+               panels: cpu_rows.Panels) -> list[int]:  # fmt: skip
+        """`normed`'s argmax ids: sketched, or from `head()`'s logits (R, V)."""
+        if self.use:
+            ids, share = cpu_rows.head_argmax(normed, panels, self.sketch)
+            self.use = share <= self.HIGH
+            return ids
+        logits = head()
+        top = logits.amax(-1, keepdim=True)
+        floor = top - self.slack * torch.linalg.vector_norm(normed, dim=-1, keepdim=True)
+        near = (logits >= floor).sum(-1).amax()
+        self.use = int(near) <= self.NEAR * logits.shape[-1]
+        return cpu_rows.argmax(logits)
+
+
 class Transformer(nn.Module):
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
@@ -128,6 +165,7 @@ class Transformer(nn.Module):
         self.rope_cos = self.rope_sin = torch.empty(0)
         self.rope_cos_local = self.rope_sin_local = torch.empty(0)  # sliding-window layers'
         self._head_packed: Packed | None = None  # a tied head's (an untied one is `output`)
+        self._sketch: HeadSketch | None = None  # greedy steps' head (`head_argmax`)
         self.register_load_state_dict_post_hook(lambda m, _: m._drop_packed())
 
     @property
@@ -150,6 +188,24 @@ class Transformer(nn.Module):
         if self.output is not None:
             return self.output(normed).float()
         return linear(normed, self.embed.weight, self._head_packed).float()
+
+    @property
+    def sketched(self) -> bool:
+        """`head_argmax` skips most of the head here: decoders that only need the argmax ask
+        for the final-normed rows instead of logits."""
+        return self._sketch is not None
+
+    def head_argmax(self, normed: torch.Tensor) -> list[int]:
+        """Each row's argmax of `head(normed)` (R, dim), ties to the first, as greedy decoding
+        takes it: through the head's sketch where it has one (kernels/cpu_rows.py
+        `head_argmax`: the same ids from ~0.4 of the head's bytes on Gemma 3), else over the
+        logits."""
+        sk = self._sketch
+        if sk is not None and len(normed) <= cpu_rows.SKETCH_ROWS:
+            head = self._head_packed if self.output is None else self.output.packed
+            assert isinstance(head, cpu_rows.Panels)
+            return sk.argmax(normed, lambda: self.head(normed), head)
+        return cpu_rows.argmax(self.head(normed))
 
     def set_quantized(self, quant: dict[str, cpu_rows.Quantized]) -> None:
         """Keep the GGUF blocks each matrix was read from (state-dict name -> blocks; the
@@ -174,6 +230,11 @@ class Transformer(nn.Module):
             if isinstance(m, Linear):
                 m.pack(kind)
         self._head_packed = self.embed.packed_copy(kind) if self.output is None else None
+        head = self._head_packed if self.output is None else self.output.packed
+        quant, self._sketch = self.head_matrix.quant, None
+        blocks = isinstance(head, cpu_rows.Panels) and head.fmt != "f32"
+        if quant is not None and blocks and quant.rows.shape[0] >= HeadSketch.MIN_VOCAB:
+            self._sketch = HeadSketch(cpu_rows.pack_sketch(quant))
         return self
 
     def materialize(self) -> Transformer:
@@ -209,10 +270,10 @@ class Transformer(nn.Module):
         for m in self.modules():
             if isinstance(m, Linear):
                 m.packed = None
-        self._head_packed = None
+        self._head_packed = self._sketch = None
 
     def _apply(self, fn, recurse=True):  # noqa: ANN001 - nn.Module's signature
-        self._head_packed = None
+        self._head_packed = self._sketch = None
         self._rope_len = 0  # the rope tables follow the weights' dtype and device: rebuilt
         return super()._apply(fn, recurse)
 

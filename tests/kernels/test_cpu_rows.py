@@ -211,3 +211,39 @@ def test_integer_products_where_the_cpu_has_them() -> None:
     for fmt in ("q8_0", "q4_1", "q8_f"):
         packed = cpu_rows.pack_quant(cpu_rows.random_quantized(fmt, 16, 64, gen))
         assert packed.integer == cpu_rows.integer_products(fmt)
+
+
+@needs_kernel
+@pytest.mark.parametrize("fmt", ["q8_0", "q8_f", "q4_1", "q4_f"])
+@pytest.mark.parametrize("n,k", [(300, 64), (1000, 96), (4099, 640)])
+def test_head_argmax_is_the_whole_heads(fmt: str, n: int, k: int) -> None:
+    """The sketch's argmax equals the whole product's, ties to the first, for rows near one
+    head row (few panels computed: the pick path) and for random rows (flat logits: the whole
+    head); a picked panel's columns are the whole product's, bit for bit."""
+    gen = torch.Generator().manual_seed(n + k)
+    q = cpu_rows.random_quantized(fmt, n, k, gen)
+    w, panels, sketch = cpu_rows.dequantize(q), cpu_rows.pack_quant(q), cpu_rows.pack_sketch(q)
+    assert sketch.data.shape == (-(-n // 16), k // 32, cpu_rows.SKETCH_BYTES)
+    targets = torch.randint(0, n, (12,), generator=gen)
+    near = w[targets] / w[targets].norm(dim=1, keepdim=True) * 8
+    near += 0.05 * torch.randn(near.shape, generator=gen)
+    shares = []
+    for x in [*near, *torch.randn(4, k, generator=gen)]:
+        x = x[None]
+        whole = cpu_rows.matmul(x, None, panels)
+        ids, share = cpu_rows.head_argmax(x, panels, sketch)
+        assert ids == cpu_rows.argmax(whole)
+        shares.append(share)
+    assert min(shares[:12]) < cpu_rows.SKETCH_WHOLE  # the picked panels decided these
+    j = int(w.norm(dim=1).argmax())  # x = its row: no other row's logit is larger
+    twin = cpu_rows.Quantized(fmt, torch.cat([q.rows, q.rows[j : j + 1]]))  # row n ties with j
+    x = w[j : j + 1]
+    assert cpu_rows.argmax(cpu_rows.matmul(x, None, cpu_rows.pack_quant(twin))) == [j]
+    assert cpu_rows.head_argmax(x, cpu_rows.pack_quant(twin), cpu_rows.pack_sketch(twin))[0] == [j]
+    x = torch.randn(3, k, generator=gen)
+    pick = torch.tensor([2, 0, (n - 1) // 16], dtype=torch.int32)
+    y = cpu_rows._call(cpu_rows._loaded(), x, panels, pick)
+    whole = cpu_rows.matmul(x, None, panels)
+    for u, p in enumerate(pick.tolist()):
+        cols = min(16, n - 16 * p)
+        assert torch.equal(y[:, 16 * u : 16 * u + cols], whole[:, 16 * p : 16 * p + cols])

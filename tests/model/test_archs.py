@@ -15,7 +15,7 @@ from dllm_voice.model import hybrid  # noqa: F401 - registers the hybrid decoder
 from dllm_voice.model.config import LMConfig
 from dllm_voice.model.decode import DecodeRequest, Sampler, get_decoder
 from dllm_voice.model.loader import load
-from dllm_voice.model.transformer import Transformer
+from dllm_voice.model.transformer import HeadSketch, Transformer
 from testkit.gguf_models import ARCHS, reference_generate, reference_logits, reference_model
 
 PROMPT = [5, 17, 33, 101, 7, 64, 250, 3, 12, 90, 44]
@@ -127,3 +127,30 @@ def test_gemma3_270m_q4_k_m_matches_transformers(gemma_270m: str) -> None:
     atol = 0.05 if model.cpu_kernel == "vnni" else 2e-3
     assert torch.allclose(ours, ref, atol=atol, rtol=0), (ours - ref).abs().max()
     assert greedy_after(model, prompt, 16) == reference_generate(gemma_270m, prompt, 16)
+
+
+@pytest.mark.parametrize(("arch", "qtype"), [("gemma3", "q4_k_m"), ("llama", "q8_0")])
+def test_a_sketched_head_decodes_the_same_tokens(
+    tiny_gguf, monkeypatch: pytest.MonkeyPatch, arch: str, qtype: str
+) -> None:
+    """Greedy `ar` and `hybrid` through the head's sketch (model/transformer.py HeadSketch, for
+    large vocabularies; here for the tiny one) give the tokens the whole head gives, whether a
+    step takes the sketch or the whole head."""
+    monkeypatch.setattr(HeadSketch, "MIN_VOCAB", 0)
+    model, _ = load(tiny_gguf(arch, qtype), device="cpu")
+    if not model.sketched:
+        pytest.skip("no cpu_rows kernel here: no sketch")
+    sketch = model._sketch
+    assert sketch is not None
+    sketched = {d: greedy(model, d, 24) for d in ("ar", "hybrid")}
+    with torch.inference_mode():
+        normed = model(torch.tensor([PROMPT]), cache=model.new_cache(64), logits="none",
+                       hidden=True).hidden_normed[0]  # fmt: skip
+        for use in (True, False, True):
+            sketch.use = use
+            assert [model.head_argmax(row[None])[0] for row in normed] == model.head(normed).argmax(
+                -1
+            ).tolist()
+    model._sketch = None
+    assert not model.sketched
+    assert sketched == {d: greedy(model, d, 24) for d in ("ar", "hybrid")}
