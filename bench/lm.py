@@ -305,6 +305,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="add a hybrid/untuned row: the same settings without the profile",
     )
     ap.add_argument(
+        "--whole-head",
+        action="store_true",
+        help="add DECODER/whole-head rows: greedy steps on the whole head, not its sketch",
+    )
+    ap.add_argument(
         "--compare-drafter",
         default="",
         help="another drafter adapter file: adds a hybrid/drafter2 row that runs it (the drafter "
@@ -403,6 +408,9 @@ def decoder_runs(a: argparse.Namespace, cfg: LMConfig, lm: LM) -> dict[str, tupl
         )
     if a.untuned:
         runs["hybrid/untuned"] = (LM(lm.model, lm.tokenizer, cfg), "hybrid")
+    if a.whole_head:
+        whole = variant(head_sketch=False)
+        runs.update({f"{d}/whole-head": (whole, d) for d in decoders})
     for kind in (k.strip() for k in a.kernels.split(",") if k.strip()):
         runs.update(kernel_runs(a, cfg, kind))
     return runs

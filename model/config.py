@@ -36,6 +36,10 @@ class LMConfig:
         2048, "context budget; oldest non-system turns are dropped beyond it", min=64, max=131072
     )
     threads: int = setting(0, "torch CPU threads, 0 = torch default", min=0, max=256)
+    head_sketch: bool = setting(
+        True, "greedy steps find the next token through a 4-bit sketch of a large head (100K+ "
+        "rows, CPU), the same token from ~half its bytes"
+    )  # fmt: skip
     # --- hybrid / parallel decoders (model/hybrid.py) ------------------------------------------
     draft_len: int = setting(
         12, "draft tokens (tree nodes) verified per forward, and the deepest draft", min=1, max=32

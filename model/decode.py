@@ -178,7 +178,7 @@ def decode_ar(req: DecodeRequest) -> Steps:
     assert logits is not None
     token = torch.empty(1, 1, dtype=torch.long, device=req.model.embed.weight.device)  # (1, 1)
     t = req.sampler(logits)
-    sketched = req.sampler.greedy and req.model.sketched  # the argmax without the logits
+    sketched = req.sampler.greedy and req.cfg.head_sketch and req.model.sketched
     for _ in range(req.max_new_tokens):
         yield [t]
         token.fill_(t)

@@ -270,7 +270,8 @@ class HybridStepper:
         # greedy on a sketched head needs no logits for a lone row (no drafts to check), but
         # the tapped row's reader does
         lone = len(rows) - first <= cpu_rows.SKETCH_ROWS
-        head = tap is not None or not (self.req.sampler.greedy and self.model.sketched and lone)
+        sketched = self.req.sampler.greedy and self.req.cfg.head_sketch and self.model.sketched
+        head = tap is not None or not (sketched and lone)
         logits, normed = self.forward_rows(rows, first, positions, mask, head)
         if tap is not None:
             assert logits is not None
