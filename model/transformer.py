@@ -180,6 +180,11 @@ class Transformer(nn.Module):
         return self.head_matrix.weight
 
     @property
+    def _head_panels(self) -> Packed | None:
+        """The output matrix's packed copy: the tied head's, or `output`'s."""
+        return self._head_packed if self.output is None else self.output.packed
+
+    @property
     def _head_quant(self) -> cpu_rows.Quantized | None:
         return self.head_matrix.quant
 
@@ -202,7 +207,7 @@ class Transformer(nn.Module):
         logits."""
         sk = self._sketch
         if sk is not None and len(normed) <= cpu_rows.SKETCH_ROWS:
-            head = self._head_packed if self.output is None else self.output.packed
+            head = self._head_panels
             assert isinstance(head, cpu_rows.Panels)
             return sk.argmax(normed, lambda: self.head(normed), head)
         return cpu_rows.argmax(self.head(normed))
@@ -230,8 +235,8 @@ class Transformer(nn.Module):
             if isinstance(m, Linear):
                 m.pack(kind)
         self._head_packed = self.embed.packed_copy(kind) if self.output is None else None
-        head = self._head_packed if self.output is None else self.output.packed
-        quant, self._sketch = self.head_matrix.quant, None
+        head = self._head_panels
+        quant, self._sketch = self._head_quant, None
         blocks = isinstance(head, cpu_rows.Panels) and head.fmt != "f32"
         if quant is not None and blocks and quant.rows.shape[0] >= HeadSketch.MIN_VOCAB:
             self._sketch = HeadSketch(cpu_rows.pack_sketch(quant))
@@ -251,8 +256,7 @@ class Transformer(nn.Module):
         packing: "vnni", "quant" or "rows" (kernels/cpu_rows.py from GGUF blocks with integer or
         fp32 products, or from fp32 weights), "onednn", or "plain" (unpacked: F.linear)."""
         first = cast(Block, self.layers[0]) if len(self.layers) else None
-        head = self._head_packed if self.output is None else self.output.packed
-        packed = head if first is None else first.attn.wqkv.packed
+        packed = self._head_panels if first is None else first.attn.wqkv.packed
         if packed is None:
             return "plain"
         if isinstance(packed, cpu_rows.Panels):
