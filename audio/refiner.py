@@ -97,7 +97,7 @@ class Refiner:
         # One window sized to the audio instead of faster-whisper's 30 s: 28 % less CPU, and
         # 4.2 % WER instead of 4.7 % (bench/speech.py --sections long).
         window_s = max(WINDOW_S, math.ceil(len(audio) / RATE_HZ + 0.3))
-        text, _, _ = windowed_pass(
+        text, *_ = windowed_pass(
             self._model, self._prompt, self._tok, audio, window_s, self._beam_size
         )
         return text

@@ -183,7 +183,10 @@ class StreamingTranscriber:
             last = self._joined(self._seg)
         ms = 1000.0 * (time.perf_counter() - t0)
         segments = (len(self._texts), self._prefix_k)
-        return Transcript(last.text, last.text, True, last.audio_ms, ms, segments, last.logprob)
+        return Transcript(
+            last.text, last.text, True, last.audio_ms, ms, segments, last.logprob,
+            last.alternatives,
+        )  # fmt: skip
 
     def _short_last_again(self, n: int) -> Transcript | None:
         """The turn up to sample ``n`` of a last segment of under _SHORT_LAST past its cut,

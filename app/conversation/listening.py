@@ -65,6 +65,7 @@ class Listener:
         # (utterance, heard ms, transcript) of the latest pass
         self.last_pass: tuple[int, float, Transcript] | None = None
         self._pause_heard: float | None = None  # the pause whose pass heard all the speech
+        self._heard: tuple[str, tuple[str, ...]] = ("", ())  # the newest pass: text, alternatives
         self._heard_ms = 0.0  # audio ms fed to the transcriber; ASR worker only
         # Where the user's words end (a final "s" included): what the pause's pass must hear.
         frames = RECENT_MS // session.cfg.audio.frame_ms + 1
@@ -196,6 +197,7 @@ class Listener:
         self._pass_at_ms = heard_ms
         if tr is not None:
             self.last_pass = (self.utt, heard_ms, tr)
+            self._heard = (tr.text, tr.alternatives)
         # The pass covers all the speech when it heard past the last word's sound, even a
         # regular pass the pause found running: no second pass. One that ended inside it goes
         # again at once. While the words' sound reaches the newest frame it may go on past what
@@ -221,6 +223,12 @@ class Listener:
             self._partial_again = False
             self.request_partial()
 
+    def alternatives(self, text: str) -> tuple[str, ...]:
+        """What else the newest pass heard, when ``text`` is what it heard best (a speculation's
+        pause pass, which the final reuses; () for an older or a typed text)."""
+        heard, alternatives = self._heard
+        return alternatives if heard == text else ()
+
     # ---- finals --------------------------------------------------------------------------------
 
     def request_final(self) -> None:
@@ -245,6 +253,7 @@ class Listener:
             return
         turn = s.tm.turn
         closed, whole = tr.segments
+        self._heard = (tr.text, tr.alternatives)
         s.trace(
             "asr_final", turn, s.tm.gen, text=tr.text, compute_ms=round(tr.compute_ms, 1),
             segments=closed, segments_whole=whole,

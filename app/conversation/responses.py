@@ -234,10 +234,11 @@ class Responses:
         box, chooser = self.s.tools.box, self.s.tools.chooser
         if not len(box) or box.choice == "none":
             return None
+        alternatives = self.s.ears.alternatives(text)
 
         def choose(state: torch.Tensor | None) -> Choice | None:
             row = None if state is None else state.float().cpu().numpy()
-            return chooser.choose(box, row, text)
+            return chooser.choose(box, row, text, alternatives)
 
         return choose
 

@@ -129,3 +129,24 @@ def test_merge_overlap_never_joins_on_an_earlier_repeat_of_the_phrase() -> None:
     text = "I want to bring one backpack."
     merged = merge_overlap(head, text)
     assert "glaciers and maybe the northern lights" in merged and merged.endswith("backpack.")
+
+
+def test_alternatives_hold_what_the_best_hearing_missed(asr) -> None:
+    # Whisper tiny.en mishears espeak-ng's robotic voices; its beam keeps the right words close
+    # behind ("What is the capital on France?" beside "… of France?").
+    said = [
+        ("What is the capital of France?", "espeak:en-gb"),
+        ("How late is it in Chicago now?", "espeak:en-us"),
+        ("Sorry, what date are we at today?", "espeak:en-us"),
+        ("How populous is Nigeria?", "piper"),
+    ]
+    missed = found = 0
+    for text, voice in said:
+        t = asr.transcribe(speech_pcm(text, voice=voice), final=True)
+        folded = [" ".join(words(h)) for h in (t.text, *t.alternatives)]
+        assert len(set(folded)) == len(folded), (t.text, t.alternatives)  # no repeats
+        assert len(t.alternatives) < ASRConfig().beam_size
+        if folded[0] != " ".join(words(text)):
+            missed += 1
+            found += " ".join(words(text)) in folded[1:]
+    assert missed and found, (missed, found)

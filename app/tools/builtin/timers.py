@@ -235,7 +235,7 @@ def _parse_list(text: str) -> dict[str, object] | None:
         return None
     listing = (
         r"\b(?:list|show|check|read|tell me|what|which|any|do i have|how(?:'s| is)|is there|"
-        r"are there|did i set|status|how far along)\b"
+        r"are there|did i set|status|how far along|run ?down|overview|summary|recap|go over)\b"
     )
     return {} if _ASKS.search(lower) or re.search(listing, lower) else None
 

@@ -1,5 +1,6 @@
 """The chooser's rule on a head with known outputs: the parsers decide among built-in tools in
-the head's order, the head alone only for a tool without a parser that it is sure of."""
+the head's order, the head alone only for a tool without a parser that it is sure of; what else
+the recognizer heard only when the best hearing makes no call."""
 
 from __future__ import annotations
 
@@ -45,3 +46,31 @@ def test_a_tool_without_a_parser_needs_the_head_to_be_sure():
     assert choice is not None and choice.tool.name == "weather" and choice.how == "head"
     unsure, state = head_giving({"weather": 0.6})
     assert ToolChooser(unsure, 0.9).choose(box(), state, "Will I need an umbrella?") is None
+
+
+def test_an_alternative_hearing_a_parser_reads_makes_the_call():
+    head, state = head_giving({NONE: 0.6, "calculate": 0.2})
+    heard = ("What's left if I have 63 apples in the 19?",)
+    alternatives = (
+        "what's left if I have 63 apples in the 19",
+        "What's left if I have 63 apples and eat 19?",
+    )
+    choice = ToolChooser(head, 0.9).choose(box(), state, heard[0], alternatives)
+    assert choice is not None and choice.tool.name == "calculate"
+    assert choice.how == "head+alternative" and choice.arguments is not None
+
+
+def test_the_best_hearing_goes_before_its_alternatives():
+    head, state = head_giving({"set_timer": 0.5, "calculate": 0.3})
+    choice = ToolChooser(head, 0.9).choose(
+        box(), state, "Set a timer for ten minutes.", ("Add ten and five.",)
+    )
+    assert choice is not None and choice.tool.name == "set_timer" and choice.how == "head+words"
+
+
+def test_no_alternative_is_read_where_the_head_is_sure_no_tool_is_needed():
+    head, state = head_giving({NONE: 0.95})
+    text, alternatives = "Can parrots count to ten?", ("Can parrots count 2 + 10?",)
+    assert ToolChooser(head, 0.9).choose(box(), state, text, alternatives) is None
+    head, state = head_giving({NONE: 0.7})
+    assert ToolChooser(head, 0.9).choose(box(), state, text, alternatives) is not None

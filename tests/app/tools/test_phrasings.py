@@ -206,6 +206,9 @@ def test_set_alarm_phrasings(text: str, at: str) -> None:
         "did i set an alarm",
         "is there a timer running",
         "timer status",
+        "give me a rundown of my timers",
+        "a quick overview of the alarms please",
+        "can you go over my timers",
     ],
 )
 def test_list_timers_phrasings(text: str) -> None:
