@@ -100,6 +100,7 @@ class _Decoder(Protocol):  # ctranslate2.models.Whisper
         prompts: list[list[int]],
         *,
         beam_size: int,
+        num_hypotheses: int,
         max_length: int,
         return_scores: bool,
         return_no_speech_prob: bool,
@@ -328,7 +329,8 @@ class WhisperASR:
             raise AudioFormatError(f"ASR wants mono 1-D 16 kHz PCM, got shape {pcm.shape}")
         audio = to_float32(pcm)
         audio_ms = 1000.0 * len(audio) / RATE_HZ
-        text, logprob, alternatives = "", None, ()
+        text, logprob = "", None
+        alternatives: tuple[str, ...] = ()
         if len(audio) >= FRAME and peak_dbfs((audio * 32767).astype(np.int16)) >= (
             self.cfg.min_rms_dbfs
         ):
