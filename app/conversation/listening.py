@@ -20,7 +20,7 @@ from dllm_voice.app.conversation import events
 from dllm_voice.app.conversation.end_of_turn import RECENT_MS
 from dllm_voice.app.conversation.ports import PCM16, Transcriber
 from dllm_voice.app.conversation.scheduler import LATER, URGENT, JobFuture
-from dllm_voice.audio.asr import Transcript, WordEnd
+from dllm_voice.audio.asr import EMPTY, Transcript, WordEnd
 
 if TYPE_CHECKING:
     from dllm_voice.app.config import Config
@@ -65,7 +65,7 @@ class Listener:
         # (utterance, heard ms, transcript) of the latest pass
         self.last_pass: tuple[int, float, Transcript] | None = None
         self._pause_heard: float | None = None  # the pause whose pass heard all the speech
-        self._heard: tuple[str, tuple[str, ...]] = ("", ())  # the newest pass: text, alternatives
+        self._heard = EMPTY  # the newest pass's transcript, partial or final
         self._heard_ms = 0.0  # audio ms fed to the transcriber; ASR worker only
         # Where the user's words end (a final "s" included): what the pause's pass must hear.
         frames = RECENT_MS // session.cfg.audio.frame_ms + 1
@@ -197,7 +197,7 @@ class Listener:
         self._pass_at_ms = heard_ms
         if tr is not None:
             self.last_pass = (self.utt, heard_ms, tr)
-            self._heard = (tr.text, tr.alternatives)
+            self._heard = tr
         # The pass covers all the speech when it heard past the last word's sound, even a
         # regular pass the pause found running: no second pass. One that ended inside it goes
         # again at once. While the words' sound reaches the newest frame it may go on past what
@@ -226,8 +226,7 @@ class Listener:
     def alternatives(self, text: str) -> tuple[str, ...]:
         """What else the newest pass heard, when ``text`` is what it heard best (a speculation's
         pause pass, which the final reuses; () for an older or a typed text)."""
-        heard, alternatives = self._heard
-        return alternatives if heard == text else ()
+        return self._heard.alternatives if self._heard.text == text else ()
 
     # ---- finals --------------------------------------------------------------------------------
 
@@ -253,7 +252,7 @@ class Listener:
             return
         turn = s.tm.turn
         closed, whole = tr.segments
-        self._heard = (tr.text, tr.alternatives)
+        self._heard = tr
         s.trace(
             "asr_final", turn, s.tm.gen, text=tr.text, compute_ms=round(tr.compute_ms, 1),
             segments=closed, segments_whole=whole,
