@@ -25,7 +25,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -78,7 +78,10 @@ class Session(Protocol):
     def on_audio_started(self, ans: Answer) -> None: ...
     def may_play(self) -> bool: ...  # False while an unsure end of turn holds answers silent
     def on_answer_finished(self, ans: Answer) -> None: ...
-    async def carry_out(self, ans: Answer, call: Call) -> Outcome | None: ...
+    def run_tool(self, call: Call) -> asyncio.Future[Outcome]: ...  # run, recorded by carry_out
+    async def carry_out(
+        self, ans: Answer, call: Call, started: asyncio.Future[Outcome] | None = None
+    ) -> Outcome | None: ...
 
 
 class Answer:
@@ -209,15 +212,35 @@ class Answer:
     # ---- a tool call ---------------------------------------------------------------------------
 
     async def _call(self, call: Call) -> None:
-        """Run ``call`` once released, then speak its result or answer from it with the LM."""
+        """Run ``call`` once released, then speak its result or answer from it with the LM. A
+        read-only tool runs at once, also on a speculation's guess of the turn: its sentence is
+        voiced ahead, held like an LM answer's first clause, and plays on release."""
+        early: asyncio.Future[Outcome] | None = None
+        ahead: str | None = None
+        if not self.released.is_set() and call.tool.read_only and not call.tool.client_side:
+            early = self.s.run_tool(call)
+            released = asyncio.ensure_future(self.released.wait())
+            either: list[asyncio.Future[Any]] = [early, released]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            released.cancel()
+            if early.done() and not self.cancelled:
+                ahead = early.result().said
+                if ahead is not None:
+                    self.say(ahead, last=False)
         await self.released.wait()
         if self.cancelled:
+            if early is not None:
+                early.cancel()
             return
-        outcome = await self.s.carry_out(self, call)
+        outcome = await self.s.carry_out(self, call, early)
         if self.cancelled:
             return
         if outcome is None:  # a client's tool: the client runs it and asks for the answer
             self._clauses.put_nowait(EndOfAnswerFrame(self.gen, "tool_call"))
+            return
+        if ahead is not None:  # its text, held back at the release, follows the call's events
+            self.s.emit_text(self, self.text)
+            self._end_said(ahead)
             return
         if outcome.said is not None:
             self.say(outcome.said, last=True)
@@ -236,8 +259,11 @@ class Answer:
         piece = f" {text}" if self.text else text
         self.on_text(piece, [*chunker.push(text), *chunker.flush()], self.token_ids)
         if last:
-            self.s.trace("lm_done", self.turn, self.gen, said=text)
-            self._clauses.put_nowait(EndOfAnswerFrame(self.gen, "said"))
+            self._end_said(text)
+
+    def _end_said(self, text: str) -> None:
+        self.s.trace("lm_done", self.turn, self.gen, said=text)
+        self._clauses.put_nowait(EndOfAnswerFrame(self.gen, "said"))
 
     # ---- TTS -----------------------------------------------------------------------------------
 

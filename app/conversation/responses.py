@@ -113,7 +113,7 @@ class Responses:
         self.s.trace("speculation", self.s.tm.turn, a.gen, result="hit", saved_ms=round(saved, 1))
         self._start_response(ans)
         ans.release()
-        if ans.text:
+        if ans.text and ans.call is None:  # a call's events go first (Answer._call)
             self.emit_text(ans, ans.text)
 
     def answer(self, a: StartAnswer) -> None:
@@ -242,9 +242,16 @@ class Responses:
 
         return choose
 
-    async def carry_out(self, ans: Answer, call: calls.Call) -> calls.Outcome | None:
+    def run_tool(self, call: calls.Call) -> asyncio.Future[calls.Outcome]:
+        """Start ``call`` on its own; ``carry_out`` records it once the turn is committed."""
+        return asyncio.ensure_future(calls.run(call, self.s.tools.ctx, self.s.tools.cfg.timeout_s))
+
+    async def carry_out(
+        self, ans: Answer, call: calls.Call, started: asyncio.Future[calls.Outcome] | None = None
+    ) -> calls.Outcome | None:
         """Run ``call`` for answer ``ans`` (a filler if it runs long), record it in the trace,
-        the history and the ledger; None for a client's tool, which the client runs."""
+        the history and the ledger; None for a client's tool, which the client runs.
+        ``started``: the call already under way (``run_tool``: a read-only tool run ahead)."""
         s, turn = self.s, ans.turn
         args = call.arguments
         tpf = round(call.arg_stats.tokens_per_forward, 2) if call.arg_stats else None
@@ -266,7 +273,7 @@ class Responses:
             outcome = dataclasses.replace(outcome, repeated=True, ms=0.0)
         else:
             cfg = s.tools.cfg
-            task = asyncio.ensure_future(calls.run(call, s.tools.ctx, cfg.timeout_s))
+            task = started if started is not None else self.run_tool(call)
             done, _ = await asyncio.wait({task}, timeout=cfg.filler_ms / 1e3)
             if not done and cfg.filler:
                 s.trace("tool_filler", turn, ans.gen, text=cfg.filler)
@@ -280,6 +287,7 @@ class Responses:
         s.trace(
             "tool_result", turn, ans.gen, call_id=call.call_id, tool=call.tool.name,
             ms=outcome.ms, error=outcome.error, repeated=outcome.repeated,
+            ahead=started is not None,
         )  # fmt: skip
         if outcome.error is not None:
             s.trace("error", turn, ans.gen, stage="tool", message=outcome.error)

@@ -110,6 +110,9 @@ class Tool:
     fn: Callable[..., object] | None = None
     parse: Parser | None = None  # reads the arguments from the words (built-in tools)
     side_effects: bool = False  # never run twice for one turn (a reopened or repeated turn)
+    # changes nothing, so it may run on a speculation's guess of the turn and its sentence be
+    # voiced before the turn is committed (Piper's ~100 ms off a tool turn's voice to voice)
+    read_only: bool = False
     timeout_s: float = 5.0
     context_arg: str | None = None  # the parameter that receives the ToolContext
 
@@ -238,13 +241,16 @@ def tool(
     parameters: JSONSchema | None = None,
     parse: Parser | None = None,
     side_effects: bool = False,
+    read_only: bool = False,
     timeout_s: float = 5.0,
 ) -> Callable[[Callable[..., object]], Callable[..., object]]:
     """Declare a function a tool; the module that holds it is named in ``tools.modules``.
 
     ``parameters`` given overrides the schema derived from the type hints; ``parse`` reads the
     arguments from the user's words (else the LM fills them in under the schema's grammar);
-    ``side_effects``: a call that changes something (a booking), never repeated for one turn.
+    ``side_effects``: a call that changes something (a booking), never repeated for one turn;
+    ``read_only``: a call that changes nothing (a lookup), run as soon as a speculation guesses
+    the turn, its result voiced ahead and kept once the turn is committed.
     """
 
     def declare(fn: Callable[..., object]) -> Callable[..., object]:
@@ -262,6 +268,7 @@ def tool(
             fn=fn,
             parse=parse,
             side_effects=side_effects,
+            read_only=read_only,
             timeout_s=timeout_s,
             context_arg=context_arg,
         )
@@ -292,6 +299,8 @@ def validate(t: Tool) -> Tool:
         raise ToolDefinitionError(f"tool {t.name}: required names a parameter it does not have")
     if not t.timeout_s > 0:
         raise ToolDefinitionError(f"tool {t.name}: timeout_s must be > 0")
+    if t.read_only and t.side_effects:
+        raise ToolDefinitionError(f"tool {t.name}: read_only and side_effects exclude each other")
     return t
 
 

@@ -59,6 +59,13 @@ def unknown_place(place: str = "") -> str:
     raise ToolError("I don't know that place.")
 
 
+@tool(read_only=True)
+def read_gauge() -> str:
+    """Read the gauge."""
+    RAN.append(("read_gauge", time.monotonic() * 1e3))
+    return "The gauge reads seven."
+
+
 @tool(side_effects=True)
 def order_pizza() -> str:
     """Order a pizza."""
@@ -67,7 +74,15 @@ def order_pizza() -> str:
 
 
 def toolset(**cfg: object) -> Toolset:
-    tools = [flip_coin, slow_search, stuck_lookup, broken_gadget, unknown_place, order_pizza]
+    tools = [
+        flip_coin,
+        read_gauge,
+        slow_search,
+        stuck_lookup,
+        broken_gadget,
+        unknown_place,
+        order_pizza,
+    ]
     box = ToolBox.of(t.__tool__ for t in tools)  # type: ignore[attr-defined]
     return Toolset(replace(ToolsConfig(), **cfg), box, ToolChooser(None, 0.5))
 
@@ -107,6 +122,41 @@ def test_a_named_tool_runs_once_after_the_turn_ends_and_its_sentence_is_spoken()
     kinds = [e["type"] for e in events]
     assert kinds.index("tool.call") < kinds.index("tool.result") < kinds.index("response.done")
     assert summarize(trace)["stages"]["tool"]["p50"] == result["ms"]  # trace summary's tool row
+
+
+def test_a_read_only_tool_runs_on_the_speculation_and_its_sentence_is_voiced_ahead():
+    RAN.clear()
+    _, trace, events = run(["Read the gauge."], [Segment(buzz(800))], toolset())
+    (resp,) = done(events)
+    assert resp["status"] == "completed" and resp["output_text"] == "The gauge reads seven."
+    assert [name for name, _ in RAN] == ["read_gauge"]
+    final = next(e for e in trace if e["event"] == "asr_final")
+    assert RAN[0][1] < final["t_ms"]  # run on the pause's guess, not after the final
+    voiced = next(e for e in trace if e["event"] == "tts_first_audio")
+    assert voiced["t_ms"] < final["t_ms"]  # its sentence synthesized before the turn ended
+    hit = next(e for e in trace if e["event"] == "speculation")
+    assert hit["result"] == "hit"
+    result = next(e for e in trace if e["event"] == "tool_result")
+    assert result["ahead"] and result["error"] is None
+    kinds = [e["type"] for e in events]
+    spoken = kinds.index("response.audio_transcript.delta")
+    assert kinds.index("tool.call") < kinds.index("tool.result") < spoken
+    assert spoken < kinds.index("response.done")
+
+
+def test_a_read_only_call_on_a_guess_the_final_overturns_leaves_nothing_behind():
+    RAN.clear()
+    session, trace, events = run(
+        [("Read the gauge.", "How are you today?")], [Segment(buzz(900))], toolset()
+    )
+    assert [e["result"] for e in trace if e["event"] == "speculation"] == ["refined"]
+    assert [name for name, _ in RAN] == ["read_gauge"]  # run on the guess, harmlessly
+    assert not [e for e in events if e["type"].startswith("tool.")]
+    assert not [e for e in trace if e["event"] in ("tool_call", "tool_result")]
+    user = next(m for m in session.tm.history.messages if m.role == "user")
+    assert "read_gauge" not in user.content
+    (resp,) = done(events)
+    assert "gauge" not in resp["output_text"]
 
 
 def test_a_slow_tool_gets_a_filler_and_a_stuck_one_times_out():

@@ -329,7 +329,7 @@ def _run(lower: str) -> str | None:
     return lower[tokens[best[1]].start() : tokens[best[2]].end()]
 
 
-@tool(parse=parse_calculation, timeout_s=2.0)
+@tool(parse=parse_calculation, read_only=True, timeout_s=2.0)
 def calculate(expression: str) -> str:
     """Work out an arithmetic expression, in words or symbols: "12 plus 29", "15% of 80",
     "square root of 144", "2 to the power of 10"."""

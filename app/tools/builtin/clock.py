@@ -101,7 +101,7 @@ def spoken_date(t: datetime) -> str:
     return f"{_DAYS[t.weekday()]}, {_MONTHS[t.month - 1]} {t.day}, {t.year}"
 
 
-@tool(parse=parse_time, timeout_s=5.0)
+@tool(parse=parse_time, read_only=True, timeout_s=5.0)
 def get_time(place: str = "", *, ctx: ToolContext) -> str:
     """Tell the current time, here or in a city, country, US state or time zone.
 
@@ -111,7 +111,7 @@ def get_time(place: str = "", *, ctx: ToolContext) -> str:
     return f"It's {spoken_time(t)}{where}."
 
 
-@tool(parse=parse_date, timeout_s=5.0)
+@tool(parse=parse_date, read_only=True, timeout_s=5.0)
 def get_date(place: str = "", *, ctx: ToolContext) -> str:
     """Tell today's date and day of the week, here or in a city, country or time zone."""
     t, where = _now(ctx, place)

@@ -126,7 +126,7 @@ def parse_country_question(text: str) -> dict[str, object] | None:
     return None
 
 
-@tool(parse=parse_country_question, timeout_s=5.0)
+@tool(parse=parse_country_question, read_only=True, timeout_s=5.0)
 def country_info(country: str, fact: Fact) -> str:
     """Tell a country's capital, population, official languages or currency."""
     data = _data(country)

@@ -309,7 +309,7 @@ def set_alarm(at: str, *, ctx: ToolContext) -> str:
     return f"Alarm set for {when}{day}."
 
 
-@tool(parse=_parse_list, timeout_s=2.0)
+@tool(parse=_parse_list, read_only=True, timeout_s=2.0)
 def list_timers(*, ctx: ToolContext) -> str:
     """Say the timers and alarms that are set and how long each has left."""
     now = ctx.now()

@@ -271,7 +271,7 @@ def parse_conversion(text: str) -> dict[str, object] | None:
     return {"value": value, "from_unit": source.words, "to_unit": target.words}
 
 
-@tool(parse=parse_conversion, timeout_s=5.0)
+@tool(parse=parse_conversion, read_only=True, timeout_s=5.0)
 def convert_units(value: float, from_unit: str, to_unit: str) -> str:
     """Convert ``value`` from one unit to another: temperature, length, mass, volume, speed,
     time or area ("miles" to "kilometers", "degrees Fahrenheit" to "degrees Celsius")."""
