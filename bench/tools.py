@@ -18,9 +18,11 @@ value only, as its sentence repeats the user's words); voice to voice on tool an
 turns (spoken); median tokens per forward of LM-decoded arguments; tool ms; every failure.
 
     .venv/bin/python -m bench.tools [--limit N] [--mode typed|spoken|both] [--out f.json]
-        [--set section.key=value ...]
+        [--requests main|held-out] [--set section.key=value ...]
 
-``--limit``: the first N requests interleaved by tool, so the mix is kept. Prints one JSON
+``--limit``: the first N requests interleaved by tool, so the mix is kept. ``--requests
+held-out``: testkit's second set (38 requests), spoken in other voices, for a figure that no
+setting was chosen on. Prints one JSON
 object; progress goes to stderr.
 """
 
@@ -55,11 +57,23 @@ from dllm_voice.app.tools.builtin.catalog import BUILTIN
 from dllm_voice.app.tools.builtin.numbers import digits
 from dllm_voice.app.tools.builtin.units import _unit
 from dllm_voice.app.tools.registry import Tool, ToolContext, ToolError
-from testkit.tool_requests import HARD_NEGATIVES, REQUESTS, ToolRequest
+from testkit.tool_requests import (
+    HARD_NEGATIVES,
+    HELD_OUT,
+    HELD_OUT_HARD_NEGATIVES,
+    REQUESTS,
+    ToolRequest,
+)
 
 DEFAULTS = ("lm.max_new_tokens=48",)  # no-tool answers are not scored: short ones save time
 MODES = {"typed": ("typed",), "spoken": ("spoken",), "both": ("typed", "spoken")}
 VOICES = ("piper", "espeak:en-us", "piper-slow", "espeak:en-gb", "espeak:en-us+f3")
+# The held-out set in voices the main one is not spoken in (Piper has one voice: its own rate).
+HELD_OUT_VOICES = ("espeak:en-gb-x-rp", "piper", "espeak:en-us+m3", "espeak:en-us-nyc")
+SETS = {
+    "main": (REQUESTS, HARD_NEGATIVES, VOICES),
+    "held-out": (HELD_OUT, HELD_OUT_HARD_NEGATIVES, HELD_OUT_VOICES),
+}
 BATCH = 12  # spoken requests per VoiceSession
 TURN_LIMIT_S = 60.0  # a batch is given up after its speech plus this per request
 CLOCK_TOOLS = ("get_time", "get_date")
@@ -197,7 +211,9 @@ def _spoken_got(evs: list[dict[str, Any]], filler: str) -> Got:
     return got
 
 
-def run_spoken(cfg: Config, requests: list[ToolRequest]) -> list[Got]:
+def run_spoken(
+    cfg: Config, requests: list[ToolRequest], voice_names: tuple[str, ...] = VOICES
+) -> list[Got]:
     from dllm_voice.app.conversation.components import Components
 
     comps = Components.load(cfg)
@@ -207,7 +223,7 @@ def run_spoken(cfg: Config, requests: list[ToolRequest]) -> list[Got]:
         for start in range(0, len(requests), BATCH):
             batch = requests[start : start + BATCH]
             segments = [
-                Segment(voices.say(r.text, VOICES[(start + i) % len(VOICES)]), r.text)
+                Segment(voices.say(r.text, voice_names[(start + i) % len(voice_names)]), r.text)
                 for i, r in enumerate(batch)
             ]
             events = asyncio.run(_converse(comps, cfg, segments))
@@ -316,10 +332,12 @@ def _stats(values: list[float]) -> dict[str, Any]:
     return {"n": len(values), "p50": p50, "p95": p95}
 
 
-def summarize(rows: list[dict[str, Any]], spoken: bool) -> dict[str, Any]:
+def summarize(
+    rows: list[dict[str, Any]], spoken: bool, hard_negatives: tuple[ToolRequest, ...]
+) -> dict[str, Any]:
     asked = [r for r in rows if r["expected"]["tool"] is not None]
     unasked = [r for r in rows if r["expected"]["tool"] is None]
-    hard = {r.text for r in HARD_NEGATIVES}
+    hard = {r.text for r in hard_negatives}
     made = [r["got"] for r in rows if r["got"]["tool"] is not None]
     by_lm = [c["tokens_per_forward"] for c in made if c["args_by"] == "lm"]
     tpf = [x for x in by_lm if x is not None]
@@ -352,14 +370,16 @@ def _failed(row: dict[str, Any]) -> bool:
     return bool(row["false_call"]) or False in checks
 
 
-def run_mode(mode: str, cfg: Config, requests: list[ToolRequest]) -> dict[str, Any]:
-    log(f"{mode}: {len(requests)} requests")
+def run_mode(mode: str, cfg: Config, requests: list[ToolRequest], name: str) -> dict[str, Any]:
+    log(f"{mode}: {len(requests)} requests ({name})")
+    _, hard, voice_names = SETS[name]
     t0 = time.perf_counter()
-    got = (run_typed if mode == "typed" else run_spoken)(cfg, requests)
+    spoken = mode == "spoken"
+    got = run_spoken(cfg, requests, voice_names) if spoken else run_typed(cfg, requests)
     wall_s = round(time.perf_counter() - t0, 1)
     rows = [check(r, g) for r, g in zip(requests, got, strict=True)]
     failures = [r for r in rows if _failed(r)]
-    return {"wall_s": wall_s, **summarize(rows, spoken=mode == "spoken"), "failures": failures}
+    return {"wall_s": wall_s, **summarize(rows, spoken, hard), "failures": failures}
 
 
 def _machine() -> dict[str, Any]:
@@ -372,6 +392,10 @@ def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=0, help="the first N interleaved requests")
     ap.add_argument("--mode", choices=list(MODES), default="both")
+    ap.add_argument(
+        "--requests", choices=list(SETS), default="main",
+        help="main: the 109 requests; held-out: the second set, in other voices",
+    )  # fmt: skip
     ap.add_argument("--config", default=None)
     ap.add_argument("--set", action="append", default=[], dest="overrides")
     ap.add_argument("--out", default="", help="also write the JSON here")
@@ -382,10 +406,13 @@ def main() -> int:
     args = _args()
     overrides = [*DEFAULTS, *args.overrides]
     cfg = load_config(args.config, overrides)
-    requests = ordered(REQUESTS)[: args.limit or None]
-    result: dict[str, Any] = {"bench": "tools", "overrides": overrides, "decoder": cfg.lm.decoder}
+    requests = ordered(SETS[args.requests][0])[: args.limit or None]
+    result: dict[str, Any] = {
+        "bench": "tools", "requests": args.requests, "overrides": overrides,
+        "decoder": cfg.lm.decoder,
+    }  # fmt: skip
     for mode in MODES[args.mode]:
-        result[mode] = run_mode(mode, cfg, requests)
+        result[mode] = run_mode(mode, cfg, requests, args.requests)
     result["machine"] = _machine()
     text = json.dumps(result, indent=1)
     if args.out:

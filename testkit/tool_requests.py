@@ -215,3 +215,66 @@ REQUESTS: tuple[ToolRequest, ...] = (
         "Thanks, that's all for now.",
     ),
 )
+
+# A second set for the spoken benchmark's held-out figure (`bench.tools --requests held-out`):
+# written apart from REQUESTS and from the chooser's and the alternative hearings' settings,
+# none of them read when those were chosen, and spoken in voices REQUESTS is not.
+HELD_OUT_HARD_NEGATIVES = _none(
+    "What time do most people eat lunch in Spain?",
+    "Why do we have time zones at all?",
+    "How long should I rest between two workouts?",
+    "How much sleep does a teenager need?",
+    "What do people in Italy usually eat for breakfast?",
+    "Is the pound sterling older than the dollar?",
+)
+
+HELD_OUT: tuple[ToolRequest, ...] = (
+    _call("Do you know what time it is in Paris right now?", "get_time", place="Paris"),
+    _call("Have you got the time, by any chance?", "get_time", place=""),
+    _call("Could you check today's date for London?", "get_date", place="London"),
+    _call("Remind me what today's date is.", "get_date", place=""),
+    _call("The eggs need ten minutes, time them for me.", "set_timer", seconds=600.0, label="eggs"),
+    _call(
+        "I'm taking a twenty-five minute nap, so set a timer for it.",
+        "set_timer",
+        seconds=1500.0,
+        label="nap",
+    ),
+    _call(
+        "Tomorrow I have to be up by seven thirty in the morning, set an alarm.",
+        "set_alarm",
+        at="7:30 AM",
+    ),
+    _call("How much time is left on my timers?", "list_timers"),
+    _call("The eggs are done early, kill that eggs timer.", "cancel_timer", label="eggs"),
+    _calc("Multiply nineteen by six for me.", "19 * 6"),
+    _calc("Thirty-two divided by four.", "32 / 4"),
+    _calc("Take away seventeen from fifty.", "50 - 17"),
+    _calc("The fee is twenty percent of two hundred and fifty, so how much?", "20 / 100 * 250"),
+    _calc("Add sixty-five and thirty-eight.", "65 + 38"),
+    _calc("Eighty-one, take its square root.", "81 ** 0.5"),
+    _convert(
+        "I biked twenty kilometers today, how far is that in miles?", 20.0, "kilometer", "mile"
+    ),
+    _convert("Thirty degrees Celsius sounds hot, what's that in Fahrenheit?", 30.0, "degC", "degF"),
+    _convert("What is three pounds in kilograms?", 3.0, "pound", "kilogram"),
+    _convert(
+        "My daughter is five feet tall, what's that in centimeters?", 5.0, "foot", "centimeter"
+    ),
+    _convert("Four liters, how many gallons is that?", 4.0, "liter", "gallon"),
+    _country("Kenya's capital, is it Nairobi?", "Kenya", "capital"),
+    _country("What language do people speak in Portugal?", "Portugal", "languages"),
+    _country("What is the currency of Mexico?", "Mexico", "currency"),
+    _country("Roughly what's the population of France these days?", "France", "population"),
+    _country("Name Argentina's capital for me.", "Argentina", "capital"),
+    *HELD_OUT_HARD_NEGATIVES,
+    *_none(
+        "Do spiders really have eight eyes?",
+        "What's the tallest mountain in Africa?",
+        "Can you tell me a joke about math?",
+        "Who invented the telephone?",
+        "Why does the moon change its shape?",
+        "Is it healthy to drink coffee every day?",
+        "Thank you, that was really helpful.",
+    ),
+)

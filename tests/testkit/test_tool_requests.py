@@ -1,5 +1,6 @@
 """The tool benchmark (testkit/tool_requests.py) and the chooser's training set
-(lab/tool_requests.py): the benchmark's coverage and form, and that none of it is trained on."""
+(lab/tool_requests.py): the benchmark's coverage and form, and that none of it, its held-out
+set included, is trained on."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from collections import Counter
 import pytest
 
 from lab import tool_requests as lab
-from testkit.tool_requests import HARD_NEGATIVES, REQUESTS, ToolRequest
+from testkit.tool_requests import (
+    HARD_NEGATIVES,
+    HELD_OUT,
+    HELD_OUT_HARD_NEGATIVES,
+    REQUESTS,
+    ToolRequest,
+)
+
+BOTH = (*REQUESTS, *HELD_OUT)
 
 # Each built-in tool's parameters and their types.
 SCHEMA: dict[str, dict[str, type]] = {
@@ -62,14 +71,20 @@ def test_counts_per_category() -> None:
     assert len(HARD_NEGATIVES) >= 12 and all(r in REQUESTS for r in HARD_NEGATIVES)
 
 
+def test_the_held_out_set_covers_every_tool_and_asks_for_none_too() -> None:
+    assert {r.tool for r in HELD_OUT} == {*SCHEMA, None}
+    assert sum(r.tool is None for r in HELD_OUT) >= 12
+    assert all(r in HELD_OUT and r.tool is None for r in HELD_OUT_HARD_NEGATIVES)
+
+
 def test_texts_are_unique_and_speakable() -> None:
-    texts = [r.text for r in REQUESTS]
+    texts = [r.text for r in BOTH]
     assert len({key(t) for t in texts}) == len(texts)
     for text in texts:
         assert re.fullmatch(r"[A-Z][A-Za-z ,.?!'-]*[.?!]", text), text
 
 
-@pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: r.text[:40])
+@pytest.mark.parametrize("request_", BOTH, ids=lambda r: r.text[:40])
 def test_arguments_follow_the_schema(request_: ToolRequest) -> None:
     if request_.tool is None:
         assert request_.arguments is None
@@ -97,7 +112,7 @@ def test_arguments_follow_the_schema(request_: ToolRequest) -> None:
 
 def test_no_benchmark_text_is_in_the_training_set() -> None:
     trained = {key(r.text) for seed in (0, 1) for r in lab.requests(seed)}
-    assert not [r.text for r in REQUESTS if key(r.text) in trained]
+    assert not [r.text for r in BOTH if key(r.text) in trained]
 
 
 def slot_patterns() -> dict[str, str]:
@@ -135,7 +150,7 @@ def test_no_benchmark_text_has_a_training_template_shape() -> None:
         words = key(re.sub(r"\{\w+\}", " qqslotqq ", template)).split()
         body = "".join(slots[next(names)] if w == "qqslotqq" else " " + re.escape(w) for w in words)
         shape = re.compile(rf"(?: (?:{lead}))*{body}(?: please| thanks| thank you)?")
-        same += [(r.text, template) for r in REQUESTS if shape.fullmatch(" " + key(r.text))]
+        same += [(r.text, template) for r in BOTH if shape.fullmatch(" " + key(r.text))]
     assert not same, "\n".join(f"{text!r} is {template!r}" for text, template in same)
 
 
