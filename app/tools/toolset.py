@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dllm_voice.app.tools.chooser import Head, ToolChooser
@@ -34,6 +36,7 @@ class Toolset:
                         f"tools.builtin: no group {group!r} (groups: {', '.join(BUILTIN_GROUPS)})"
                     )
                 tools += BUILTIN[group]
+            _warm_in_background(cfg.builtin)
             for name in cfg.modules:
                 found = tools_of(load_module(name))
                 if not found:
@@ -44,3 +47,14 @@ class Toolset:
             log.info("the tool chooser's head is for another LM: tools are chosen by name only")
             head = None
         return cls(cfg, ToolBox.of(tools), ToolChooser(head, cfg.threshold))
+
+
+def _warm_in_background(groups: Sequence[str]) -> None:
+    """Load what the built-in groups read on first use, beside the other models' loading."""
+    from dllm_voice.app.tools.builtin.catalog import WARM
+
+    loads = list(dict.fromkeys(WARM[g] for g in groups if g in WARM))
+    if loads:
+        threading.Thread(
+            target=lambda: [load() for load in loads], name="tools-warm", daemon=True
+        ).start()

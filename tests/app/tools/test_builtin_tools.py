@@ -261,3 +261,24 @@ def test_call_coerces_and_checks(ctx: ToolContext) -> None:
         asyncio.run(tool_of(countries.country_info).call({"country": "Spain", "fact": "size"}, ctx))
     with pytest.raises(ToolError, match="I can't divide by zero."):
         asyncio.run(tool_of(calculator.calculate).call({"expression": "1/0"}, ctx))
+
+
+def test_loading_the_tools_loads_the_gazetteer_and_units_ahead_of_the_first_question() -> None:
+    import threading
+    import time
+
+    from dllm_voice.app.tools import toolset
+    from dllm_voice.app.tools.builtin import places, units
+    from dllm_voice.app.tools.config import ToolsConfig
+
+    places._gazetteer.cache_clear()
+    units._units.cache_clear()
+    toolset.Toolset.load(ToolsConfig(), 0)
+    warming = [t for t in threading.enumerate() if t.name == "tools-warm"]
+    assert warming
+    warming[0].join(timeout=30)
+    assert places._gazetteer.cache_info().currsize == 1
+    assert units._units.cache_info().currsize == 1
+    t0 = time.perf_counter()
+    assert places.lookup("Ottawa") is not None
+    assert time.perf_counter() - t0 < 0.1
