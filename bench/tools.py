@@ -15,7 +15,8 @@ value, units by the unit the tool reads, strings case- and space-insensitive); a
 (what the agent said equals the tool's sentence for the expected call at the same wall-clock
 time, both normalized with numbers in digits; the clock tools' within a minute; calculate's
 value only, as its sentence repeats the user's words); voice to voice on tool and no-tool
-turns (spoken); median tokens per forward of LM-decoded arguments; tool ms; every failure.
+turns (spoken), the tool turns' also by the end-of-turn decision they waited on, and the calls
+run ahead (a read-only tool on the speculation); median tokens per forward of LM-decoded arguments; tool ms; every failure.
 
     .venv/bin/python -m bench.tools [--limit N] [--mode typed|spoken|both] [--out f.json]
         [--requests main|held-out] [--set section.key=value ...]
@@ -96,6 +97,7 @@ class Got:
     at: float
     call: dict[str, Any] | None = None
     v2v_ms: float | None = None
+    ending: str | None = None  # spoken: the end-of-turn decision the answer waited on
 
 
 def ordered(requests: tuple[ToolRequest, ...]) -> list[ToolRequest]:
@@ -204,10 +206,13 @@ def _spoken_got(evs: list[dict[str, Any]], filler: str) -> Got:
     first = of("audio_out_first", gen=answer["gen"])
     got = Got(finals[-1] if finals else "", said, answer["wall"])
     got.v2v_ms = first[0]["v2v_ms"] if first else None
+    endings = of("end_of_turn")
+    got.ending = endings[-1]["decision"] if endings else None
     made = [e for e in of("tool_call") if answer["gen"] in (None, e["gen"])]
     if made:
         result = of("tool_result", call_id=made[-1]["call_id"])
-        got.call = {k: made[-1][k] for k in CALL_KEYS} | {"ms": result[0]["ms"] if result else None}
+        ran = {"ms": result[0]["ms"], "ahead": result[0]["ahead"]} if result else {"ms": None}
+        got.call = {k: made[-1][k] for k in CALL_KEYS} | ran
     return got
 
 
@@ -304,7 +309,7 @@ def check(req: ToolRequest, got: Got) -> dict[str, Any]:
         "text": req.text,
         "heard": got.heard,
         "expected": {"tool": req.tool, "arguments": req.arguments},
-        "got": {**call, "said": got.said, "v2v_ms": got.v2v_ms},
+        "got": {**call, "said": got.said, "v2v_ms": got.v2v_ms, "ending": got.ending},
         **dict.fromkeys(("right_tool", "exact_arguments", "answer_correct", "false_call")),
     }
     if req.tool is None or req.arguments is None:
@@ -362,6 +367,12 @@ def summarize(
     if spoken:
         v2v = lambda turns: _stats([ms for r in turns if (ms := r["got"]["v2v_ms"]) is not None])
         out["v2v_ms"] = {"tool": v2v(asked), "no_tool": v2v(unasked)}
+        # where tool turns' time goes: the end-of-turn decision each waited on
+        endings = sorted({str(r["got"]["ending"]) for r in asked})
+        out["v2v_ms_tool_by_ending"] = {
+            e: v2v([r for r in asked if str(r["got"]["ending"]) == e]) for e in endings
+        }
+        out["calls_run_ahead"] = sum(bool(c.get("ahead")) for c in made)
     return out
 
 
