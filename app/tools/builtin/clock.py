@@ -16,7 +16,7 @@ _MONTHS = """January February March April May June July August September October
 
 _END = (
     r"(?=\s+(?:in|at|over|for|now|right|there|currently|please|today)\b"
-    r"|,? (?:thanks|thank you)\W*$|\s*[?.!]?\s*$)"
+    r"|,? (?:thanks|thank you|by any chance)\W*$|\s*[?.!]?\s*$)"
 )
 _TIME_ASKED = re.compile(
     rf"\bwhat(?:'s| is|s)?(?: the)?(?: current| local)? (?:time|hour)"
@@ -47,6 +47,7 @@ _DATE_ASKED = re.compile(
     r" (?:is (?:it|today)|it is|are we)\b"
     r"|\bwhat(?:'s| is|s) (?:the day )?today\b|\bthe day and (?:the )?date\b"
     r"|\bcheck the date\b|\bday of the week\b(?! (?:was|were|will|did)\b)"
+    r"|\b(?:the|today's|current) date (?=for\b)"  # "for" a place only: _parse's named_place
     rf"|\bis (?:it|today) (?:still |already )?{_DAY_NAMES}\b"
     rf"|\bhas {_DAY_NAMES} (?:started|begun|come)\b",
     re.I,
@@ -63,6 +64,9 @@ def _parse(asked: re.Pattern[str], text: str) -> dict[str, object] | None:
     if found is None or _NOT_NOW.search(text):
         return None
     place = named_place(text)
+    after = text[found.end() :]
+    if after.lower().startswith("for") and not (place and after[3:].strip()[:1].isupper()):
+        return None  # "the date for the wedding" (Berlin has a Wedding): a date, not a place's
     return {"place": place} if place else {}
 
 

@@ -43,6 +43,7 @@ PARSERS: dict[str, Parse] = {
         ("um what time is it", None),
         ("hey could you tell me the time please", None),
         ("do you have the time", None),
+        ("you wouldn't have the time by any chance", None),
         ("what's the time right now", None),
         ("what hour is it", None),
         ("whats the hour", None),
@@ -100,6 +101,7 @@ def test_time_phrasings(text: str, place: str | None) -> None:
         ("has monday started in sydney yet", "sydney"),
         ("is it still friday in los angeles", "los angeles"),
         ("what's the date over in london", "london"),
+        ("give me the current date for Toronto", "Toronto"),
     ],
 )
 def test_date_phrasings(text: str, place: str | None) -> None:
@@ -417,6 +419,8 @@ NOT_TOOL_REQUESTS = [
     "what's half the battle",
     "what day is thanksgiving",
     "what's the date of the moon landing",
+    "what's the date for the wedding",
+    "do you know the time it takes to fly to rome",
     "what's a good date idea",
     "how long does it take to boil an egg",
     "i ran for ten minutes today",
