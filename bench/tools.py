@@ -16,7 +16,8 @@ value, units by the unit the tool reads, strings case- and space-insensitive); a
 time, both normalized with numbers in digits; the clock tools' within a minute; calculate's
 value only, as its sentence repeats the user's words); voice to voice on tool and no-tool
 turns (spoken), the tool turns' also by the end-of-turn decision they waited on, and the calls
-run ahead (a read-only tool on the speculation); median tokens per forward of LM-decoded arguments; tool ms; every failure.
+run ahead (a read-only tool on the speculation); median tokens per forward of LM-decoded
+arguments; tool ms; every failure.
 
     .venv/bin/python -m bench.tools [--limit N] [--mode typed|spoken|both] [--out f.json]
         [--requests main|held-out] [--set section.key=value ...]
