@@ -106,6 +106,12 @@ class DecodeRequest:
     def __post_init__(self) -> None:
         self.run: Forward = self.model if self.forward is None else self.forward
 
+    @property
+    def sketched(self) -> bool:
+        """Greedy steps take the next token through the head's sketch (Transformer.head_argmax)
+        rather than from logits."""
+        return self.sampler.greedy and self.cfg.head_sketch and self.model.sketched
+
 
 Steps = Generator[list[int], None, None]  # a decoder's committed ids, one list per forward
 Decoder = Callable[[DecodeRequest], Steps]
@@ -178,11 +184,10 @@ def decode_ar(req: DecodeRequest) -> Steps:
     assert logits is not None
     token = torch.empty(1, 1, dtype=torch.long, device=req.model.embed.weight.device)  # (1, 1)
     t = req.sampler(logits)
-    sketched = req.sampler.greedy and req.cfg.head_sketch and req.model.sketched
     for _ in range(req.max_new_tokens):
         yield [t]
         token.fill_(t)
-        if sketched:
+        if req.sketched:
             out = req.run(token, cache=req.cache, logits="none", hidden=True)
             assert out.hidden_normed is not None
             t = req.model.head_argmax(out.hidden_normed[0])[0]

@@ -272,8 +272,7 @@ class HybridStepper:
         # logits: the model is often unsure there, where the sketch's pass is paid for nothing
         # (hybrid's prefill 1.33x llama.cpp's against 1.45x on the whole head, Gemma 3)
         lone = not pre and len(rows) - first <= cpu_rows.SKETCH_ROWS
-        sketched = self.req.sampler.greedy and self.req.cfg.head_sketch and self.model.sketched
-        head = tap is not None or not (sketched and lone)
+        head = tap is not None or not (self.req.sketched and lone)
         logits, normed = self.forward_rows(rows, first, positions, mask, head)
         if tap is not None:
             assert logits is not None

@@ -118,6 +118,16 @@ def _ranked(probs: dict[str, float], box: ToolBox) -> list[str]:
     return sorted((x for x in probs if x != NONE and x in box), key=probs.__getitem__)[::-1]
 
 
+def _parsed(box: ToolBox, probs: dict[str, float], text: str, how: str) -> Choice | None:
+    """The likeliest tool, in the head's order, whose parser reads its arguments in ``text``."""
+    for label in _ranked(probs, box):
+        tool = box.tools[label]
+        args = tool.parse(text) if tool.parse is not None else None
+        if args is not None:
+            return Choice(tool, probs[label], how, args)
+    return None
+
+
 class ToolChooser:
     """Picks the tool of a turn from ``box``: a tool called by its name; else the head's
     (``_by_head``); else a tool whose description the user gave."""
@@ -142,19 +152,20 @@ class ToolChooser:
         untrained = [t for t in box.tools.values() if t.name not in trained]
         # A tool called by its name goes first; its description's words only when the head
         # finds none of the tools it knows.
+        probs = self._probs(state)
         best = next((Choice(t, 1.0, "named") for t in untrained if says_name(t, text)), None)
-        best = best or self._by_head(box, state, text)
-        best = best or self._by_alternatives(box, state, alternatives)
+        best = best or self._by_head(box, probs, text)
+        best = best or self._by_alternatives(box, probs, alternatives)
         best = best or next(
             (Choice(t, 1.0, "named") for t in untrained if describes(t, text)), None
         )
         if best is None and box.choice == "required":
-            scores = self.head.probs(state) if self.head is not None and state is not None else {}
+            scores = probs or {}
             tool = max(box.tools.values(), key=lambda t: scores.get(t.name, 0.0))
             best = Choice(tool, scores.get(tool.name, 0.0), "required")
         return best
 
-    def _by_head(self, box: ToolBox, state: np.ndarray | None, text: str) -> Choice | None:
+    def _by_head(self, box: ToolBox, probs: dict[str, float] | None, text: str) -> Choice | None:
         """The likeliest tool whose parser reads its arguments in ``text``, whatever the head
         gives it: the built-in parsers read 2 of 1498 generated requests that need no tool, so
         the head only orders them ("cut 350 in half" was a timer to it). Else the likeliest
@@ -162,16 +173,13 @@ class ToolChooser:
         left to the LM. A parser that refuses its own tool's turn means no call: built-in
         parsers read 99.7 % of their tools' generated requests, and the LM's arguments for a
         built-in tool were wrong in most of the benchmark's calls."""
-        probs = self._probs(state)
         if probs is None or _ASKS_WHY.match(text):  # a reason: no clock, timer or table gives it
             return None
+        read = _parsed(box, probs, text, "head+words")
+        if read is not None:
+            return read
         ranked = _ranked(probs, box)
         sure = bool(ranked) and probs[ranked[0]] >= self.threshold
-        for label in ranked:
-            tool = box.tools[label]
-            args = tool.parse(text) if tool.parse is not None else None
-            if args is not None:
-                return Choice(tool, probs[label], "head+words", args)
         top = box.tools[ranked[0]] if ranked else None
         if sure and top is not None and top.parse is None:
             return Choice(top, probs[ranked[0]], "head")
@@ -183,20 +191,18 @@ class ToolChooser:
             return None
         return self.head.probs(state)
 
+    @staticmethod
     def _by_alternatives(
-        self, box: ToolBox, state: np.ndarray | None, alternatives: tuple[str, ...]
+        box: ToolBox, probs: dict[str, float] | None, alternatives: tuple[str, ...]
     ) -> Choice | None:
         """The first alternative hearing a parser reads, tools in the head's order on the best
         hearing; none where the head is sure the turn needs no tool."""
-        probs = self._probs(state) if alternatives else None
         if probs is None or probs.get(NONE, 0.0) >= SURE_NONE:
             return None
         for heard in alternatives:
-            if _ASKS_WHY.match(heard):
-                continue
-            for label in _ranked(probs, box):
-                tool = box.tools[label]
-                args = tool.parse(heard) if tool.parse is not None else None
-                if args is not None:
-                    return Choice(tool, probs[label], "head+alternative", args)
+            read = (
+                None if _ASKS_WHY.match(heard) else _parsed(box, probs, heard, "head+alternative")
+            )
+            if read is not None:
+                return read
         return None

@@ -111,7 +111,7 @@ class Tool:
     parse: Parser | None = None  # reads the arguments from the words (built-in tools)
     side_effects: bool = False  # never run twice for one turn (a reopened or repeated turn)
     # changes nothing, so it may run on a speculation's guess of the turn and its sentence be
-    # voiced before the turn is committed (Piper's ~100 ms off a tool turn's voice to voice)
+    # voiced before the turn is committed (Piper's 55-70 ms off a tool turn's voice to voice)
     read_only: bool = False
     timeout_s: float = 5.0
     context_arg: str | None = None  # the parameter that receives the ToolContext

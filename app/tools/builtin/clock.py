@@ -47,11 +47,13 @@ _DATE_ASKED = re.compile(
     r" (?:is (?:it|today)|it is|are we)\b"
     r"|\bwhat(?:'s| is|s) (?:the day )?today\b|\bthe day and (?:the )?date\b"
     r"|\bcheck the date\b|\bday of the week\b(?! (?:was|were|will|did)\b)"
-    r"|\b(?:the|today's|current) date (?=for\b)"  # "for" a place only: _parse's named_place
     rf"|\bis (?:it|today) (?:still |already )?{_DAY_NAMES}\b"
     rf"|\bhas {_DAY_NAMES} (?:started|begun|come)\b",
     re.I,
 )
+# The date "for" a place, written with a capital: "the date for the wedding" asks for another
+# date (and Berlin has a Wedding).
+_DATE_FOR_PLACE = re.compile(r"\b(?:the|today's|current) date for (?-i:[A-Z])", re.I)
 # Another time or date than now, or timers and alarms: not these tools.
 _NOT_NOW = re.compile(
     r"\b(?:tomorrow|yesterday|next|last|ago|from now|until|till|timers?|alarms?|difference)\b",
@@ -64,9 +66,6 @@ def _parse(asked: re.Pattern[str], text: str) -> dict[str, object] | None:
     if found is None or _NOT_NOW.search(text):
         return None
     place = named_place(text)
-    after = text[found.end() :]
-    if after.lower().startswith("for") and not (place and after[3:].strip()[:1].isupper()):
-        return None  # "the date for the wedding" (Berlin has a Wedding): a date, not a place's
     return {"place": place} if place else {}
 
 
@@ -82,7 +81,8 @@ def parse_time(text: str) -> dict[str, object] | None:
 def parse_date(text: str) -> dict[str, object] | None:
     """A question for the date: "what day is it in sydney" -> {"place": "sydney"}; "what's
     the date today" -> {}; None if it is not one."""
-    return _parse(_DATE_ASKED, text)
+    found = _DATE_FOR_PLACE.search(text) and not _NOT_NOW.search(text) and named_place(text)
+    return {"place": found} if found else _parse(_DATE_ASKED, text)
 
 
 def _now(ctx: ToolContext, place: str) -> tuple[datetime, str]:
