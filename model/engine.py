@@ -303,8 +303,9 @@ class ChatSession:
         first forward feeds anyway (the user's last word, before its final mark and the
         assistant header), so it costs no forward of its own; where the two prompts part
         earlier (a mark the tokenizer merges into the word) it is one forward before them.
-        turn_state: called likewise with that row's final-normed hidden state (dim,), which the
-        tool chooser reads (None where end_score would get None).
+        turn_state: called likewise, just before end_score, with that row's final-normed hidden
+        state (dim,), which the tool chooser reads (None where end_score would get None): the
+        end-of-turn decision reads the tool chosen.
         """
         cfg = self.lm.cfg
         max_new = cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
@@ -381,13 +382,13 @@ class Generation:
             ids, end = probe
 
             def on_tap(logits: torch.Tensor, state: torch.Tensor) -> None:
-                on_score(self.session._p_end(logits, ids, end))
                 on_state(state)
+                on_score(self.session._p_end(logits, ids, end))
 
             return end - 1, on_tap
         p, state = self.session._score(probe, self._cancel)
-        on_score(p)
         on_state(state)
+        on_score(p)
         return None, None
 
     @property

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
     from dllm_voice.app.config import Config
     from dllm_voice.app.conversation.components import Components
+    from dllm_voice.app.conversation.end_of_turn import EndScore
     from dllm_voice.app.conversation.ports import ChatSession
     from dllm_voice.app.tools.calls import Call, Outcome
     from dllm_voice.app.tools.chooser import Choice
@@ -96,7 +97,7 @@ class Answer:
         *,
         speculative: bool,
         drafts: list[int] | None = None,
-        end_score: Callable[[float | None], None] | None = None,
+        end_score: EndScore | None = None,
         choose: Callable[[torch.Tensor | None], Choice | None] | None = None,
     ) -> None:
         self.s = session

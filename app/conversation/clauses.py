@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import torch
 
     from dllm_voice.app.conversation.answer import Answer
+    from dllm_voice.app.conversation.end_of_turn import EndScore
     from dllm_voice.app.conversation.ports import Chunker, Generation
     from dllm_voice.app.tools.calls import Call
     from dllm_voice.app.tools.chooser import Choice
@@ -74,11 +75,12 @@ class ClauseStream:
     def __init__(
         self,
         ans: Answer,
-        end_score: Callable[[float | None], None] | None,
+        end_score: EndScore | None,
         choose: Callable[[torch.Tensor | None], Choice | None] | None = None,
     ) -> None:
         self.ans = ans
-        # Takes P(end of the user's turn), which the generation's first forward reads on the way.
+        # Takes P(end of the user's turn), which the generation's first forward reads on the way,
+        # and the tool chosen on the same forward just before it.
         self._end_score = end_score
         # Picks a tool from the same row's hidden state; a tool chosen ends the generation
         # before any of its text leaves, and run() returns "tool" with the prepared ``call``.
@@ -158,6 +160,15 @@ class ClauseStream:
         )
         return "tool" if self.call is not None else "cancelled"
 
+    def _scored(self, end_score: EndScore) -> Callable[[float | None], None]:
+        """What takes the first forward's P(end of turn): ``end_score`` with the tool chosen on
+        the same forward (the engine hands out the hidden state first)."""
+
+        def take(p: float | None) -> None:
+            end_score(p, self.choice)
+
+        return take
+
     def _on_state(self, choose: Callable[[torch.Tensor | None], Choice | None]) -> Tap:
         """What takes the first forward's hidden state: ``choose`` (the tap fires after
         ``_start`` has dropped it, which a retry must not get)."""
@@ -219,7 +230,7 @@ class ClauseStream:
             messages,
             cancel=ans.cancel_event,
             drafts=ans.drafts,
-            end_score=self._end_score,
+            end_score=self._scored(self._end_score) if self._end_score is not None else None,
             turn_state=self._on_state(self._choose) if self._choose is not None else None,
         )
         self._end_score = self._choose = None  # a retry's prompt is not the scored one

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from dllm_voice.app.conversation.listening import Listener
     from dllm_voice.app.conversation.lm_thread import LMThread
     from dllm_voice.app.conversation.turns import TurnManager
+    from dllm_voice.app.tools.chooser import Choice
     from dllm_voice.audio.vad import Endpointer
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,12 @@ _FUNCTION_ENDS = frozenset((
     "any", "this", "that", "these", "those", "how", "what", "why", "who", "where", "when",
     "which", "if", "but", "so", "like", "very", "more", "most", "please",
 ))
+# A number that may go on after a pause ("twelve plus twenty" [300 ms] "nine"): a turn whose
+# call stops on one is no evidence of its end.
+_NUMBER_GOES_ON = frozenset((
+    "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety", "hundred",
+    "thousand", "million", "billion", "point",
+))
 _YOU = ("can", "could", "would", "will")
 _LEADS_OR_PLEASE = _LEADS | {"please"}
 SHORT_WORDS = 6  # "Can you recommend a good book?": an ask this short is said in one breath
@@ -95,10 +102,12 @@ def end_decision(
     text: str = "",
     p_audio: float | None = None,
     asr_logprob: float | None = None,
+    called: bool = False,
 ) -> str:
     """ "complete", "unsure" or "incomplete" from the LM's P(end of turn) (None: not scored),
-    the speech's own P(end) (audio/prosody.py; None: not heard) and how clearly Whisper heard
-    the words (``asr_logprob``, its mean log-probability per token; None: not measured).
+    the speech's own P(end) (audio/prosody.py; None: not heard), how clearly Whisper heard
+    the words (``asr_logprob``, its mean log-probability per token; None: not measured) and
+    whether they read as one whole tool call (``called``, ``names_a_call``).
 
     In order:
     1. Speech that sounds cut (``p_audio`` < ``audio_cut``) is "incomplete" unless the LM is
@@ -110,6 +119,9 @@ def end_decision(
        (``stops_open``) are "incomplete" under the same gate: read without its marks "So my
        question is" scored 0.031, complete by a hair.
     3. A turn of lead-ins alone ("Actually, never mind that," ``leads_in``) is "incomplete".
+       Words that read as a whole tool call, in speech that does not sound cut, are "complete":
+       the LM scores requests low ("Which day of the week are we on?" 0.016), while a parser
+       that found every argument in them is evidence of its own.
     4. No LM score is "unsure"; one below ``unlikely`` "incomplete"; one below ``likely`` is
        "incomplete" on words Whisper barely heard (``asr_logprob`` below ``cfg.asr_logprob``;
        a clear question scores -0.05 to -0.3), else "unsure". A short ask is at least
@@ -135,6 +147,8 @@ def end_decision(
         return "incomplete"
     if leads_in(text):
         return "incomplete"
+    if called and not sounds_cut:
+        return "complete"
     if p_end is None:
         return "unsure"
     if p_end < cfg.likely and short:
@@ -150,17 +164,22 @@ def end_decision(
 
 
 def audible_after(
-    decision: str | None, p_end: float | None, cfg: EndOfTurnConfig, p_audio: float | None = None
+    decision: str | None,
+    p_end: float | None,
+    cfg: EndOfTurnConfig,
+    p_audio: float | None = None,
+    called: bool = False,
 ) -> int:
     """Silence after the user's last word before the answer to this end of turn may be heard
-    (ms; 0: at once). An end the LM is sure of (``p_end`` >= ``audio_gate``), or whose speech
-    sounds final (``p_audio`` >= ``audio_final``), plays at once; another "complete" or
+    (ms; 0: at once). An end the LM is sure of (``p_end`` >= ``audio_gate``), whose speech
+    sounds final (``p_audio`` >= ``audio_final``) or whose words read as a whole tool call
+    (``called``) plays at once; another "complete" or
     "unsure" one waits ``hold_ms`` from the last word, so that a user going on after a
     mid-sentence pause (300-700 ms) reopens a turn whose answer nobody heard. An "incomplete"
     end has waited longer already."""
     if decision not in ("complete", "unsure") or (p_end is not None and p_end >= cfg.audio_gate):
         return 0
-    if p_audio is not None and p_audio >= cfg.audio_final:
+    if called or (p_audio is not None and p_audio >= cfg.audio_final):
         return 0
     return cfg.hold_ms
 
@@ -176,6 +195,7 @@ class TurnEnd:
     decision: str | None = None  # "complete" | "unsure" | "incomplete"
     p_end: float | None = None  # the LM's P(end of turn) behind ``decision``
     p_audio: float | None = None  # and the speech's
+    called: bool = False  # the words read as a whole tool call
     reopen_until: float | None = None  # speech before this continues the ended turn
     # No answer is heard before this: the turn ended on a decision the LM was not sure of
     # (``audible_after``), and a reopen before then cuts nothing the user heard.
@@ -184,6 +204,7 @@ class TurnEnd:
     def clear(self) -> None:
         """Speech went on: nothing is decided."""
         self.scored = self.decision = self.p_end = self.p_audio = None
+        self.called = False
 
     def wants_score(self, text: str, complete: bool) -> bool:
         """Whether the pause's partial ``text`` is scored (``complete``: it covers all the
@@ -195,13 +216,22 @@ class TurnEnd:
         return True
 
     def decide(
-        self, text: str, p_end: float | None, p_audio: float | None, asr_logprob: float | None
+        self,
+        text: str,
+        p_end: float | None,
+        p_audio: float | None,
+        asr_logprob: float | None,
+        called: bool = False,
     ) -> str | None:
         """The decision on ``text``, or None when it is not the text being scored."""
         if self.scored is None or normalize(self.scored) != normalize(text):
             return None
-        self.decision = end_decision(p_end, self.cfg, text, p_audio, asr_logprob)
-        self.p_end, self.p_audio = p_end, p_audio
+        self.decision = end_decision(p_end, self.cfg, text, p_audio, asr_logprob, called)
+        self.p_end, self.p_audio, self.called = (
+            p_end,
+            p_audio,
+            called and self.decision == "complete",
+        )
         return self.decision
 
     def ended(self, end_ms: float) -> None:
@@ -211,12 +241,25 @@ class TurnEnd:
         if self.cfg.mode != "adaptive" or self.decision is None:
             return
         self.reopen_until = end_ms + self.cfg.reopen_ms
-        hold = audible_after(self.decision, self.p_end, self.cfg, self.p_audio)
+        hold = audible_after(self.decision, self.p_end, self.cfg, self.p_audio, self.called)
         self.audible_from = end_ms + hold if hold else None
 
     def may_play(self, audio_ms: float) -> bool:
         """Whether an answer may be heard at input time ``audio_ms``."""
         return self.audible_from is None or audio_ms >= self.audible_from
+
+
+def names_a_call(choice: Choice | None, text: str) -> bool:
+    """Whether ``text`` reads as one whole tool call: the tool chosen on it has a parser that
+    read all its arguments in these very words (``how`` "head+words"), and they do not stop on
+    a number that may go on ("What's twelve plus twenty", "Set a timer for 100")."""
+    if choice is None or choice.how != "head+words":
+        return False
+    words = normalize(text).split()
+    last = words[-1] if words else ""
+    if last.isdigit():
+        return not (int(last) >= 20 and int(last) % 10 == 0)
+    return last not in _NUMBER_GOES_ON
 
 
 def stops_open(text: str) -> bool:
@@ -289,6 +332,11 @@ def _asks(words: list[str]) -> bool:
 # ---- the scores, at each pause --------------------------------------------------------------
 
 
+# Takes the LM's P(end of turn) of a pause's words (None: not scored) and the tool chosen on
+# them (None: none, or none chosen).
+EndScore = Callable[[float | None, "Choice | None"], None]
+
+
 class Scoring(Protocol):
     """What the end-of-turn scores need of their session."""
 
@@ -345,13 +393,14 @@ class EndOfTurn:
             if f.exception() is not None:
                 log.error("end-of-turn score failed: %s", f.exception())
                 return
-            decide(f.result())
+            decide(f.result(), None)
 
         fut.add_done_callback(done)
 
-    def scorer(self, gen: int, text: str) -> Callable[[float | None], None]:
-        """What takes the LM's P(end of turn) for this pause's ``text``, from any thread: with
-        the speech's score, the decision sets the silence that ends this pause's turn."""
+    def scorer(self, gen: int, text: str) -> EndScore:
+        """What takes the LM's P(end of turn) for this pause's ``text`` and the tool chosen on
+        it (None: none, or not chosen), from any thread: with the speech's score, the decision
+        sets the silence that ends this pause's turn."""
         s, loop = self.s, asyncio.get_running_loop()
         utt, pause, turn, t0 = s.ears.utt, s.pause_end, s.tm.turn, now_ms()
         speech = self._speech_end
@@ -360,11 +409,11 @@ class EndOfTurn:
         last = s.ears.last_pass[2] if s.ears.last_pass is not None else None
         logprob = last.logprob if last is not None and last.text == text else None
 
-        def decide(p: float | None) -> None:
+        def decide(p: float | None, called: bool) -> None:
             if utt != s.ears.utt or pause != s.pause_end:
                 return  # the user spoke again: this pause is over
             if speech is not None and not speech.done():
-                speech.add_done_callback(lambda _: decide(p))
+                speech.add_done_callback(lambda _: decide(p, called))
                 return
             p_audio, audio_ms = None, 0.0
             if speech is not None and not speech.cancelled():
@@ -372,7 +421,7 @@ class EndOfTurn:
                     log.error("end-of-turn speech score failed: %s", speech.exception())
                 else:
                     p_audio, audio_ms = speech.result()
-            decision = s.tm.on_end_score(text, p, p_audio, logprob)
+            decision = s.tm.on_end_score(text, p, p_audio, logprob, called)
             if decision is None:
                 return
             eot = s.cfg.end_of_turn
@@ -383,16 +432,16 @@ class EndOfTurn:
             s.trace(
                 "end_of_turn", turn, gen, p_end=None if p is None else round(p, 4),
                 p_audio=None if p_audio is None else round(p_audio, 4),
-                asr_logprob=None if logprob is None else round(logprob, 3), decision=decision,
-                wait_ms=wait, compute_ms=round(now_ms() - t0, 1),
+                asr_logprob=None if logprob is None else round(logprob, 3), called=called,
+                decision=decision, wait_ms=wait, compute_ms=round(now_ms() - t0, 1),
                 audio_compute_ms=round(audio_ms, 2), text=text,
             )  # fmt: skip
             for ev in s.vad.end_after(wait):
                 s.on_vad(ev.kind, ev.audio_ms, ev.detected_ms)
 
-        def from_any_thread(p: float | None) -> None:
+        def from_any_thread(p: float | None, choice: Choice | None) -> None:
             if not loop.is_closed():
-                loop.call_soon_threadsafe(decide, p)
+                loop.call_soon_threadsafe(decide, p, names_a_call(choice, text))
 
         return from_any_thread
 

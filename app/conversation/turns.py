@@ -250,12 +250,15 @@ class TurnManager:
         p_end: float | None,
         p_audio: float | None = None,
         asr_logprob: float | None = None,
+        called: bool = False,
     ) -> str | None:
-        """The LM's P(end of turn) for ``text``, the speech's (``p_audio``, None: not heard)
-        and Whisper's mean log-probability of ``text`` (None: not measured); returns the
-        decision ("complete", "unsure", "incomplete"), or None when the user has spoken again
-        since (nothing to decide)."""
-        return self.ending.decide(text, p_end, p_audio, asr_logprob) if self.paused else None
+        """The LM's P(end of turn) for ``text``, the speech's (``p_audio``, None: not heard),
+        Whisper's mean log-probability of ``text`` (None: not measured) and whether its words
+        read as a whole tool call; returns the decision ("complete", "unsure", "incomplete"),
+        or None when the user has spoken again since (nothing to decide)."""
+        if not self.paused:
+            return None
+        return self.ending.decide(text, p_end, p_audio, asr_logprob, called)
 
     def _speculate(self, text: str) -> list[Action]:
         prompt = functools.partial(self.history.prompt, self.cfg.system_prompt)

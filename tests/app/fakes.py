@@ -227,7 +227,13 @@ class FakeLM:
         end_score=None, turn_state=None,
     ):  # fmt: skip
         self.calls.append({"messages": messages, "drafts": drafts, "scored": bool(end_score)})
+        # No hidden state: tools are chosen by name, on the first forward as the real one
+        # does, just before the end-of-turn score where there is one.
+        choose = None if turn_state is None else lambda: turn_state(None)
         if end_score is not None:  # the real one: on the first forward, before any text
+            if choose is not None:
+                choose()
+                choose = None
             end_score(self._p_end(messages))
         user = messages[-1]["content"].rstrip(".?!")
         first = self.calls[0]["messages"][-1]["content"]
@@ -238,9 +244,7 @@ class FakeLM:
         k = self.words_per_step
         steps = [" ".join(words[i : i + k]) for i in range(0, len(words), k)]
         after = self.superseded_after if len(self.calls) == 1 else None
-        # No hidden state: tools are chosen by name, on the first forward as the real one does.
-        first = None if turn_state is None else lambda: turn_state(None)
-        return FakeGeneration(steps, cancel, self.step_s, after, first)
+        return FakeGeneration(steps, cancel, self.step_s, after, choose)
 
 
 class FakeTTS:

@@ -241,3 +241,32 @@ def test_a_timer_set_by_a_tool_speaks_through_its_context():
     ctx = ToolContext(say=lambda text: said.set())
     ctx.schedule(0.05, "Time is up.")
     assert said.wait(2)
+
+
+class GaugeReader(ToolChooser):
+    """The built-in parsers' way for read_gauge: its words read as its whole call."""
+
+    def choose(self, box, state, text, alternatives=()):
+        if "gauge" in text.lower():
+            return Choice(box.tools["read_gauge"], 0.9, "head+words", {})
+        return super().choose(box, state, text, alternatives)
+
+
+def test_words_that_read_as_a_whole_call_end_the_turn_at_once():
+    # No final mark: the fake LM scores the words 0.001, a turn that would wait 1.5 s.
+    tools = toolset()
+    tools.chooser = GaugeReader(None, 0.5)
+    _, trace, events = run(["Read the gauge for me"], [Segment(buzz(800))], tools)
+    (end,) = [e for e in trace if e["event"] == "end_of_turn"]
+    assert end["called"] and end["decision"] == "complete"
+    assert end["wait_ms"] == CFG.end_of_turn.complete_ms
+    (first,) = [e for e in trace if e["event"] == "audio_out_first"]
+    assert first["v2v_ms"] < CFG.end_of_turn.hold_ms  # heard at once, not held
+    (resp,) = done(events)
+    assert resp["output_text"] == "The gauge reads seven."
+
+
+def test_words_with_no_whole_call_wait_as_their_score_says():
+    _, trace, _ = run(["Read the gauge for me"], [Segment(buzz(800))], toolset())
+    (end,) = [e for e in trace if e["event"] == "end_of_turn"]
+    assert not end["called"] and end["decision"] == "incomplete"

@@ -24,7 +24,7 @@ from dllm_voice.app.conversation.config import (
     EndOfTurnConfig,
     SpeculationConfig,
 )
-from dllm_voice.app.conversation.end_of_turn import audible_after, end_decision
+from dllm_voice.app.conversation.end_of_turn import audible_after, end_decision, names_a_call
 from dllm_voice.app.conversation.history import History
 from dllm_voice.app.conversation.text import normalize
 from dllm_voice.app.conversation.turns import TurnManager
@@ -753,3 +753,54 @@ def test_until_the_detector_has_measured_the_echo_the_vad_and_echo_guard_decide(
     tm.on_near_end(5000, False, False)
     tm.on_speech_start(5000)
     assert tm.on_speech_progress(5340) == [HoldPlayback(gen)]
+
+
+@pytest.mark.parametrize(
+    ("text", "p_end", "p_audio", "decision"),
+    [
+        ("Which day of the week are we on?", 0.016, 0.6, "complete"),  # the LM: unsure
+        ("Forget about the pasta timer, it's done.", 0.34, 0.75, "complete"),  # tells, yet asks
+        ("Set a timer for ten minutes", 0.001, 0.5, "complete"),  # no mark, the LM: incomplete
+        ("What time is it in Tokyo?", 0.02, 0.05, "unsure"),  # sounds cut: the usual rules
+        ("What time is it in...", 0.02, 0.6, "incomplete"),  # trails off
+    ],
+)
+def test_words_that_read_as_a_whole_call_end_the_turn(text, p_end, p_audio, decision):
+    assert end_decision(p_end, END, text, p_audio, -0.2, called=True) == decision
+    assert end_decision(p_end, END, text, p_audio, -0.2) != "complete"
+
+
+def test_a_whole_call_is_heard_at_once():
+    assert audible_after("complete", 0.016, END, p_audio=0.5, called=True) == 0
+    tm = TurnManager(CFG)
+    tm.on_speech_start(0)
+    tm.on_pause()
+    tm.on_partial("Which day of the week are we on?", complete=True)
+    assert tm.on_end_score("Which day of the week are we on?", 0.016, 0.5, -0.2, True) == (
+        "complete"
+    )
+    tm.on_speech_end(1000)
+    assert tm.ending.audible_from is None and tm.ending.may_play(1000)
+
+
+@pytest.mark.parametrize(
+    ("text", "how", "whole"),
+    [
+        ("What's seven times eight?", "head+words", True),
+        ("Set a timer for ten minutes.", "head+words", True),
+        ("What's twelve plus twenty", "head+words", False),  # "... nine" may follow
+        ("What's 12 plus 20?", "head+words", False),
+        ("Two hundred", "head+words", False),
+        ("Half of 90, please.", "head+words", True),
+        ("What's 12 plus 25?", "head+words", True),
+        ("What's seven times eight?", "head+alternative", False),  # read in other words
+        ("What's seven times eight?", "head", False),  # arguments left to the LM
+    ],
+)
+def test_names_a_call_wants_every_argument_read_in_these_words(text, how, whole):
+    from dllm_voice.app.tools.builtin.calculator import calculate
+    from dllm_voice.app.tools.chooser import Choice
+
+    choice = Choice(calculate.__tool__, 0.9, how, {"expression": "7*8"} if how != "head" else None)
+    assert names_a_call(choice, text) is whole
+    assert not names_a_call(None, text)
