@@ -23,6 +23,11 @@ _FRACTION_OF_ONE = re.compile(r"\b(0\.5|0\.25|0\.75) of an? (?=[a-z])")  # "half
 _DOZEN = re.compile(rf"\b(an?|{_NUM}) dozen\b")
 _COUPLE = re.compile(r"\ba couple(?: of)?\b")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+# Whisper writes "three hundred and fifty" as "300 and 50" (and "a hundred and twenty dollars"
+# as "100 and $20"): joined as the words are ("and" after a scale word joins a number's words),
+# except where "and" joins two operands ("between 100 and 37", "the sum of 300 and 50").
+_HUNDREDS_AND = re.compile(r"\b(\d*[1-9]00) and (\$?)([1-9]\d?)\b(?!\.\d)")
+_TWO_OPERANDS = re.compile(r"\b(?:between|add|multiply|of)\s+$")
 # Hidden from alpha2digit, which reads "ninety second" as "92nd" and "two hundred fifty and
 # four" as 254: "second" is a unit of time far more often than an ordinal in requests, and
 # "and" joins a number's words only after its scale word ("a hundred and five").
@@ -51,6 +56,7 @@ def digits(text: str) -> str:
     for word, hidden in _HIDDEN:
         out = out.replace(hidden, word)
     out = _THOUSANDS.sub("", out)
+    out = _HUNDREDS_AND.sub(_hundreds_and, out)
     out = _ARTICLE.sub("", out)
     out = _POINT.sub(r"0.\1", out)
     # A half is added to its number before a lone "half" becomes 0.5, and 0.5 exists before
@@ -63,6 +69,12 @@ def digits(text: str) -> str:
     out = _FRACTION_OF_ONE.sub(r"\1 ", out)
     out = _DOZEN.sub(lambda m: _fmt(_count(m[1]) * 12), out)
     return _COUPLE.sub("2", out)
+
+
+def _hundreds_and(m: re.Match[str]) -> str:
+    if _TWO_OPERANDS.search(m.string[: m.start()]):
+        return m[0]
+    return f"{m[2]}{int(m[1]) + int(m[3])}"
 
 
 def _count(word: str) -> float:

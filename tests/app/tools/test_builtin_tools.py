@@ -47,6 +47,13 @@ def ctx() -> Iterator[ToolContext]:
         ("two point five miles", "2.5 miles"),
         ("1,000 plus 2", "1000 plus 2"),
         ("a couple of minutes", "2 minutes"),
+        ("cut 300 and 50 in half", "cut 350 in half"),  # Whisper's "three hundred and fifty"
+        ("100 and $20 and 25% off", "$120 and 25% off"),
+        ("1200 and 5", "1205"),
+        ("add 350 and 20", "add 350 and 20"),  # not a scale word's "and"
+        ("between 100 and 37", "between 100 and 37"),
+        ("the sum of 300 and 50", "the sum of 300 and 50"),
+        ("300 and 2.5", "300 and 2.5"),
     ],
 )
 def test_digits(words: str, expected: str) -> None:
