@@ -140,6 +140,11 @@ class _Tokenizer(Protocol):  # faster_whisper.tokenizer.Tokenizer
     def eot(self) -> int: ...
 
     @property
+    def sot_prev(self) -> int: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    @property
     def language_code(self) -> str: ...
 
     def decode(self, tokens: list[int]) -> str: ...
@@ -306,7 +311,10 @@ class WhisperASR:
             model.hf_tokenizer, multilingual, task="transcribe", language=language
         )
         self.tok = tok  # the Refiner decodes its copy of the model with the same tokens
-        self.prompt = [*tok.sot_sequence, tok.no_timestamps]
+        # Text read as what came before each utterance (Whisper's previous-text prompt): the
+        # words a voice agent hears ("timer", "kilometers") come out right more often.
+        context = [tok.sot_prev, *tok.encode(" " + cfg.prompt.strip())] if cfg.prompt else []
+        self.prompt = [*context, *tok.sot_sequence, tok.no_timestamps]
         self.refiner: Refiner | None = None
         if cfg.refine_long_turns:
             from dllm_voice.audio import refiner  # refiner.py builds on this module
@@ -392,6 +400,7 @@ class WhisperASR:
             beam_size=self.cfg.beam_size,
             without_timestamps=True,
             condition_on_previous_text=False,
+            initial_prompt=self.cfg.prompt or None,
             vad_filter=False,
             temperature=0.0,
             no_speech_threshold=self.cfg.no_speech_threshold,

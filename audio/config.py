@@ -85,6 +85,14 @@ class ASRConfig:
     min_rms_dbfs: float = setting(
         -50.0, "energy gate: quieter audio is not speech", min=-100.0, max=0.0
     )
+    # Requests of the built-in tools' kinds, none of the benchmarks' own: on the tool
+    # benchmark's requests in 5 voices WER 17.2 % against 22.2 % without (held-out set: 19.5
+    # against 29.9 %), 5.5 % against 5.7 % on general questions, ~10 ms more a pass.
+    prompt: str = setting(
+        "What time is it in Lisbon? Set a timer for eight minutes. What's forty-two divided by "
+        "seven? Convert four miles to kilometers. What is the capital of Chile?",
+        "text Whisper reads as said before each utterance: words to expect ('' = none)",
+    )
     refine_long_turns: bool = setting(
         True, "transcribe a long turn again whole when idle: a segment alone lacks its context"
     )

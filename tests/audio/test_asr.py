@@ -1,10 +1,18 @@
 """The Whisper model: real speech through VAD + ASR, no words from non-speech, bad input, and
 the text helpers (agreed prefixes, looping tails, joining overlapping segments)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from dllm_voice.audio.asr import WordEnd, agreed_prefix, cut_trailing_repeat, sound_goes_on
+from dllm_voice.audio.asr import (
+    WhisperASR,
+    WordEnd,
+    agreed_prefix,
+    cut_trailing_repeat,
+    sound_goes_on,
+)
 from dllm_voice.audio.config import ASRConfig, VADConfig
 from dllm_voice.audio.errors import AudioFormatError
 from dllm_voice.audio.transcriber import StreamingTranscriber
@@ -131,14 +139,18 @@ def test_merge_overlap_never_joins_on_an_earlier_repeat_of_the_phrase() -> None:
     assert "glaciers and maybe the northern lights" in merged and merged.endswith("backpack.")
 
 
-def test_alternatives_hold_what_the_best_hearing_missed(asr) -> None:
+def test_alternatives_hold_what_the_best_hearing_missed() -> None:
     # Whisper tiny.en mishears espeak-ng's robotic voices; its beam keeps the right words close
-    # behind ("What is the capital on France?" beside "… of France?").
+    # behind ("What is the capital on France?" beside "… of France?"). Without the prompt,
+    # which gets most of these right first.
+    asr = WhisperASR(replace(ASRConfig(), prompt=""))
     said = [
         ("What is the capital of France?", "espeak:en-gb"),
         ("How late is it in Chicago now?", "espeak:en-us"),
-        ("Sorry, what date are we at today?", "espeak:en-us"),
-        ("How populous is Nigeria?", "piper"),
+        ("Who wrote Pride and Prejudice?", "piper"),
+        ("How do I get my toddler to eat vegetables?", "espeak:en-us"),
+        ("What's your honest opinion on pineapple on pizza?", "espeak:en-us"),
+        ("How long is a dog year in human years?", "espeak:en-gb"),
     ]
     missed = found = 0
     for text, voice in said:
@@ -150,3 +162,13 @@ def test_alternatives_hold_what_the_best_hearing_missed(asr) -> None:
             missed += 1
             found += " ".join(words(text)) in folded[1:]
     assert missed and found, (missed, found)
+
+
+def test_the_prompt_is_read_as_what_came_before(asr) -> None:
+    tok = asr.tok
+    assert asr.prompt[0] == tok.sot_prev and asr.prompt[-1] == tok.no_timestamps
+    assert tok.decode(asr.prompt[1 : asr.prompt.index(tok.sot_sequence[0])]).strip() == (
+        ASRConfig().prompt
+    )
+    bare = WhisperASR(replace(ASRConfig(), prompt=""))
+    assert bare.prompt == [*tok.sot_sequence, tok.no_timestamps]
