@@ -87,7 +87,7 @@ class ASRConfig:
     )
     # Requests of the built-in tools' kinds, none of the benchmarks' own: on the tool
     # benchmark's requests in 5 voices WER 17.2 % against 22.2 % without (held-out set: 19.5
-    # against 29.9 %), 5.5 % against 5.7 % on general questions, ~10 ms more a pass.
+    # against 29.9 %), 5.5 % against 5.7 % on general questions, 10-13 ms more a pass.
     prompt: str = setting(
         "What time is it in Lisbon? Set a timer for eight minutes. What's forty-two divided by "
         "seven? Convert four miles to kilometers. What is the capital of Chile?",
