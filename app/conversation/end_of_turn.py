@@ -227,11 +227,8 @@ class TurnEnd:
         if self.scored is None or normalize(self.scored) != normalize(text):
             return None
         self.decision = end_decision(p_end, self.cfg, text, p_audio, asr_logprob, called)
-        self.p_end, self.p_audio, self.called = (
-            p_end,
-            p_audio,
-            called and self.decision == "complete",
-        )
+        self.p_end, self.p_audio = p_end, p_audio
+        self.called = called and self.decision == "complete"
         return self.decision
 
     def ended(self, end_ms: float) -> None:
