@@ -21,7 +21,9 @@ bench/conversation_metrics.py):
 * counts: user turns, final transcripts (a turn without one is lost), VAD utterances whose
   final never came (dropped) or came empty, answers completed or cancelled, barge-ins (and the
   scripted ones that did interrupt: an answer shorter than ``at_ms`` was already over),
-  backchannels that interrupted or were answered, interruptions followed by no answer.
+  backchannels that interrupted or were answered, interruptions followed by no answer;
+* blurts: answers whose audio had started when the user went on and reopened the turn (the
+  ``lead-in-*`` conversations interrupt with a lead-in, a 400-800 ms pause, then the request).
 
     .venv/bin/python -m bench.conversation [--conversations N] [--only NAME,...]
         [--decoder ar|hybrid] [--out results.json] [--trace t.jsonl] [--set section.key=value]
@@ -136,6 +138,8 @@ def _answers(script: Script, events: list[dict[str, Any]]) -> tuple[list[dict], 
     # Answers cut because the user went on right after an early end of turn: premature starts
     # of one turn's answer, counted apart from the answers.
     reopened = {ev["gen"] for ev in events if ev["event"] == "reopen_cancel"}
+    # Blurts: those whose audio had started, so the user heard the agent start and stop.
+    blurted = {ev["gen"] for ev in events if ev["event"] == "reopen_cancel" and ev.get("audible")}
     for ev in events:
         kind = ev["event"]
         if kind == "speech_start":
@@ -151,6 +155,7 @@ def _answers(script: Script, events: list[dict[str, Any]]) -> tuple[list[dict], 
                     "heard": heard,
                     "heard_words": len(m.words(heard)),
                     "reopened": ev["gen"] in reopened,
+                    "blurt": ev["gen"] in blurted,
                 }
             )
         elif kind == "barge_in":
@@ -263,6 +268,7 @@ def analyze(
             "empty_finals": empty,
             "answers": len(answers),
             "reopened": len(all_answers) - len(answers),
+            "blurts": sum(a["blurt"] for a in all_answers),
             "completed": sum(a["status"] == "completed" for a in answers),
             "cancelled": sum(a["status"] == "cancelled" for a in answers),
             "barge_ins_scripted": kinds.count("barge_in"),
@@ -303,6 +309,8 @@ def defects(convs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             {"conversation": name, "defect": defect, **detail}
         )
         for a in c["answers"]:
+            if a["blurt"]:
+                add("blurt", gen=a["gen"], turn=a["turn"], heard=a["heard"])
             if a["repeat_of"] is not None:
                 add("repeat", gen=a["gen"], of=a["repeat_of"], text=a["text"][:160])
             if a["loop"]:
@@ -388,9 +396,15 @@ def summarize(convs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def chosen(name: str, only: list[str]) -> bool:
+    """``name`` is among ``only`` (a name, or a prefix ending in "*")."""
+    return any(name == o or (o.endswith("*") and name.startswith(o[:-1])) for o in only)
+
+
 def _segments(script: Script, voices: UserVoices) -> tuple[list[Segment], list[bool]]:
     segs = [
-        Segment(voices.speak(t.sentences, script.voice, SENTENCE_GAP_MS), t.text, t.at_ms)
+        Segment(voices.speak(t.sentences, script.voice, t.gap_ms or SENTENCE_GAP_MS), t.text,
+                t.at_ms)  # fmt: skip
         for t in script.turns
     ]
     return segs, [t.after_previous for t in script.turns]
@@ -401,7 +415,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     overrides = list(args.overrides) + ([f"lm.decoder={args.decoder}"] if args.decoder else [])
     cfg = load_config(args.config, overrides)
-    scripts = [s for s in SCRIPTS if not args.only or s.name in args.only.split(",")]
+    scripts = [s for s in SCRIPTS if not args.only or chosen(s.name, args.only.split(","))]
     scripts = scripts[: args.conversations] if args.conversations else scripts
     if not scripts:
         raise SystemExit(f"no conversation selected; names: {', '.join(s.name for s in SCRIPTS)}")
@@ -479,7 +493,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--conversations", type=int, default=0, help="run the first N (0 = all)")
-    ap.add_argument("--only", default="", help="comma-separated conversation names")
+    ap.add_argument(
+        "--only", default="", help="comma-separated conversation names ('lead-in-*': a prefix)"
+    )
     ap.add_argument("--decoder", choices=["ar", "hybrid", "parallel"], default=None)
     ap.add_argument("--config", default=None)
     ap.add_argument("--set", action="append", default=[], dest="overrides")

@@ -23,6 +23,7 @@ class Turn:
     keywords: tuple[str, ...] = ()
     at_ms: int | None = None
     after_previous: bool = False
+    gap_ms: int | None = None  # silence between its sentences (None: the bench's default)
 
     @property
     def text(self) -> str:
@@ -47,6 +48,12 @@ def follow(text: str, *keywords: str) -> Turn:
 
 def barge(at_ms: int, text: str, *keywords: str) -> Turn:
     return Turn((text,), "barge_in", keywords, at_ms)
+
+
+def lead(at_ms: int, lead_in: str, gap_ms: int, text: str, *keywords: str) -> Turn:
+    """An interruption that starts with a lead-in, pauses ``gap_ms`` (longer than a pause
+    inside a sentence), then asks: one turn, whose answer must wait for the request."""
+    return Turn((lead_in, text), "barge_in", keywords, at_ms, gap_ms=gap_ms)
 
 
 def back(at_ms: int, text: str, after_previous: bool = False) -> Turn:
@@ -366,6 +373,84 @@ _SCRIPTS = [
             q("What is gravity?", "gravity", "force", "mass", "attract"),
             q("Why do leaves change color in autumn?", "chlorophyll", "leaf", "leaves", "colo"),
             q("Tell me a joke about computers.", "computer"),
+        ),
+    ),
+    # Interruptions that lead in, pause 400-800 ms, then ask.
+    (
+        "lead-in-never-mind-moon",
+        (
+            q("Tell me about the history of the printing press.", "print", "press", "gutenberg"),
+            lead(1200, "Actually, never mind that.", 600, "How far away is the moon?", "moon",
+                 "kilomet", "mile", "384", "238"),
+        ),
+    ),
+    (
+        "lead-in-wait-tea",
+        (
+            q("Explain how a rainbow forms.", "rainbow", "light", "refract", "color", "colour"),
+            lead(1500, "Wait.", 500, "How do I make a good cup of tea?", "tea", "water", "boil"),
+        ),
+    ),
+    (
+        "lead-in-hold-on-sharks",
+        (
+            q("What is the history of the bicycle?", "bicycle", "bike", "wheel"),
+            lead(900, "Hold on a second.", 700, "Do sharks sleep?", "shark", "sleep", "swim"),
+        ),
+    ),
+    (
+        "lead-in-sorry-bread",
+        (
+            q("Tell me about the Amazon rainforest.", "amazon", "rainforest", "forest"),
+            lead(2000, "Sorry, one more thing.", 450, "How do I bake bread at home?", "bread",
+                 "flour", "yeast", "dough", "oven"),
+        ),
+    ),
+    (
+        "lead-in-okay-stop-chess",
+        (
+            q("Describe how the internet works.", "internet", "network", "data", "computer"),
+            lead(1000, "Okay, stop.", 550, "Who invented chess?", "chess", "india", "game"),
+        ),
+    ),
+    (
+        "lead-in-hmm-coffee",
+        (
+            q("Tell me a long story about a dragon.", "dragon"),
+            lead(2500, "Hmm, you know what?", 650, "Tell me about coffee instead.", "coffee",
+                 "bean"),
+        ),
+    ),
+    (
+        "lead-in-forget-it-whales",
+        (
+            q("How are mountains formed?", "mountain", "plate", "tectonic", "rock"),
+            lead(1300, "Oh, forget it.", 500, "How big is a blue whale?", "whale", "meter",
+                 "metre", "feet", "ton"),
+        ),
+    ),
+    (
+        "lead-in-hang-on-olympics",
+        (
+            q("Explain the rules of soccer.", "soccer", "football", "goal", "ball"),
+            lead(800, "Hang on.", 800, "When did the Olympic Games start?", "olympic", "greece",
+                 "776", "1896"),
+        ),
+    ),
+    (
+        "lead-in-let-me-think-honey",
+        (
+            q("What is the history of the violin?", "violin", "instrument", "string"),
+            lead(1800, "Let me think.", 600, "Why do bees make honey?", "bee", "honey",
+                 "nectar", "food"),
+        ),
+    ),
+    (
+        "lead-in-no-wait-pyramids",
+        (
+            q("Tell me about the deep ocean.", "ocean", "deep", "sea"),
+            lead(1100, "No, wait.", 400, "Who built the pyramids?", "egypt", "pyramid",
+                 "pharaoh"),
         ),
     ),
 ]

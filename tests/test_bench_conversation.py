@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import conversation_metrics as m
-from bench.conversation import analyze, summarize
+from bench.conversation import analyze, chosen, summarize
 from bench.conversation_scripts import SCRIPTS, Script, back, barge, q
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,8 +174,27 @@ def test_an_answer_cut_by_a_reopened_turn_is_not_an_answer():
     conv = analyze(script, events, [3.0], forced=[])
     c = conv["counts"]
     assert (c["answers"], c["reopened"], c["completed"], c["cancelled"]) == (1, 1, 1, 0)
+    assert c["blurts"] == 0  # cut before its audio started
     assert conv["turns"][0]["transcript"] == "Why is the sky blue? And why are sunsets red?"
     assert conv["turns"][0]["answers"] == [3]
+    # The same reopen after the answer's first word was heard: a blurt, listed as a defect.
+    events[3] = _ev("reopen_cancel", 1, 0, gen=1, heard="The", audible=True)
+    events[4] = _ev("turn_done", 1, 0, gen=1, status="cancelled", text="The sky", heard="The")
+    blurted = analyze(script, events, [3.0], forced=[])
+    assert blurted["counts"]["blurts"] == 1 and blurted["counts"]["answers"] == 1
+    assert summarize([blurted])["defects"] == [
+        {"conversation": "t", "defect": "blurt", "gen": 1, "turn": 0, "heard": "The"}
+    ]
+
+
+def test_lead_in_interruptions_pause_between_lead_in_and_request():
+    leads = [s for s in SCRIPTS if chosen(s.name, ["lead-in-*"])]
+    assert len(leads) >= 10
+    for s in leads:
+        turn = s.turns[-1]
+        assert turn.kind == "barge_in" and len(turn.sentences) == 2
+        assert turn.gap_ms is not None and 400 <= turn.gap_ms <= 800
+    assert len({s.voice for s in leads}) >= 5
 
 
 @pytest.mark.slow

@@ -151,7 +151,8 @@ class Responses:
         """Cancel answer ``gen`` (LM, TTS, unplayed audio), traced as ``event`` with what the
         user heard of it: a barge-in, or a reopened turn's early answer."""
         if (ans := self.answers.get(gen)) is not None:
-            self.s.trace(event, ans.turn, gen, heard=ans.heard_text())
+            audible = ans.base is not None  # its audio had reached the sink
+            self.s.trace(event, ans.turn, gen, heard=ans.heard_text(), audible=audible)
             if ans.base is not None and not ans.held:
                 self.s.emit(events.audio_cleared(gen))
             ans.cancel()
