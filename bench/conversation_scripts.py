@@ -380,8 +380,17 @@ _SCRIPTS = [
         "lead-in-never-mind-moon",
         (
             q("Tell me about the history of the printing press.", "print", "press", "gutenberg"),
-            lead(1200, "Actually, never mind that.", 600, "How far away is the moon?", "moon",
-                 "kilomet", "mile", "384", "238"),
+            lead(
+                1200,
+                "Actually, never mind that.",
+                600,
+                "How far away is the moon?",
+                "moon",
+                "kilomet",
+                "mile",
+                "384",
+                "238",
+            ),
         ),
     ),
     (
@@ -402,8 +411,17 @@ _SCRIPTS = [
         "lead-in-sorry-bread",
         (
             q("Tell me about the Amazon rainforest.", "amazon", "rainforest", "forest"),
-            lead(2000, "Sorry, one more thing.", 450, "How do I bake bread at home?", "bread",
-                 "flour", "yeast", "dough", "oven"),
+            lead(
+                2000,
+                "Sorry, one more thing.",
+                450,
+                "How do I bake bread at home?",
+                "bread",
+                "flour",
+                "yeast",
+                "dough",
+                "oven",
+            ),
         ),
     ),
     (
@@ -417,40 +435,65 @@ _SCRIPTS = [
         "lead-in-hmm-coffee",
         (
             q("Tell me a long story about a dragon.", "dragon"),
-            lead(2500, "Hmm, you know what?", 650, "Tell me about coffee instead.", "coffee",
-                 "bean"),
+            lead(
+                2500, "Hmm, you know what?", 650, "Tell me about coffee instead.", "coffee", "bean"
+            ),
         ),
     ),
     (
         "lead-in-forget-it-whales",
         (
             q("How are mountains formed?", "mountain", "plate", "tectonic", "rock"),
-            lead(1300, "Oh, forget it.", 500, "How big is a blue whale?", "whale", "meter",
-                 "metre", "feet", "ton"),
+            lead(
+                1300,
+                "Oh, forget it.",
+                500,
+                "How big is a blue whale?",
+                "whale",
+                "meter",
+                "metre",
+                "feet",
+                "ton",
+            ),
         ),
     ),
     (
         "lead-in-hang-on-olympics",
         (
             q("Explain the rules of soccer.", "soccer", "football", "goal", "ball"),
-            lead(800, "Hang on.", 800, "When did the Olympic Games start?", "olympic", "greece",
-                 "776", "1896"),
+            lead(
+                800,
+                "Hang on.",
+                800,
+                "When did the Olympic Games start?",
+                "olympic",
+                "greece",
+                "776",
+                "1896",
+            ),
         ),
     ),
     (
         "lead-in-let-me-think-honey",
         (
             q("What is the history of the violin?", "violin", "instrument", "string"),
-            lead(1800, "Let me think.", 600, "Why do bees make honey?", "bee", "honey",
-                 "nectar", "food"),
+            lead(
+                1800,
+                "Let me think.",
+                600,
+                "Why do bees make honey?",
+                "bee",
+                "honey",
+                "nectar",
+                "food",
+            ),
         ),
     ),
     (
         "lead-in-no-wait-pyramids",
         (
             q("Tell me about the deep ocean.", "ocean", "deep", "sea"),
-            lead(1100, "No, wait.", 400, "Who built the pyramids?", "egypt", "pyramid",
-                 "pharaoh"),
+            lead(1100, "No, wait.", 400, "Who built the pyramids?", "egypt", "pyramid", "pharaoh"),
         ),
     ),
 ]
