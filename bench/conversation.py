@@ -405,7 +405,7 @@ def _segments(script: Script, voices: UserVoices) -> tuple[list[Segment], list[b
     segs = [
         Segment(
             voices.speak(t.sentences, script.voice, t.gap_ms or SENTENCE_GAP_MS), t.text, t.at_ms
-        )  # fmt: skip
+        )
         for t in script.turns
     ]
     return segs, [t.after_previous for t in script.turns]

@@ -249,7 +249,9 @@ def train(a: argparse.Namespace, progress: Progress | None = None) -> None:
     to_vocab = torch.full((base.args.vocab_size,), -100, dtype=torch.long)
     to_vocab[vocab_ids] = torch.arange(len(vocab_ids))
     layers, block = (init.args.n_layers, init.args.block) if init else (a.layers, a.block)
-    drafter = BlockDrafter.from_base(base, vocab_ids.to(dev), n_layers=layers, block=block)
+    ffn, hidden = (init.args.ffn, init.args.hidden) if init else (a.ffn, a.context == "kv+hidden")
+    drafter = BlockDrafter.from_base(base, vocab_ids.to(dev), n_layers=layers, block=block,
+                                     ffn=ffn, hidden=hidden)  # fmt: skip
     if init:
         drafter.load_state_dict(init.state_dict())
     drafter.float().requires_grad_(True).train()  # fp32 master weights; bf16 autocast on GPU
@@ -271,6 +273,8 @@ def train(a: argparse.Namespace, progress: Progress | None = None) -> None:
 
     def done() -> float:
         share = step / max(1, a.steps)
+        if a.target_tokens:  # a token budget: whichever ends first
+            share = max(share, seen / a.target_tokens)
         if a.minutes:  # a wall-clock budget: whichever ends first
             share = max(share, (time.time() - t0) / (60 * a.minutes))
         return min(1.0, share)
@@ -296,7 +300,10 @@ def train(a: argparse.Namespace, progress: Progress | None = None) -> None:
         torch.save({"drafter": drafter.state_dict(), "opt": opt.state_dict(), "step": step,
                     "seen": seen, "curve": curve, "rng": rng.getstate(), "vocab_ids": vocab_ids},
                    ckpt_file)  # fmt: skip
-        info = {"design": f"block drafter (b), {layers} layers from base top, K={block}",
+        width = f", MLP {ffn}" if ffn else ""
+        reads = "K/V and final hidden" if hidden else "K/V"
+        info = {"design": f"block drafter (b), {layers} layers from base top{width}, K={block}, "
+                          f"reads {reads}",
                 "train_answers": len(train_recs), "data_tokens": n_tokens,
                 "target_tokens_seen": seen, "steps": step, "vocab_coverage": round(coverage, 4),
                 "device": str(dev), "heldout": ev}  # fmt: skip
@@ -304,7 +311,7 @@ def train(a: argparse.Namespace, progress: Progress | None = None) -> None:
 
     if step == 0:
         checkpoint_and_eval()
-    while step < a.steps and (not a.minutes or time.time() - t0 < 60 * a.minutes):
+    while done() < 1.0:
         batch = rng.sample(train_recs, min(a.batch, len(train_recs)))
         starts, tgts = [], []
         for r in batch:
@@ -384,10 +391,20 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--layers", type=int, default=2, choices=(1, 2, 3))
     ap.add_argument("--block", type=int, default=4, help="K draft tokens")
     ap.add_argument("--vocab", type=int, default=8192, help="draft vocabulary size")
+    ap.add_argument("--ffn", type=int, default=0, help="MLP width of each layer (0 = the base's)")
+    ap.add_argument(
+        "--context",
+        choices=("kv+hidden", "kv"),
+        default="kv+hidden",
+        help="what the rows read of the context: the base's K/V and its final hidden state, or K/V",
+    )
     ap.add_argument("--batch", type=int, default=8, help="answers per step")
     ap.add_argument("--blocks", type=int, default=32, help="block starts per answer per step")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--minutes", type=float, default=0.0, help="wall-clock cap (0 = none)")
+    ap.add_argument(
+        "--target-tokens", type=int, default=0, help="stop after this many targets (0 = none)"
+    )
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--eval-every", type=int, default=100)

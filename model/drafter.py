@@ -27,7 +27,7 @@ weights it was trained from (checked by a fingerprint of those blocks).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -97,6 +97,20 @@ class DrafterArgs:
     base_dim: int = 576
     base_layers: int = 30
     base_vocab: int = 49152
+    ffn: int = 0  # each layer's MLP width (0 = the base's; fewer keeps its strongest units)
+    hidden: bool = True  # rows also read the base's final hidden state (ctx_proj), not only K/V
+
+
+def narrowed(state: dict[str, torch.Tensor], width: int) -> dict[str, torch.Tensor]:
+    """A base block's state dict with its MLP cut to the `width` units of largest |down column|
+    x |up row| (a unit's reach into the residual stream when its gate is open), kept in order.
+    A function of the base's weights alone, so a file stores no index list."""
+    gate_up, down = state["mlp.w_gate_up.weight"], state["mlp.w_down.weight"]
+    f = down.shape[1]
+    reach = down.float().norm(dim=0) * gate_up[f:].float().norm(dim=1)
+    units = reach.topk(width).indices.sort().values
+    gate_up_cut = torch.cat((gate_up[units], gate_up[f + units]))
+    return state | {"mlp.w_gate_up.weight": gate_up_cut, "mlp.w_down.weight": down[:, units]}
 
 
 class BlockDrafter(nn.Module):
@@ -108,7 +122,8 @@ class BlockDrafter(nn.Module):
         self.args, self.base_args = args, base_args
         dim = base_args.dim
         first = base_args.n_layers - args.n_layers  # layer l is a copy of base layer first + l
-        self.layers = nn.ModuleList(Block(base_args, first + i) for i in range(args.n_layers))
+        layer_args = replace(base_args, ffn_dim=args.ffn) if args.ffn else base_args
+        self.layers = nn.ModuleList(Block(layer_args, first + i) for i in range(args.n_layers))
         self.norm = nn.Parameter(torch.ones(dim))
         self.mask_embed = nn.Parameter(torch.zeros(dim))
         self.offset_embed = nn.Parameter(torch.zeros(args.block + 1, dim))
@@ -126,25 +141,44 @@ class BlockDrafter(nn.Module):
 
     @classmethod
     def from_base(
-        cls, base: Transformer, vocab_ids: torch.Tensor, *, n_layers: int = 2, block: int = 4
+        cls,
+        base: Transformer,
+        vocab_ids: torch.Tensor,
+        *,
+        n_layers: int = 2,
+        block: int = 4,
+        ffn: int = 0,
+        hidden: bool = True,
     ) -> BlockDrafter:
-        """Initialised from the base: its top `n_layers` blocks, final norm, mean embedding."""
+        """Initialised from the base: its top `n_layers` blocks (their strongest `ffn` MLP
+        units when narrower), final norm, mean embedding."""
         a = base.args
-        args = DrafterArgs(n_layers, block, int(vocab_ids.numel()), a.dim, a.n_layers, a.vocab_size)
+        ffn = 0 if ffn >= a.ffn_dim else ffn
+        args = DrafterArgs(n_layers, block, int(vocab_ids.numel()), a.dim, a.n_layers,
+                           a.vocab_size, ffn, hidden)  # fmt: skip
         w = base.embed.weight
         d = cls(a, args, vocab_ids).to(device=w.device, dtype=w.dtype)
         with torch.no_grad():
             for i, layer in enumerate(d.layers):
-                layer.load_state_dict(base.layers[a.n_layers - n_layers + i].state_dict())
+                layer.load_state_dict(d._base_block_state(base, i))
             d.norm.copy_(base.norm)
             d.mask_embed.copy_(base.embed.dense().mean(0))
         return d.bind(base)
 
     @classmethod
-    def random(cls, base: Transformer, *, n_layers: int = 2, block: int = 4, seed: int = 0):
+    def random(
+        cls,
+        base: Transformer,
+        *,
+        n_layers: int = 2,
+        block: int = 4,
+        seed: int = 0,
+        ffn: int = 0,
+        hidden: bool = True,
+    ) -> BlockDrafter:
         """Random weights (tests: the verified decoder must not care what the drafter says)."""
         d = cls.from_base(base, torch.arange(min(8192, base.args.vocab_size)), n_layers=n_layers,
-                          block=block)  # fmt: skip
+                          block=block, ffn=ffn, hidden=hidden)  # fmt: skip
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for p in d.parameters():
@@ -181,11 +215,16 @@ class BlockDrafter(nn.Module):
             self.head_packed = prepack(self.head, kind, _q8(self.head, kind))
         return self
 
+    def _base_block_state(self, base: Transformer, i: int) -> dict[str, torch.Tensor]:
+        """The state drafter layer i starts from: its base block's, narrowed to args.ffn."""
+        state = base.layers[self.first_base_layer + i].state_dict()
+        return narrowed(state, self.args.ffn) if self.args.ffn else state
+
     def starting_point(self, base: Transformer) -> dict[str, torch.Tensor]:
         """Each matrix's value before training (see the file format in the module docstring)."""
         start = {"ctx_proj.weight": torch.zeros_like(self.ctx_proj.weight)}
         for i in range(self.args.n_layers):
-            top = base.layers[self.first_base_layer + i].state_dict()
+            top = self._base_block_state(base, i)
             start |= {f"layers.{i}.{k}": v for k, v in top.items() if v.dim() == 2}
         return start
 
@@ -237,7 +276,9 @@ class BlockDrafter(nn.Module):
         k1 = self.args.block + 1
         x = self.mask_embed.expand(bsz, m, k1, -1).clone()  # (B, M, K+1, dim)
         x[:, :, 0] = embed(tokens)
-        x = x + self.offset_embed + self.ctx_proj(h_last)[:, :, None]
+        x = x + self.offset_embed
+        if self.args.hidden:
+            x = x + self.ctx_proj(h_last)[:, :, None]
         return x.view(bsz, m * k1, -1)
 
     def rows_logits(

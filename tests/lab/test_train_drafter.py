@@ -108,10 +108,11 @@ def test_token_only_features_on_the_bundled_model(lm) -> None:
 
 
 @torch.inference_mode()
-def test_runtime_draft_equals_training_pass(tiny, records) -> None:
+@pytest.mark.parametrize("arch", [{}, {"ffn": 64, "hidden": False}, {"ffn": 32}])
+def test_runtime_draft_equals_training_pass(tiny, records, arch) -> None:
     _, recs = records
     rec = recs[0]
-    drafter = BlockDrafter.random(tiny, seed=3)
+    drafter = BlockDrafter.random(tiny, seed=3, **arch)
     p = int(rec["prompt_len"])
     s = p + 4  # block start: pending token at s, context < s
     logits = block_forward(drafter, tiny, [rec], [[s]])[0, 0]  # (K, V_d)

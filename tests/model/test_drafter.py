@@ -75,3 +75,33 @@ def test_loads_in_its_bases_dtype_and_drafts(tiny, tmp_path) -> None:
     base(torch.tensor([[5, 6, 7]]), cache=cache, logits="none")
     toks, probs = e.draft(base, cache, 8, torch.randn(base.args.dim, dtype=torch.bfloat16))
     assert len(toks) == len(probs) == 3 and all(100 <= t[0] < 300 for t in toks)
+
+
+def test_a_narrow_kv_only_drafter_round_trips_and_drafts(tiny, tmp_path) -> None:
+    """The architecture search's variants: an MLP narrowed to the base's strongest units and
+    rows that read only the context's K/V load back from their file and draft."""
+    d = BlockDrafter.from_base(tiny, torch.arange(100, 300), n_layers=1, block=2, ffn=64,
+                               hidden=False)  # fmt: skip
+    assert d.layers[0].mlp.ffn_dim == 64 and d.args.ffn == 64 and not d.args.hidden
+    base_mlp = tiny.layers[-1].mlp
+    cut = d.layers[0].mlp
+    down = base_mlp.w_down.weight
+    # each kept unit is one of the base's, carried with its gate, up and down weights
+    for j in range(64):
+        col = cut.w_down.weight[:, j]
+        k = int((down - col[:, None]).abs().sum(0).argmin())
+        assert torch.equal(down[:, k], col)
+        assert torch.equal(base_mlp.w_gate_up.weight[k], cut.w_gate_up.weight[j])
+        assert torch.equal(base_mlp.w_gate_up.weight[128 + k], cut.w_gate_up.weight[64 + j])
+    with torch.no_grad():
+        d.layers[0].mlp.w_down.weight.add_(0.01)
+    f = tmp_path / "narrow.safetensors"
+    d.save(f, tiny)
+    e = BlockDrafter.load(f, tiny)
+    assert e.args == d.args
+    assert torch.allclose(e.layers[0].mlp.w_down.weight, d.layers[0].mlp.w_down.weight, atol=2e-3)
+    cache = tiny.new_cache(32)
+    tiny(torch.tensor([[5, 6, 7]]), cache=cache, logits="none")
+    h = torch.randn(tiny.args.dim)
+    toks, _ = e.draft(tiny, cache, 8, h)
+    assert len(toks) == 2 and toks == e.draft(tiny, cache, 8, -h)[0]  # the hidden state unread
