@@ -12,6 +12,9 @@ away:
   speech that ends before that, or transcribes as a backchannel -> ``ResumePlayback``
   speech within ``reopen_ms`` of the end of a held one ("Wait, [600 ms] which ocean is the
   smallest?") continues it (``rejoin``).
+  speech within ``end_of_turn.reopen_ms`` of an early end, over its audible answer
+                                       -> ``HoldPlayback``; it reopens the turn once it lasts
+                                          ``confirm_ms``, shorter resumes (``hold_for_reopen``)
 Pure and synchronous like the turn manager that owns it; audio times in ms.
 """
 
@@ -55,6 +58,7 @@ class Interruption:
     last_ms: float = 0.0
     early: bool = False  # held on the echo canceller's double talk, before the VAD's onset
     echo: bool = False  # speech the double-talk detector has not called the user's (yet)
+    reopens: bool = False  # speech right after an early end over its audible answer
 
 
 class BargeIn:
@@ -109,6 +113,17 @@ class BargeIn:
                 b.held = True
                 return [HoldPlayback(gen, near_end=True)]
         return []
+
+    def hold_for_reopen(self, onset_ms: float, gen: int) -> list[Action]:
+        """Speech right after an early end whose answer the user already hears: held at once
+        like an interruption; it reopens the turn once it lasts ``confirm_ms`` (the user goes
+        on), and a shorter burst (a cough, a click) lets the answer play on."""
+        self.current = Interruption(onset_ms, held=True, last_ms=onset_ms, reopens=True)
+        return [HoldPlayback(gen)]
+
+    def reopen_due(self) -> bool:
+        b = self.current
+        return b is not None and b.reopens and b.last_ms - b.onset_ms >= self.cfg.confirm_ms
 
     def waited_in_vain(self, audio_ms: float) -> bool:
         """A hold on double talk alone that no speech_start followed within NEAR_END_WAIT_MS."""

@@ -142,6 +142,12 @@ class TurnManager:
         self.user_speaking, self.paused = True, False
         self.last_partial = ""
         self.ending.clear()
+        if reopen and self._answer_heard() and self.barging.cfg.enabled:
+            assert self.answer_gen is not None
+            return [
+                *self.guess.drop("reopen"),
+                *self.barging.hold_for_reopen(onset_ms, self.answer_gen),
+            ]
         if reopen:
             return self._reopen()
         if not self.rejoined:
@@ -166,13 +172,27 @@ class TurnManager:
         """Called for every input frame while the user speaks during an agent answer."""
         if self.answer_gen is None or self.paused:
             return []
-        return self.barging.on_progress(audio_ms, self.answer_gen, self.agent == "speaking")
+        actions = self.barging.on_progress(audio_ms, self.answer_gen, self.agent == "speaking")
+        if self.barging.reopen_due():
+            self.barging.current = None
+            return self._reopen()
+        return actions
+
+    def _answer_heard(self) -> bool:
+        """The answer to the turn under way plays: the user hears it."""
+        return (
+            self.answer_gen is not None
+            and self.answer_turn == self.turn
+            and (self.agent == "speaking")
+        )
 
     def _barge_needs_transcript(self) -> bool:
         return self.barging.needs_transcript(self.agent == "speaking")
 
     def _confirm_barge(self) -> list[Action]:
-        self.barging.current = None
+        b, self.barging.current = self.barging.current, None
+        if b is not None and b.reopens:
+            return self._reopen()
         if self.answer_gen is None:
             return []
         gen = self.answer_gen

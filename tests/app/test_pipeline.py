@@ -494,6 +494,22 @@ def test_speech_right_after_an_early_end_reopens_the_same_turn():
     assert users == ["What is the capital of France?"]
 
 
+def test_a_cough_right_after_an_early_end_does_not_reopen_the_turn():
+    """The answer plays (the LM was sure of the end); a 150 ms cough 600 ms after the question
+    holds it, then lets it play on: nothing is cut or answered again."""
+    text = "What is the capital of France?"
+    script = [(text, text, text, text)]
+    pcm = np.concatenate([buzz(900), silence(600), buzz(150)])
+    _, comps, trace, events = run(script, [Segment(pcm)], **{**SHORT, "ms_per_word": 100})
+    seq = names(trace)
+    assert seq.count("reopen") == 1  # within the reopen window, over the audible answer
+    assert seq.index("audio_out_first") < seq.index("reopen")
+    assert "reopen_cancel" not in seq and "barge_in" not in seq
+    assert [e["reason"] for e in trace if e["event"] == "barge_in_resume"] == ["short"]
+    (resp,) = done(events)
+    assert resp["status"] == "completed" and len(comps.lm.calls) == 1
+
+
 @pytest.mark.parametrize("hold_ms", [0, CFG.end_of_turn.hold_ms])
 def test_an_early_end_the_lm_was_not_sure_of_reopens_before_its_answer_is_heard(hold_ms):
     # The same early end and reopen; the LM is never sure (audio_gate 1.0): with the hold, no

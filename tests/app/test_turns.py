@@ -525,7 +525,11 @@ def test_speech_right_after_an_early_end_reopens_the_turn():
     gen = early_end(tm, "What is the capital?")
     tm.on_audio_started(gen)
     turn = tm.turn
-    assert tm.on_speech_start(1000 + END.reopen_ms - 10) == [ReopenTurn(gen)]
+    onset = 1000 + END.reopen_ms - 10
+    # The answer is heard: held at once, taken back once the speech lasts like words.
+    assert tm.on_speech_start(onset) == [HoldPlayback(gen)]
+    assert tm.on_speech_progress(onset + BargeInConfig().confirm_ms - 10) == []
+    assert tm.on_speech_progress(onset + BargeInConfig().confirm_ms) == [ReopenTurn(gen)]
     assert tm.reopened and tm.turn == turn and tm.agent == "idle" and tm.barging.current is None
     assert tm.history.messages == []  # taken back; nothing of the answer counts as said
     tm.on_pause()
@@ -534,6 +538,19 @@ def test_speech_right_after_an_early_end_reopens_the_turn():
     (ans,) = tm.on_final("What is the capital of France?")
     assert isinstance(ans, ReleaseSpeculation)
     assert [m.content for m in tm.history.messages] == ["What is the capital of France?"]
+
+
+def test_a_cough_right_after_an_early_end_lets_the_answer_play_on():
+    tm = TurnManager(CFG, heard=lambda gen: "Paris is")
+    gen = early_end(tm, "What is the capital of France?")
+    tm.on_audio_started(gen)
+    assert tm.on_speech_start(1200) == [HoldPlayback(gen)]
+    assert tm.on_speech_progress(1300) == []
+    assert tm.on_speech_end(1350) == [ResumePlayback(gen, "short")]
+    assert tm.agent == "speaking" and tm.answer_gen == gen
+    assert tm.on_final("What is the capital of France? Ahem.") == []  # its final changes nothing
+    assert [m.content for m in tm.history.messages] == ["What is the capital of France?"]
+    assert tm.on_answer_done(gen, "Paris is the capital.") == []
 
 
 @pytest.mark.parametrize(
