@@ -248,11 +248,16 @@ class TurnEnd:
 
 def names_a_call(choice: Choice | None, text: str) -> bool:
     """Whether ``text`` reads as one whole tool call: the tool chosen on it has a parser that
-    read all its arguments in these very words (``how`` "head+words"), and they do not stop on
-    a number that may go on ("What's twelve plus twenty", "Set a timer for 100")."""
+    read all its arguments in these very words (``how`` "head+words"), the turn is the size of
+    a request (at most STORY_WORDS words: someone telling about a trip to Madrid and Berlin
+    pauses ~300 ms between sentences, and each sentence that named a country ended the turn),
+    and they do not stop on a number that may go on ("What's twelve plus twenty", "Set a timer
+    for 100")."""
     if choice is None or choice.how != "head+words":
         return False
     words = normalize(text).split()
+    if len(words) > STORY_WORDS:
+        return False
     last = words[-1] if words else ""
     if last.isdigit():
         return not (int(last) >= 20 and int(last) % 10 == 0)
