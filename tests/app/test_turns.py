@@ -813,10 +813,17 @@ def test_a_whole_call_is_heard_at_once():
         ("What's seven times eight?", "head+alternative", False),  # read in other words
         ("What's seven times eight?", "head", False),  # arguments left to the LM
         # someone telling a story: a sentence that names a country is no request
-        ("I have always wanted to learn a second language, and in school I took a little "
-         "French, but I forgot almost all of it.", "head+words", False),
-        ("I'm cooking for friends, the pasta needs ten minutes, so set a timer for ten minutes.",
-         "head+words", True),
+        (
+            "I have always wanted to learn a second language, and in school I took a little "
+            "French, but I forgot almost all of it.",
+            "head+words",
+            False,
+        ),
+        (
+            "I'm cooking for friends, the pasta needs ten minutes, so set a timer for ten minutes.",
+            "head+words",
+            True,
+        ),
     ],
 )
 def test_names_a_call_wants_every_argument_read_in_these_words(text, how, whole):
