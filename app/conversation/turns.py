@@ -47,7 +47,7 @@ from dllm_voice.app.conversation.config import (
     EndOfTurnConfig,
     SpeculationConfig,
 )
-from dllm_voice.app.conversation.end_of_turn import TurnEnd
+from dllm_voice.app.conversation.end_of_turn import TurnEnd, leads_in
 from dllm_voice.app.conversation.history import History
 from dllm_voice.app.conversation.speculation import Speculator
 from dllm_voice.app.conversation.text import approx_tokens, normalize
@@ -78,6 +78,7 @@ class TurnManager:
     last_partial: str = ""  # latest partial transcript of the current utterance
     reopened: bool = False  # the latest speech_start continued the previous turn
     rejoined: bool = False  # the latest speech_start continued the utterance before it
+    floor_turn: int | None = None  # the latest turn whose speech cut an answer (a barge-in)
     # False: a committed turn joins the history and waits for an explicit answer (a Realtime
     # client's turn_detection.create_response: false).
     answers_turns: bool = True
@@ -195,6 +196,7 @@ class TurnManager:
             return self._reopen()
         if self.answer_gen is None:
             return []
+        self.floor_turn = self.turn
         gen = self.answer_gen
         self.history.add_assistant(self.heard(gen), interrupted=True)
         self.answer_gen, self.agent = None, "idle"
@@ -313,6 +315,10 @@ class TurnManager:
         if self.agent != "idle" or self.barging.is_backchannel(text):
             # An answer is still playing (barge-in disabled) or the user only said "mm-hmm".
             return [*actions, *self.guess.drop("ignored")]
+        if self.floor_turn == self.turn and leads_in(text):
+            # "Wait." took the floor: the agent stops and listens for the request, as a person
+            # would; answered, it said "The" and was cut by the request 500 ms later.
+            return [*actions, *self.guess.drop("lead-in")]
         return [*actions, *self._commit(text)]
 
     def _commit(self, text: str) -> list[Action]:

@@ -197,23 +197,50 @@ def test_speech_right_after_a_short_interruption_continues_it():
 
 
 def test_speech_right_after_an_interruption_taken_as_the_turn_reopens_it():
-    """ "Wait." was transcribed, confirmed and is being answered when "which ocean ..." comes:
-    that answer is taken back and the whole interruption gets one."""
+    """ "And the oceans." was transcribed, confirmed and is being answered when "which one is
+    the smallest?" comes: that answer is taken back and the whole interruption gets one."""
     tm = TurnManager(CFG, heard=lambda gen: "The Pacific")
     gen = start_speaking(tm)
     tm.on_speech_start(1000)
     tm.on_speech_progress(1400)
     tm.on_speech_end(1900)
-    (cancel, wait) = tm.on_final("Wait.")
-    assert cancel == CancelAnswer(gen) and isinstance(wait, StartAnswer)
+    (cancel, first) = tm.on_final("And the oceans.")
+    assert cancel == CancelAnswer(gen) and isinstance(first, StartAnswer)
     (taken_back,) = tm.on_speech_start(2500)
-    assert taken_back == ReopenTurn(wait.gen) and tm.reopened and tm.agent == "idle"
+    assert taken_back == ReopenTurn(first.gen) and tm.reopened and tm.agent == "idle"
     tm.on_speech_end(3500)
-    (ans,) = tm.on_final("Wait, which ocean is the smallest?")
+    (ans,) = tm.on_final("And the oceans, which one is the smallest?")
     assert [m.content for m in tm.history.messages][-2:] == [
         "The Pacific",
-        "Wait, which ocean is the smallest?",
+        "And the oceans, which one is the smallest?",
     ]
+
+
+@pytest.mark.parametrize("lead_in", ["Wait.", "Actually, never mind that.", "Hold on."])
+def test_an_interruption_of_lead_ins_alone_stops_the_agent_and_answers_nothing(lead_in):
+    """The user took the floor with "Wait.": the agent stops and listens; the request that
+    follows is the turn it answers (answered at once, "Wait." got "The" and was cut)."""
+    tm = TurnManager(CFG, heard=lambda gen: "The Pacific")
+    gen = start_speaking(tm)
+    tm.on_speech_start(1000)
+    tm.on_speech_progress(1400)
+    tm.on_speech_end(1900)
+    assert tm.on_final(lead_in) == [CancelAnswer(gen)]
+    assert tm.agent == "idle" and tm.answer_gen is None
+    assert tm.on_speech_start(2500) == [] and not tm.reopened
+    tm.on_speech_end(3500)
+    (ans,) = tm.on_final("Which ocean is the smallest?")
+    assert isinstance(ans, StartAnswer)
+    assert [m.content for m in tm.history.messages][-2:] == [
+        "The Pacific",
+        "Which ocean is the smallest?",
+    ]
+    # Outside an interruption the same words are a turn like any other (the end of turn waits
+    # for more: leads_in).
+    tm = TurnManager(CFG, FIXED)
+    tm.on_speech_start(0)
+    tm.on_speech_end(700)
+    assert isinstance(tm.on_final(lead_in)[0], StartAnswer)
 
 
 def test_speech_before_the_last_final_continues_that_utterance():
