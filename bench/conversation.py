@@ -22,8 +22,9 @@ bench/conversation_metrics.py):
   final never came (dropped) or came empty, answers completed or cancelled, barge-ins (and the
   scripted ones that did interrupt: an answer shorter than ``at_ms`` was already over),
   backchannels that interrupted or were answered, interruptions followed by no answer;
-* blurts: answers whose audio had started when the user went on and reopened the turn (the
-  ``lead-in-*`` conversations interrupt with a lead-in, a 400-800 ms pause, then the request).
+* blurts: answers whose audio had started when the user went on with the same turn, reopening
+  it or interrupting the answer to its first part (the ``lead-in-*`` conversations interrupt
+  with a lead-in, a 400-800 ms pause, then the request).
 
     .venv/bin/python -m bench.conversation [--conversations N] [--only NAME,...]
         [--decoder ar|hybrid] [--out results.json] [--trace t.jsonl] [--set section.key=value]
@@ -138,7 +139,8 @@ def _answers(script: Script, events: list[dict[str, Any]]) -> tuple[list[dict], 
     # Answers cut because the user went on right after an early end of turn: premature starts
     # of one turn's answer, counted apart from the answers.
     reopened = {ev["gen"] for ev in events if ev["event"] == "reopen_cancel"}
-    # Blurts: those whose audio had started, so the user heard the agent start and stop.
+    # Blurts: those whose audio had started, so the user heard the agent start and stop (and,
+    # below, answers to the first part of a turn cut by its rest as a barge-in).
     blurted = {ev["gen"] for ev in events if ev["event"] == "reopen_cancel" and ev.get("audible")}
     for ev in events:
         kind = ev["event"]
@@ -168,6 +170,9 @@ def _answers(script: Script, events: list[dict[str, Any]]) -> tuple[list[dict], 
     by_gen = {a["gen"]: a for a in answers}
     for b in barges:
         b["by_kind"] = script.turns[b["by_turn"]].kind if b["by_turn"] >= 0 else "none"
+        cut = by_gen.get(b["gen"])
+        if cut is not None and cut["turn"] == b["by_turn"] and cut["heard"]:
+            cut["blurt"] = True  # it answered the first part of this turn ("Wait.") aloud
         after = [
             a
             for a in answers

@@ -218,3 +218,26 @@ def test_short_run_prints_the_fields(tmp_path):
     assert s["wer"]["pipeline"] is not None and s["wer"]["whole_pass"] is not None
     turn = r["per_conversation"][0]["turns"][0]
     assert {"said", "transcript", "wer", "whole_pass", "whole_pass_wer"} <= set(turn)
+
+
+def test_an_answer_to_a_lead_in_cut_by_the_rest_of_its_turn_is_a_blurt():
+    """ "Wait." was answered aloud ("The") and the request after it cut that answer as a
+    barge-in: the agent answered half a turn, a blurt (not the new request's interruption)."""
+    turns = (q("Tell me about Rome.", "rom"), barge(800, "Wait. Tell me about dragons.", "dragon"))
+    script = Script("t", "piper", turns)
+    events = [
+        _ev("speech_start", 1, 0),
+        _ev("asr_final", 1, 0, text="Tell me about Rome."),
+        _ev("speech_start", 2, 1),
+        _ev("barge_in", 1, 1, gen=1, heard="Rome was"),
+        _ev("turn_done", 1, 1, gen=1, status="cancelled", text="Rome was big.", heard="Rome was"),
+        _ev("asr_final", 2, 1, gen=2, text="Wait."),
+        _ev("speech_start", 3, 1, gen=3),
+        _ev("barge_in", 2, 1, gen=3, heard="The"),
+        _ev("turn_done", 2, 1, gen=3, status="cancelled", text="The empire.", heard="The"),
+        _ev("asr_final", 3, 1, gen=4, text="Tell me about dragons."),
+        _ev("turn_done", 3, 1, gen=5, status="completed", text="Dragons.", heard="Dragons."),
+    ]
+    conv = analyze(script, events, [1.0, 2.0], forced=[])
+    assert conv["counts"]["blurts"] == 1
+    assert [d["gen"] for d in summarize([conv])["defects"] if d["defect"] == "blurt"] == [3]
