@@ -24,7 +24,6 @@ import argparse
 import json
 import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -32,6 +31,7 @@ import torch
 from dllm_voice.model.drafter import BlockDrafter
 from dllm_voice.model.loader import load
 from dllm_voice.model.transformer import Transformer
+from dllm_voice.model.tune import median_ms
 from lab import train_drafter
 
 # name -> train_drafter options that differ from the shipped architecture's
@@ -63,16 +63,6 @@ def trained(run: Path, budget: int) -> dict | None:
     return rows[-1] if rows and rows[-1]["target_tokens"] >= budget else None
 
 
-def median_ms(fn: Callable[[], object], reps: int) -> float:
-    fn()  # first-call allocations
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
-
-
 @torch.inference_mode()
 def costs(base: Transformer, drafter: BlockDrafter, reps: int) -> dict[str, float]:
     """ms of a 1-row forward, of a K + 1-row verify forward and of the drafter's pass, each
@@ -92,6 +82,8 @@ def costs(base: Transformer, drafter: BlockDrafter, reps: int) -> dict[str, floa
     def draft() -> None:
         drafter.draft(base, cache, int(ids[0, PREFILL]), h)
 
+    for warm in (lambda: rows(1), lambda: rows(k + 1), draft):
+        warm()  # first-call allocations
     one, verify, pass_ = [], [], []
     for _ in range(3):  # interleaved, so a drift of the machine moves all three alike
         one.append(median_ms(lambda: rows(1), reps))

@@ -91,7 +91,7 @@ class Trial:
         return statistics.median(self.speedups) if self.speedups else 0.0
 
 
-def _median_ms(fn: Callable[[], object], reps: int) -> float:
+def median_ms(fn: Callable[[], object], reps: int) -> float:
     times = []
     for _ in range(reps):
         t = time.perf_counter()
@@ -119,7 +119,7 @@ def measure_costs(lm: LM, reps: int = 9, prefill: int = 120) -> Costs:
         for r in ROWS:
             rows(r)  # first-call allocations
         for r in ROWS:
-            ms[r] = _median_ms(lambda r=r: rows(r), reps)
+            ms[r] = median_ms(lambda r=r: rows(r), reps)
         one = ms[1]
         xs = [r - 1 for r in ROWS]
         slope = statistics.linear_regression(xs, [ms[r] for r in ROWS]).slope
@@ -135,7 +135,7 @@ def measure_costs(lm: LM, reps: int = 9, prefill: int = 120) -> Costs:
                 drafter.draft(model, cache, int(ids[0, prefill]), hidden, lm.cfg.draft_branch)
 
             draft()
-            report["drafter_pass"] = round(_median_ms(draft, reps) / one, 4)
+            report["drafter_pass"] = round(median_ms(draft, reps) / one, 4)
     return report
 
 
