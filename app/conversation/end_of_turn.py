@@ -70,11 +70,26 @@ _LEAD_IN_WORDS = frozenset((
     "sorry", "oh", "um", "uh", "hmm", "er", "well", "and", "also", "but", "i", "mean", "meant",
     "listen", "look", "by", "the", "way", "anyway", "one", "more", "thing", "second", "sec",
     "moment", "let", "me", "think", "see", "no", "okay", "ok", "hey", "now", "then", "a",
+    "just", "about", "excuse", "right", "alright", "all",
 ))
 _LEAD_IN_HEADS = frozenset((
     "actually", "wait", "hold", "hang", "never", "so", "sorry", "oh", "um", "uh", "hmm", "er",
-    "well", "and", "also", "but", "listen", "look", "anyway", "let", "by", "one",
+    "well", "and", "also", "but", "listen", "look", "anyway", "let", "by", "one", "just",
+    "excuse",
 ))
+# What may come before a lead-in without being one alone ("No, wait.", "Okay, so"; "No." alone
+# answers a question the agent asked).
+_ACKS = frozenset(("no", "okay", "ok", "alright", "right", "yeah", "yes", "hey"))
+# A lead-in of words that alone ask ("So what?"): read as the one word "anyway".
+_LEAD_IN_PHRASES = re.compile(r"\byou know what\b")
+# What tells the agent to stop talking ("Okay, stop.", "Oh, forget it.", "No, no."): said over an
+# answer, with lead-ins at most around it, it asks for silence, not for an answer. Outside an
+# interruption "No." answers a question the agent asked: these are no lead-in heads.
+_STOPS = frozenset((
+    "stop", "forget", "cancel", "scratch", "enough", "quiet", "shh", "shush", "hush", "no",
+    "nope",
+))
+_STOP_WORDS = _LEAD_IN_WORDS | _STOPS | frozenset(("please", "that's", "it's", "fine", "up"))
 # Words a finished request does not end on: a pronoun or auxiliary ("How do I", "Why do"), a
 # preposition ("Give me a quick tip for"), a determiner or conjunction.
 _FUNCTION_ENDS = frozenset((
@@ -278,9 +293,22 @@ def stops_open(text: str) -> bool:
 
 def leads_in(text: str) -> bool:
     """Whether the turn is only what leads to a request: "Actually, never mind that,", "Wait,",
-    "So", "Oh, and also", "Hold on." (what follows a barge-in before the new request)."""
-    words = normalize(text).split()
+    "So", "Oh, and also", "No, hold on." (what follows a barge-in before the new request)."""
+    words = _LEAD_IN_PHRASES.sub("anyway", normalize(text)).split()
+    while len(words) > 1 and words[0] in _ACKS:
+        words = words[1:]
     return bool(words) and words[0] in _LEAD_IN_HEADS and all(w in _LEAD_IN_WORDS for w in words)
+
+
+def takes_floor(text: str) -> bool:
+    """Whether an interruption only takes the floor: lead-ins (``leads_in``) or words that tell
+    the agent to stop ("Okay, stop.", "Oh, forget it.", "Stop, stop."), after which the user
+    either says what they want or wants silence; in the conversation benchmark each such
+    interruption answered at once was heard ("I'm") and cut by the request after it."""
+    if leads_in(text):
+        return True
+    words = _LEAD_IN_PHRASES.sub("anyway", normalize(text)).split()
+    return bool(words) and all(w in _STOP_WORDS for w in words) and any(w in _STOPS for w in words)
 
 
 def short_ask(text: str) -> str | None:

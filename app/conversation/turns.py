@@ -47,7 +47,7 @@ from dllm_voice.app.conversation.config import (
     EndOfTurnConfig,
     SpeculationConfig,
 )
-from dllm_voice.app.conversation.end_of_turn import TurnEnd, leads_in
+from dllm_voice.app.conversation.end_of_turn import TurnEnd, takes_floor
 from dllm_voice.app.conversation.history import History
 from dllm_voice.app.conversation.speculation import Speculator
 from dllm_voice.app.conversation.text import approx_tokens, normalize
@@ -315,9 +315,9 @@ class TurnManager:
         if self.agent != "idle" or self.barging.is_backchannel(text):
             # An answer is still playing (barge-in disabled) or the user only said "mm-hmm".
             return [*actions, *self.guess.drop("ignored")]
-        if self.floor_turn == self.turn and leads_in(text):
-            # "Wait." took the floor: the agent stops and listens for the request, as a person
-            # would; answered, it said "The" and was cut by the request 500 ms later.
+        if self.floor_turn == self.turn and takes_floor(text):
+            # "Wait." or "Okay, stop." took the floor: the agent stops and listens for what
+            # comes, as a person would; answered, it said "The" and was cut by the request.
             return [*actions, *self.guess.drop("lead-in")]
         return [*actions, *self._commit(text)]
 

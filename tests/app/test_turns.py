@@ -24,7 +24,12 @@ from dllm_voice.app.conversation.config import (
     EndOfTurnConfig,
     SpeculationConfig,
 )
-from dllm_voice.app.conversation.end_of_turn import audible_after, end_decision, names_a_call
+from dllm_voice.app.conversation.end_of_turn import (
+    audible_after,
+    end_decision,
+    names_a_call,
+    takes_floor,
+)
 from dllm_voice.app.conversation.history import History
 from dllm_voice.app.conversation.text import normalize
 from dllm_voice.app.conversation.turns import TurnManager
@@ -216,7 +221,11 @@ def test_speech_right_after_an_interruption_taken_as_the_turn_reopens_it():
     ]
 
 
-@pytest.mark.parametrize("lead_in", ["Wait.", "Actually, never mind that.", "Hold on."])
+@pytest.mark.parametrize(
+    "lead_in",
+    ["Wait.", "Actually, never mind that.", "Hold on.", "No, no, please stop.", "Forget about it.",
+     "Hmm, you know what?", "Alright, that's enough.", "Shh."],
+)  # fmt: skip
 def test_an_interruption_of_lead_ins_alone_stops_the_agent_and_answers_nothing(lead_in):
     """The user took the floor with "Wait.": the agent stops and listens; the request that
     follows is the turn it answers (answered at once, "Wait." got "The" and was cut)."""
@@ -441,9 +450,33 @@ def test_a_lead_in_alone_expects_the_request_after_it(text):
     assert end_decision(0.9, END, text, 0.9, -0.1) == "incomplete"
 
 
-@pytest.mark.parametrize("text", ["Wait, tell me about Rome.", "Okay.", "No.", "So what?"])
+@pytest.mark.parametrize(
+    "text", ["No, hold on.", "Okay, so", "Hmm, you know what?", "Yeah, and one more thing,"]
+)
+def test_a_lead_in_after_an_acknowledgement_expects_the_request_too(text):
+    assert end_decision(0.9, END, text, 0.9, -0.1) == "incomplete"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Wait, tell me about Rome.", "Okay.", "No.", "So what?", "Yes.", "No, no.", "Okay, stop.",
+     "You know what I'd like?"],
+)  # fmt: skip
 def test_a_lead_in_with_more_after_it_is_judged_as_usual(text):
     assert end_decision(0.9, END, text, 0.9, -0.1) != "incomplete"
+
+
+@pytest.mark.parametrize(
+    ("text", "floor"),
+    [
+        ("Stop.", True), ("Okay, okay, stop.", True), ("Oh, forget it.", True),
+        ("Cancel that, please.", True), ("Never mind.", True), ("No.", True),
+        ("Stop the timer.", False), ("Cancel my alarm.", False), ("No, the Atlantic.", False),
+        ("Okay.", False), ("Forget the pasta timer.", False), ("That's enough salt?", False),
+    ],
+)  # fmt: skip
+def test_words_that_tell_the_agent_to_stop_take_the_floor_and_ask_nothing(text, floor):
+    assert takes_floor(text) is floor
 
 
 def test_a_transcript_that_trails_off_waits_unless_the_lm_is_sure():
