@@ -121,6 +121,8 @@ void rows_matmul(const float *x, const float *wp, float *y, int m, int n, int k,
 #define FMT_Q4_1_INT 3 /* the integer products' layouts (pack_quant's "_vnni") */
 #define FMT_Q8_0_INT 4
 #define FMT_Q8_F_INT 7
+#define FMT_Q4_F_INT 8 /* q4_f's fp32 d[16], m[16], then codes as FMT_Q4_1_INT's (VNNI) */
+#define Q4_INT(fmt) ((fmt) == FMT_Q4_1_INT || (fmt) == FMT_Q4_F_INT)
 #define Q4_F_BYTES (8 * PANEL + QK * PANEL / 2)
 #define Q8_F_BYTES (12 * PANEL + QK * PANEL)
 #define QBYTES(fmt)                                                                                \
@@ -428,13 +430,18 @@ VNNI static inline __attribute__((always_inline)) __m512 input_codes(const uint8
     return _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(u));
 }
 
-/* Rows r < rows of y[., 0..15] = x[r] . one panel, from its blocks at wp (VQ4_1 / VQ8_0 layout);
- * xr: the rows' codes from row 0 of the group, k inputs a row; pf: what to prefetch while block b
- * is multiplied, from pf + b bytes on (PREFETCH_AT). */
+/* The bytes of a 32 x 16 block in the VNNI layouts: q4 nibbles with fp16 (Q4_1) or fp32 (q4_f,
+ * f32) scales, else Q8_0's int8 codes. */
+#define VBYTES(q4, f32) ((q4) ? ((f32) ? Q4_F_BYTES : VQ4_1_BYTES) : VQ8_0_BYTES)
+
+/* Rows r < rows of y[., 0..15] = x[r] . one panel, from its blocks at wp (VQ4_1 / VQ8_0 layout;
+ * f32: q4_f's fp32 scales before the VQ4_1 codes); xr: the rows' codes from row 0 of the group,
+ * k inputs a row; pf: what to prefetch while block b is multiplied, from pf + b bytes on
+ * (PREFETCH_AT). */
 VNNI static inline __attribute__((always_inline)) void vnni_rows(
     XRows xr, const uint8_t *wp, const uint8_t *pf, float *y, const int rows, int blocks, int k,
-    int n_dim, const int q4) {
-    const size_t bytes = q4 ? VQ4_1_BYTES : VQ8_0_BYTES;
+    int n_dim, const int q4, const int f32) {
+    const size_t bytes = VBYTES(q4, f32);
     const __m512i low = _mm512_set1_epi8(15);
     __m512 acc[VROWS];
     for (int r = 0; r < rows; r++)
@@ -444,7 +451,7 @@ VNNI static inline __attribute__((always_inline)) void vnni_rows(
         /* into L2, not L1: 2 rows 6.4 -> 5.6 ms a forward, 1 row 5.1 -> 4.8 (Zen 4, rows.py) */
         for (size_t line = 0; line < bytes; line += 64)
             _mm_prefetch((const char *)(pf + b * bytes + line), _MM_HINT_T1);
-        const uint8_t *codes = blk + (q4 ? 4 : 2) * PANEL;
+        const uint8_t *codes = blk + (q4 ? (f32 ? 8 : 4) : 2) * PANEL;
         __m512i s0[VROWS], s1[VROWS];
         for (int r = 0; r < rows; r++)
             s0[r] = s1[r] = _mm512_setzero_si512();
@@ -480,9 +487,11 @@ VNNI static inline __attribute__((always_inline)) void vnni_rows(
                 }
             }
         }
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-        const __m512 m = q4 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)))
-                            : _mm512_setzero_ps();
+        const __m512 d = f32 ? _mm512_loadu_ps(blk)
+                             : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        const __m512 m = !q4 ? _mm512_setzero_ps()
+                         : f32 ? _mm512_loadu_ps(blk + 64)
+                               : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
         for (int r = 0; r < rows; r++) {
             const size_t at = (size_t)r * blocks + b;
             /* dx sum(q xq) + out q[at], then the block's scale (and offset) */
@@ -505,9 +514,9 @@ VNNI static inline __attribute__((always_inline)) void vnni_rows(
 
 /* As quant_matmul_ws, for weights in the VNNI layouts and x already rounded (quantize_rows). */
 VNNI static void vnni_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, int k,
-                                int q4, const int32_t *pick) {
+                                int q4, int f32, const int32_t *pick) {
     const int panels = n / PANEL, blocks = k / QK;
-    const size_t bytes = q4 ? VQ4_1_BYTES : VQ8_0_BYTES, pstride = bytes * (size_t)blocks;
+    const size_t bytes = VBYTES(q4, f32), pstride = bytes * (size_t)blocks;
 #pragma omp for schedule(static)
     for (int p = 0; p < panels; p++)
         for (int g = 0, r0 = 0; r0 < m; r0 += VGROUP_ROWS(m, g), g++) {
@@ -519,16 +528,18 @@ VNNI static void vnni_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, in
             const uint8_t *pf = PREFETCH_AT(wq, pick, p, panels, pstride, wp, bytes);
             float *yr = y + (size_t)r0 * n + PANEL * p;
             /* constant row counts and format: registers, no branch in the block loop */
-#define VR(R, Q4) vnni_rows(xg, wp, pf, yr, R, blocks, k, n, Q4); break
-#define VNNI_ROWS_SWITCH(Q4)                                                                       \
+#define VR(R, Q4, F32) vnni_rows(xg, wp, pf, yr, R, blocks, k, n, Q4, F32); break
+#define VNNI_ROWS_SWITCH(Q4, F32)                                                                  \
     switch (VGROUP_ROWS(m, g)) {                                                                   \
-    case 1: VR(1, Q4); case 2: VR(2, Q4); case 3: VR(3, Q4); case 4: VR(4, Q4);                    \
-    default: VR(5, Q4);                                                                            \
+    case 1: VR(1, Q4, F32); case 2: VR(2, Q4, F32); case 3: VR(3, Q4, F32);                        \
+    case 4: VR(4, Q4, F32); default: VR(5, Q4, F32);                                               \
     }
-            if (q4) {
-                VNNI_ROWS_SWITCH(1)
+            if (q4 && f32) {
+                VNNI_ROWS_SWITCH(1, 1)
+            } else if (q4) {
+                VNNI_ROWS_SWITCH(1, 0)
             } else {
-                VNNI_ROWS_SWITCH(0)
+                VNNI_ROWS_SWITCH(0, 0)
             }
 #undef VNNI_ROWS_SWITCH
 #undef VR
@@ -739,19 +750,19 @@ static void quantize_x(const float *x, int m, int k, XRows xr, int q4) {
 
 static void int_products_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, int k, int fmt,
                             const int32_t *pick) {
-    const int q4 = fmt == FMT_Q4_1_INT;
     if (fmt == FMT_Q8_F_INT) /* AVX2's on every CPU: the codes are alike, VNNI's or not */
         int_matmul_ws(xr, wq, y, m, n, k, 1, pick);
     else if (use_vnni())
-        vnni_matmul_ws(xr, wq, y, m, n, k, q4, pick);
+        vnni_matmul_ws(xr, wq, y, m, n, k, Q4_INT(fmt), fmt == FMT_Q4_F_INT, pick);
     else
         int_matmul_ws(xr, wq, y, m, n, k, 0, pick);
 }
 
-#define VNNI_FMT(fmt) ((fmt) == FMT_Q4_1_INT || (fmt) == FMT_Q8_0_INT || (fmt) == FMT_Q8_F_INT)
+#define VNNI_FMT(fmt) (Q4_INT(fmt) || (fmt) == FMT_Q8_0_INT || (fmt) == FMT_Q8_F_INT)
 
 /* y = x @ w.T from GGUF blocks in fmt 1 Q4_1, 2 Q8_0, 5 Q4_F, 6 Q8_F (fp32 products) or 3 Q4_1,
- * 4 Q8_0 (the VNNI layouts, integer products: VNNI, or for 4 AVX2 where VNNI is absent). */
+ * 4 Q8_0, 7 Q8_F, 8 Q4_F (the VNNI layouts, integer products: VNNI, or for 4 and 7 AVX2 where
+ * VNNI is absent). */
 void quant_matmul(const float *x, const uint8_t *wq, float *y, int m, int n, int k, int threads,
                   int fmt, const int32_t *pick) {
     if (!VNNI_FMT(fmt)) {
@@ -760,7 +771,7 @@ void quant_matmul(const float *x, const uint8_t *wq, float *y, int m, int n, int
         return;
     }
     const XRows xr = xrows_alloc(m, k);
-    quantize_x(x, m, k, xr, fmt == FMT_Q4_1_INT);
+    quantize_x(x, m, k, xr, Q4_INT(fmt));
 #pragma omp parallel num_threads(threads)
     int_products_ws(xr, wq, y, m, n, k, fmt, pick);
     free(xr.d);
@@ -1139,8 +1150,8 @@ void attend_rows(const float *q, float *k, float *v, float *out, const uint8_t *
 }
 
 /* y = x @ w.T through the kernel w's format asks for: fmt 0 fp32 panels, 1 Q4_1, 2 Q8_0, 5 Q4_F,
- * 6 Q8_F, 3 Q4_1 and 4 Q8_0 in the VNNI layouts (integer products, 4 on AVX2 where the CPU
- * lacks VNNI; x rounded into xr first, by one thread); y:
+ * 6 Q8_F, 3 Q4_1, 4 Q8_0, 7 Q8_F and 8 Q4_F in the VNNI layouts (integer products, 4 and 7 on
+ * AVX2 where the CPU lacks VNNI; x rounded into xr first, by one thread); y:
  * (m, n) with n a multiple of 16; shared among the enclosing region's threads. */
 static void matmul_fmt_ws(const float *x, const void *w, int fmt, float *y, int m, int n, int k,
                           XRows xr) {
@@ -1150,7 +1161,7 @@ static void matmul_fmt_ws(const float *x, const void *w, int fmt, float *y, int 
         quant_matmul_ws(x, (const uint8_t *)w, y, m, n, k, fmt, NULL);
     } else {
 #pragma omp single
-        quantize_x(x, m, k, xr, fmt == FMT_Q4_1_INT);
+        quantize_x(x, m, k, xr, Q4_INT(fmt));
         int_products_ws(xr, (const uint8_t *)w, y, m, n, k, fmt, NULL);
     }
 }

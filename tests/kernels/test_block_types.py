@@ -82,8 +82,8 @@ def test_types_the_kernel_does_not_take(name: str) -> None:
 @pytest.mark.parametrize("name", TYPES)
 def test_products_from_the_blocks_equal_the_dequantized_weights(name: str) -> None:
     """Bit for bit, at every row count (1: two panels at once; 13+: expanded into a buffer) and
-    thread count; pack_quant never gives q4_f the integer products, q8_f where
-    `integer_products` says."""
+    thread count; pack_quant gives q4_f and q8_f the integer products where `integer_products`
+    says, and those compute `vnni_reference` from the same blocks."""
     gen = torch.Generator().manual_seed(7 + ord(name[1]))
     rows = gguf_rows(name, 40, 512, gen)
     q = gguf_blocks.from_gguf(GGMLQuantizationType[name], rows)
@@ -91,11 +91,13 @@ def test_products_from_the_blocks_equal_the_dequantized_weights(name: str) -> No
     w = cpu_rows.dequantize(q)
     blocks, fp32 = cpu_rows.pack_quant(q, vnni=False), cpu_rows.pack(w)
     assert blocks.fmt == q.fmt and blocks.data.shape[-1] == cpu_rows.QUANT_FORMATS[q.fmt][1]
-    if q.fmt == "q4_f":
-        asked = cpu_rows.pack_quant(q, vnni=True)
-        assert asked.fmt == q.fmt and not asked.integer and torch.equal(asked.data, blocks.data)
-    assert cpu_rows.pack_quant(q).integer == cpu_rows.integer_products(q.fmt)
+    packed = cpu_rows.pack_quant(q)
+    assert packed.integer == cpu_rows.integer_products(q.fmt)
     x = torch.randn(40, 512, generator=gen)
+    if packed.integer:
+        ref = cpu_rows.vnni_reference(x, q).float()
+        got = cpu_rows.matmul(x, w, packed)
+        torch.testing.assert_close(got, ref, atol=1e-4 * ref.abs().max().item(), rtol=1e-5)
     threads = torch.get_num_threads()
     for t in {1, threads}:
         torch.set_num_threads(t)
@@ -181,9 +183,10 @@ def test_layers_run_the_new_formats(t: int) -> None:
 @needs_kernel
 @pytest.mark.parametrize("t", [1, 6, 11])
 def test_layers_with_integer_q8_0_and_q8_f_matrices(t: int) -> None:
-    """`layers` over q8_0 and q8_f matrices in the integer layouts (VNNI or AVX2; q4_f's fp32
-    products beside them): close to the fp32 panels of the same weights, and a row computes the
-    same bits in a prefill of t rows as on its own after the others are cached."""
+    """`layers` over q8_0 and q8_f matrices in the integer layouts (VNNI or AVX2; q4_f's integer
+    products with VNNI, its fp32 ones elsewhere, beside them): close to the fp32 panels of the
+    same weights, and a row computes the same bits in a prefill of t rows as on its own after the
+    others are cached."""
     if not (cpu_rows.integer_products("q8_0") and cpu_rows.integer_products("q8_f")):
         pytest.skip("no integer products for q8_0 / q8_f here")
     gen = torch.Generator().manual_seed(20 + t)
@@ -208,7 +211,8 @@ def test_layers_with_integer_q8_0_and_q8_f_matrices(t: int) -> None:
         return y
 
     integer = tuple(cpu_rows.pack_quant(q) for q in quant)
-    assert [p.integer for p in integer] == [True, False, True, True] * n_layers
+    q4_f = cpu_rows.integer_products("q4_f")
+    assert [p.integer for p in integer] == [True, q4_f, True, True] * n_layers
     fp32 = tuple(cpu_rows.pack(cpu_rows.dequantize(q)) for q in quant)
     cache = torch.zeros(2, n_layers, kv_heads, 16, d)
     y = run(integer, slice(0, t), 0, cache)

@@ -82,7 +82,7 @@ def test_quantized_blocks_give_the_dequantized_weights_outputs_exactly(
 
 
 @needs_kernel
-@pytest.mark.parametrize("fmt", ["q4_1", "q8_0", "q8_f"])
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0", "q8_f", "q4_f"])
 @pytest.mark.parametrize("n,k", [(64, 64), (40, 96), (960, 576), (17, 1536)])
 def test_integer_products_compute_the_reference_and_each_row_alone(
     fmt: str, n: int, k: int
@@ -93,7 +93,7 @@ def test_integer_products_compute_the_reference_and_each_row_alone(
     thread count; within ~1e-5 of the exact product of the dequantized weight, outliers of 1000x
     included."""
     if not cpu_rows.integer_products(fmt):
-        pytest.skip(f"no integer products for {fmt} here (Q4_1: AVX-512 VNNI only)")
+        pytest.skip(f"no integer products for {fmt} here (Q4_1, q4_f: AVX-512 VNNI only)")
     gen = torch.Generator().manual_seed(n + k)
     q = cpu_rows.random_quantized(fmt, n, k, gen)
     w = cpu_rows.dequantize(q)
@@ -202,13 +202,13 @@ def test_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @needs_kernel
 def test_integer_products_where_the_cpu_has_them() -> None:
-    """Q8_0 and q8_f take the integer products wherever the kernel runs (VNNI or AVX2), Q4_1 with
-    VNNI only, q4_f never; pack_quant's default follows."""
+    """Q8_0 and q8_f take the integer products wherever the kernel runs (VNNI or AVX2), Q4_1 and
+    q4_f with VNNI only; pack_quant's default follows."""
     assert cpu_rows.integer_products("q8_0") and cpu_rows.integer_products("q8_f")
     assert cpu_rows.integer_products("q4_1") == cpu_rows.has_vnni()
-    assert not cpu_rows.integer_products("q4_f")
+    assert cpu_rows.integer_products("q4_f") == cpu_rows.has_vnni()
     gen = torch.Generator().manual_seed(4)
-    for fmt in ("q8_0", "q4_1", "q8_f"):
+    for fmt in ("q8_0", "q4_1", "q8_f", "q4_f"):
         packed = cpu_rows.pack_quant(cpu_rows.random_quantized(fmt, 16, 64, gen))
         assert packed.integer == cpu_rows.integer_products(fmt)
 

@@ -20,8 +20,10 @@ from testkit.gguf_models import ARCHS, reference_generate, reference_logits, ref
 
 PROMPT = [5, 17, 33, 101, 7, 64, 250, 3, 12, 90, 44]
 # Random weights give a flat softmax; the blocks' fp32 products differ from transformers'
-# dequantized matmuls only in rounding (max |logit| is ~10).
+# dequantized matmuls only in rounding (max |logit| is ~10). The integer products (VNNI) round
+# each activation to int16 first: logits within 0.01 of the fp32 products' (BENCHMARKS.md).
 ATOL = 2e-3
+INT_ATOL = 1e-2
 
 
 def greedy(model: Transformer, decoder: str, n: int) -> list[int]:
@@ -63,7 +65,8 @@ def test_logits_match_transformers(tiny_gguf, arch: str, qtype: str) -> None:
     ours = model(torch.tensor([PROMPT]), cache=model.new_cache(64)).logits[0]
     ref = reference_logits(path, PROMPT)
     assert ours.shape == ref.shape
-    assert torch.allclose(ours, ref, atol=ATOL, rtol=0), (ours - ref).abs().max()
+    atol = INT_ATOL if model.cpu_kernel == "vnni" else ATOL
+    assert torch.allclose(ours, ref, atol=atol, rtol=0), (ours - ref).abs().max()
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -69,10 +69,13 @@ def test_the_c_stack_computes_what_the_torch_layers_compute(models, arch, qtype,
     monkeypatch.setattr(layer_stack, "c_stack", lambda layers: None)
     t_out, t_k, t_v = steps(model)
     assert len(calls) == len(c_out)
+    # Integer products round activations to int16: the torch layers' last-bit differences from
+    # the C stack's can move a code, ~3e-5 of a product, and random layers grow it.
+    tol = 1e-3 if model.cpu_kernel == "vnni" else 1e-4
     for c, t in zip(c_out, t_out, strict=True):
-        torch.testing.assert_close(c, t, rtol=1e-4, atol=1e-4 * t.abs().max().item())
+        torch.testing.assert_close(c, t, rtol=tol, atol=tol * t.abs().max().item())
     for c, t in ((c_k, t_k), (c_v, t_v)):
-        torch.testing.assert_close(c, t, rtol=1e-4, atol=1e-4 * max(t.abs().max().item(), 1))
+        torch.testing.assert_close(c, t, rtol=tol, atol=tol * max(t.abs().max().item(), 1))
 
 
 @pytest.mark.parametrize(("arch", "qtype"), CASES)
