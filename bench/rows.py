@@ -12,6 +12,11 @@ every row (the verify step's shape). "onednn" forces the packed path even for a 
 (packing.gemv_wins switched off), where the model would keep MKL's gemv at 1 thread: "plain"
 shows that choice. JSON to stdout: median ms per case and each case's ratio to the 1-row
 forward of the first kind.
+
+    .venv/bin/python -m bench.rows --formats q4_f,q4_1,q8_f,q8_0 --rows 1,2,4,8 --threads 1
+
+times one random matrix per `--shapes` entry in each block format instead, its integer products
+(where `integer_products` has them here) against the fp32 expansion of the same blocks.
 """
 
 from __future__ import annotations
@@ -39,10 +44,14 @@ def main() -> int:
     ap.add_argument("--prefill", type=int, default=120)
     ap.add_argument("--threads", type=int, default=0, help="0 = torch default")
     ap.add_argument("--kinds", default="auto,rows,onednn", help="comma list of weight kinds")
+    ap.add_argument("--formats", default="", help="comma list of block formats: one matrix each")
+    ap.add_argument("--shapes", default="640x1024,2048x640,4096x4096", help="NxK for --formats")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     rows = sorted({1, *(int(r) for r in a.rows.split(","))})  # 1 row: the reference
+    if a.formats:
+        return formats(a.formats.split(","), a.shapes.split(","), rows, a.reps)
     kinds = a.kinds.split(",")
     if {"auto", "quant", "rows"} & set(kinds) and not cpu_rows.available():
         raise SystemExit("the cpu_rows kernel is not available here (see the log line above)")
@@ -78,6 +87,39 @@ def main() -> int:
         "median_ms": {f"{k}/{t}": round(v, 1) for (k, t), v in ms.items()},
         f"vs_{kinds[0]}_1_row": {f"{k}/{t}": round(v / one, 2) for (k, t), v in ms.items()},
     }
+    json.dump(out, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+def formats(fmts: list[str], shapes: list[str], rows: list[int], reps: int) -> int:
+    """Per format, shape and row count: ms of one product from the blocks, the integer products
+    against the fp32 expansion, interleaved."""
+    if not cpu_rows.available():
+        raise SystemExit("the cpu_rows kernel is not available here (see the log line above)")
+    gen = torch.Generator().manual_seed(0)
+    out: dict[str, object] = {"threads": torch.get_num_threads(), "reps": reps}
+    for fmt in fmts:
+        for shape in shapes:
+            n, k = (int(v) for v in shape.split("x"))
+            q = cpu_rows.random_quantized(fmt, n, k, gen)
+            w = cpu_rows.dequantize(q)
+            kinds = {"fp32_expansion": cpu_rows.pack_quant(q, vnni=False)}
+            if cpu_rows.integer_products(fmt):
+                kinds["integer"] = cpu_rows.pack_quant(q, vnni=True)
+            for m in rows:
+                x = torch.randn(m, k, generator=gen)
+                times: dict[str, list[float]] = {name: [] for name in kinds}
+                for _ in range(reps):
+                    for name, panels in kinds.items():
+                        t0 = time.perf_counter()
+                        for _ in range(20):
+                            cpu_rows.matmul(x, w, panels)
+                        times[name].append((time.perf_counter() - t0) / 20 * 1e3)
+                ms = {name: round(statistics.median(v), 4) for name, v in times.items()}
+                if "integer" in ms:
+                    ms["expansion_over_integer"] = round(ms["fp32_expansion"] / ms["integer"], 2)
+                out[f"{fmt}/{shape}/{m}"] = ms
     json.dump(out, sys.stdout, indent=1)
     print()
     return 0

@@ -492,6 +492,20 @@ def pack_sketch(w: Quantized) -> Sketch:
     return Sketch(data, bounds.view(-1, PANEL, 2).transpose(1, 2).contiguous())
 
 
+def sketch_pass(x: torch.Tensor, sketch: Sketch, wide: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row of x's (m, k) best estimate and upper bound per panel of the sketch (m, panels)
+    each (cpu_rows.c); ``wide``: 512-bit products (AVX-512BW; where `has_vnni`), the same bits."""
+    x = x.contiguous()
+    m, k = x.shape
+    panels = sketch.data.shape[0]
+    top, upper = torch.empty(m, panels), torch.empty(m, panels)
+    _loaded().sketch_pass(
+        x.data_ptr(), m, k, sketch.data.data_ptr(), sketch.bounds.data_ptr(), panels,
+        top.data_ptr(), upper.data_ptr(), torch.get_num_threads(), int(wide),
+    )  # fmt: skip
+    return top, upper
+
+
 def head_argmax(x: torch.Tensor, w: Panels, sketch: Sketch) -> tuple[list[int], float]:
     """Each row's argmax of x @ w.T (x (m, k) fp32; w in a block format), as
     argmax(matmul(x, None, w)) gives it, ties to the first, without computing every logit: the
@@ -500,13 +514,9 @@ def head_argmax(x: torch.Tensor, w: Panels, sketch: Sketch) -> tuple[list[int], 
     SKETCH_WHOLE of them, the whole head. Also the share of panels the bound left."""
     lib = _loaded()
     x = x.contiguous()
-    m, k = x.shape
+    m = x.shape[0]
     panels = sketch.data.shape[0]
-    top, upper = torch.empty(m, panels), torch.empty(m, panels)
-    lib.sketch_pass(
-        x.data_ptr(), m, k, sketch.data.data_ptr(), sketch.bounds.data_ptr(), panels,
-        top.data_ptr(), upper.data_ptr(), torch.get_num_threads(),
-    )  # fmt: skip
+    top, upper = sketch_pass(x, sketch, has_vnni())
     first = top.argmax(1).to(torch.int32)  # (m,): each row's panel of the best estimate
     seen = _call(lib, x, w, first).view(m, m, PANEL)[torch.arange(m), torch.arange(m)]
     cols = first[:, None].long() * PANEL + torch.arange(PANEL)

@@ -78,7 +78,7 @@ def load() -> ctypes.CDLL:
         + [ctypes.c_void_p] * 2
         + [ctypes.c_int]
         + [ctypes.c_void_p] * 2
-        + [ctypes.c_int]
+        + [ctypes.c_int] * 2
     )
     lib.sketch_pass.restype = None
     lib.vnni_supported.restype = ctypes.c_int

@@ -247,3 +247,19 @@ def test_head_argmax_is_the_whole_heads(fmt: str, n: int, k: int) -> None:
     for u, p in enumerate(pick.tolist()):
         cols = min(16, n - 16 * p)
         assert torch.equal(y[:, 16 * u : 16 * u + cols], whole[:, 16 * p : 16 * p + cols])
+
+
+@needs_kernel
+@pytest.mark.parametrize("m", [1, 2, 3, 5])
+def test_the_wide_sketch_pass_gives_the_narrow_ones_bits(m: int) -> None:
+    """With AVX-512 the sketch's pass takes two chunks of codes a 512-bit product: its integer
+    sums are exact, so its estimates and bounds are the 256-bit pass's, bit for bit."""
+    if not cpu_rows.has_vnni():
+        pytest.skip("no AVX-512 here: the 256-bit pass alone")
+    gen = torch.Generator().manual_seed(m)
+    q = cpu_rows.random_quantized("q8_0", 1000, 640, gen)
+    sketch = cpu_rows.pack_sketch(q)
+    x = 4 * torch.randn(m, 640, generator=gen)
+    x[0, 5] = 300.0  # an outlier: a coarse scale for its 16 inputs
+    narrow, wide = cpu_rows.sketch_pass(x, sketch, False), cpu_rows.sketch_pass(x, sketch, True)
+    assert torch.equal(narrow[0], wide[0]) and torch.equal(narrow[1], wide[1])
