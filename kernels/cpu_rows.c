@@ -431,17 +431,19 @@ VNNI static inline __attribute__((always_inline)) __m512 input_codes(const uint8
 }
 
 /* The bytes of a 32 x 16 block in the VNNI layouts: q4 nibbles with fp16 (Q4_1) or fp32 (q4_f,
- * f32) scales, else Q8_0's int8 codes. */
-#define VBYTES(q4, f32) ((q4) ? ((f32) ? Q4_F_BYTES : VQ4_1_BYTES) : VQ8_0_BYTES)
+ * f32) scales, else int8 codes after Q8_0's fp16 scale or q8_f's three fp32 ones (f8). */
+#define VBYTES(q4, f32, f8)                                                                        \
+    ((q4) ? ((f32) ? Q4_F_BYTES : VQ4_1_BYTES) : (f8) ? Q8_F_BYTES : VQ8_0_BYTES)
 
 /* Rows r < rows of y[., 0..15] = x[r] . one panel, from its blocks at wp (VQ4_1 / VQ8_0 layout;
- * f32: q4_f's fp32 scales before the VQ4_1 codes); xr: the rows' codes from row 0 of the group,
- * k inputs a row; pf: what to prefetch while block b is multiplied, from pf + b bytes on
- * (PREFETCH_AT). */
+ * f32: q4_f's fp32 scales before the VQ4_1 codes; f8: q8_f's d_lo, d_hi, m before the VQ8_0
+ * codes, the sums of inputs 0-15 and 16-31 finished apart as int_rows finishes them); xr: the
+ * rows' codes from row 0 of the group, k inputs a row; pf: what to prefetch while block b is
+ * multiplied, from pf + b bytes on (PREFETCH_AT). */
 VNNI static inline __attribute__((always_inline)) void vnni_rows(
     XRows xr, const uint8_t *wp, const uint8_t *pf, float *y, const int rows, int blocks, int k,
-    int n_dim, const int q4, const int f32) {
-    const size_t bytes = VBYTES(q4, f32);
+    int n_dim, const int q4, const int f32, const int f8) {
+    const size_t bytes = VBYTES(q4, f32, f8);
     const __m512i low = _mm512_set1_epi8(15);
     __m512 acc[VROWS];
     for (int r = 0; r < rows; r++)
@@ -451,7 +453,7 @@ VNNI static inline __attribute__((always_inline)) void vnni_rows(
         /* into L2, not L1: 2 rows 6.4 -> 5.6 ms a forward, 1 row 5.1 -> 4.8 (Zen 4, rows.py) */
         for (size_t line = 0; line < bytes; line += 64)
             _mm_prefetch((const char *)(pf + b * bytes + line), _MM_HINT_T1);
-        const uint8_t *codes = blk + (q4 ? (f32 ? 8 : 4) : 2) * PANEL;
+        const uint8_t *codes = blk + (q4 ? (f32 ? 8 : 4) : f8 ? 12 : 2) * PANEL;
         __m512i s0[VROWS], s1[VROWS];
         for (int r = 0; r < rows; r++)
             s0[r] = s1[r] = _mm512_setzero_si512();
@@ -487,6 +489,22 @@ VNNI static inline __attribute__((always_inline)) void vnni_rows(
                 }
             }
         }
+        if (f8) { /* d_lo (dx s0 + its outlier) + d_hi (dx s1 + its outlier) + m sum(x) */
+            const __m512 d_lo = _mm512_loadu_ps(blk), d_hi = _mm512_loadu_ps(blk + 64);
+            const __m512 m = _mm512_loadu_ps(blk + 128);
+            for (int r = 0; r < rows; r++) {
+                const size_t at = (size_t)r * blocks + b;
+                const int i = xr.at[at];
+                const __m512 o = _mm512_mul_ps(_mm512_set1_ps(xr.out[at]),
+                                               input_codes(codes, i, 0));
+                const __m512 zero = _mm512_setzero_ps(), dx = _mm512_set1_ps(xr.d[at]);
+                const __m512 t0 = _mm512_fmadd_ps(dx, _mm512_cvtepi32_ps(s0[r]), i < 16 ? o : zero);
+                const __m512 t1 = _mm512_fmadd_ps(dx, _mm512_cvtepi32_ps(s1[r]), i < 16 ? zero : o);
+                acc[r] = _mm512_fmadd_ps(d_hi, t1, _mm512_fmadd_ps(d_lo, t0, acc[r]));
+                acc[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(xr.sum[at]), acc[r]);
+            }
+            continue;
+        }
         const __m512 d = f32 ? _mm512_loadu_ps(blk)
                              : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
         const __m512 m = !q4 ? _mm512_setzero_ps()
@@ -514,9 +532,9 @@ VNNI static inline __attribute__((always_inline)) void vnni_rows(
 
 /* As quant_matmul_ws, for weights in the VNNI layouts and x already rounded (quantize_rows). */
 VNNI static void vnni_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, int k,
-                                int q4, int f32, const int32_t *pick) {
+                                int q4, int f32, int f8, const int32_t *pick) {
     const int panels = n / PANEL, blocks = k / QK;
-    const size_t bytes = VBYTES(q4, f32), pstride = bytes * (size_t)blocks;
+    const size_t bytes = VBYTES(q4, f32, f8), pstride = bytes * (size_t)blocks;
 #pragma omp for schedule(static)
     for (int p = 0; p < panels; p++)
         for (int g = 0, r0 = 0; r0 < m; r0 += VGROUP_ROWS(m, g), g++) {
@@ -528,18 +546,20 @@ VNNI static void vnni_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, in
             const uint8_t *pf = PREFETCH_AT(wq, pick, p, panels, pstride, wp, bytes);
             float *yr = y + (size_t)r0 * n + PANEL * p;
             /* constant row counts and format: registers, no branch in the block loop */
-#define VR(R, Q4, F32) vnni_rows(xg, wp, pf, yr, R, blocks, k, n, Q4, F32); break
-#define VNNI_ROWS_SWITCH(Q4, F32)                                                                  \
+#define VR(R, Q4, F32, F8) vnni_rows(xg, wp, pf, yr, R, blocks, k, n, Q4, F32, F8); break
+#define VNNI_ROWS_SWITCH(Q4, F32, F8)                                                              \
     switch (VGROUP_ROWS(m, g)) {                                                                   \
-    case 1: VR(1, Q4, F32); case 2: VR(2, Q4, F32); case 3: VR(3, Q4, F32);                        \
-    case 4: VR(4, Q4, F32); default: VR(5, Q4, F32);                                               \
+    case 1: VR(1, Q4, F32, F8); case 2: VR(2, Q4, F32, F8); case 3: VR(3, Q4, F32, F8);            \
+    case 4: VR(4, Q4, F32, F8); default: VR(5, Q4, F32, F8);                                       \
     }
             if (q4 && f32) {
-                VNNI_ROWS_SWITCH(1, 1)
+                VNNI_ROWS_SWITCH(1, 1, 0)
             } else if (q4) {
-                VNNI_ROWS_SWITCH(1, 0)
+                VNNI_ROWS_SWITCH(1, 0, 0)
+            } else if (f8) {
+                VNNI_ROWS_SWITCH(0, 0, 1)
             } else {
-                VNNI_ROWS_SWITCH(0, 0)
+                VNNI_ROWS_SWITCH(0, 0, 0)
             }
 #undef VNNI_ROWS_SWITCH
 #undef VR
@@ -559,9 +579,9 @@ VNNI static void vnni_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, in
  * 1.80 instead of 1.94 (Zen 1 issues one 256-bit vpmaddwd per 2 cycles, so extra rows cost what
  * the fp32 fmas cost). Q4_1 keeps the fp32 products here: its nibbles would need widening to
  * int16 as well, for no fewer instructions than the expansion. FMT_Q8_F_INT (q8_f's scales, then
- * the codes as q8_0_vnni's) runs here on every CPU, VNNI or not (x's codes are the same): the
- * sums of inputs 0-15 and 16-31 finished apart with d_lo, d_hi, then + m sum(x); a 640 x 2048
- * row 0.19 ms instead of 0.30. From ~5 rows (Q8_F) or ~12 (Q8_0) on, the fp32 expansion into an
+ * the codes as q8_0_vnni's) runs here without VNNI (vnni_rows takes it with VNNI; x's codes are
+ * the same): the sums of inputs 0-15 and 16-31 finished apart with d_lo, d_hi, then + m sum(x);
+ * a 640 x 2048 row 0.19 ms instead of 0.30. From ~5 rows (Q8_F) or ~12 (Q8_0) on, the fp32 expansion into an
  * L1 buffer shared by all rows is faster on Zen 1 (16 rows 2048 x 2048: 4.9 ms; here 5.5 Q8_0,
  * 7.0 Q8_F): prefills pay that. */
 #define IROWS 5 /* rows a group (2 int32 sums each in registers): 5 rows 1.80 ms, in 3 + 2 1.92 */
@@ -750,10 +770,11 @@ static void quantize_x(const float *x, int m, int k, XRows xr, int q4) {
 
 static void int_products_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, int k, int fmt,
                             const int32_t *pick) {
-    if (fmt == FMT_Q8_F_INT) /* AVX2's on every CPU: the codes are alike, VNNI's or not */
+    if (use_vnni())
+        vnni_matmul_ws(xr, wq, y, m, n, k, Q4_INT(fmt), fmt == FMT_Q4_F_INT, fmt == FMT_Q8_F_INT,
+                       pick);
+    else if (fmt == FMT_Q8_F_INT)
         int_matmul_ws(xr, wq, y, m, n, k, 1, pick);
-    else if (use_vnni())
-        vnni_matmul_ws(xr, wq, y, m, n, k, Q4_INT(fmt), fmt == FMT_Q4_F_INT, pick);
     else
         int_matmul_ws(xr, wq, y, m, n, k, 0, pick);
 }
