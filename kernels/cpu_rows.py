@@ -25,7 +25,8 @@ fp32 products there (`integer_products` says which formats take them here).
 
 The other block types of llama.cpp's K-quant files reach the kernel as "q4_f" and "q8_f"
 blocks, converted exactly by kernels/gguf_blocks.py; with VNNI, q4_f (Q4_K) takes Q4_1's
-integer products with its fp32 scales (1-row products 2.2-2.5x faster than its expansion).
+integer products with its fp32 scales (1-row products 2.0-2.4x faster than its expansion), and
+q8_f Q8_0's with its three fp32 scales (on AVX2 too, there as vpmaddwd).
 
 `rms_norm` and `attention` replace torch's composite ops for decode's rows (one C call each
 instead of several small ones), and like the product they give a row the same bits whatever
