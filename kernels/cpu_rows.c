@@ -885,6 +885,12 @@ void argmax_rows(const float *x, int m, int k, int64_t *out) {
 #define SK_BYTES (2 * PANEL + QK * PANEL / 2)
 #define SK_ROWS 3 /* rows of x a pass over a block keeps in registers (4 per row) */
 
+/* The block QPREFETCH blocks after blk into L1 (issued before blk's products). */
+static inline __attribute__((always_inline)) void sketch_prefetch(const uint8_t *blk) {
+    for (size_t line = 0; line < SK_BYTES; line += 64)
+        _mm_prefetch((const char *)(blk + QPREFETCH * SK_BYTES + line), _MM_HINT_T0);
+}
+
 /* A block's int16 sums (s[r][h]: 16 rows' products with inputs 16 h..16 h + 15 of row r of x, of
  * 8 pairs each, |.| <= 8 * 2 * 15 * 127 < 32768) into the fp32 estimates acc: codes - 8, so
  * 8 sum(x8) apart (xs), each half scaled by d and x's scale. */
@@ -946,8 +952,7 @@ static inline __attribute__((always_inline)) void sketch_rows(
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (int b = 0; b < blocks; b++) {
         const uint8_t *blk = wp + (size_t)b * SK_BYTES, *codes = blk + 2 * PANEL;
-        for (size_t line = 0; line < SK_BYTES; line += 64)
-            _mm_prefetch((const char *)(blk + QPREFETCH * SK_BYTES + line), _MM_HINT_T0);
+        sketch_prefetch(blk);
         __m256i s[SK_ROWS][2];
         for (int r = 0; r < rows; r++)
             s[r][0] = s[r][1] = _mm256_setzero_si256();
@@ -980,8 +985,7 @@ VNNI static inline __attribute__((always_inline)) void sketch_rows_512(
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (int b = 0; b < blocks; b++) {
         const uint8_t *blk = wp + (size_t)b * SK_BYTES, *codes = blk + 2 * PANEL;
-        for (size_t line = 0; line < SK_BYTES; line += 64)
-            _mm_prefetch((const char *)(blk + QPREFETCH * SK_BYTES + line), _MM_HINT_T0);
+        sketch_prefetch(blk);
         __m512i w[SK_ROWS][2];
         for (int r = 0; r < rows; r++)
             w[r][0] = w[r][1] = _mm512_setzero_si512();
