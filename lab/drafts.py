@@ -171,10 +171,14 @@ def run_one(
     """Run one stage until `deadline`, seconds of the budget from the start of the first stage
     (what an earlier stage left unused goes to the next); `later`: the seconds planned after."""
     left = max(0.0, deadline - sum(state.spent.values()))
-    if stage.share and left < 1.0:  # its time is spent: what it made is what it has
-        state.done.append(stage.name)
-        state.save()
-        return
+    if stage.share and left < 1.0:
+        if stage.name in state.spent:  # its time is spent: what it made is what it has
+            state.done.append(stage.name)
+            state.save()
+            return
+        # The stages before it overran its share (a slow or busy machine): a second still makes
+        # its first batch, or the drafter's first evaluation and file.
+        left = 1.0
     start = time.time()
     seen: list[tuple[float, float]] = []  # (seconds, share) of the first report of this call
     printed = [-LOG_EVERY]  # when the last status line went to a log
