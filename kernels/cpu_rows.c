@@ -581,9 +581,9 @@ VNNI static void vnni_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, in
  * int16 as well, for no fewer instructions than the expansion. FMT_Q8_F_INT (q8_f's scales, then
  * the codes as q8_0_vnni's) runs here without VNNI (vnni_rows takes it with VNNI; x's codes are
  * the same): the sums of inputs 0-15 and 16-31 finished apart with d_lo, d_hi, then + m sum(x);
- * a 640 x 2048 row 0.19 ms instead of 0.30. From ~5 rows (Q8_F) or ~12 (Q8_0) on, the fp32 expansion into an
- * L1 buffer shared by all rows is faster on Zen 1 (16 rows 2048 x 2048: 4.9 ms; here 5.5 Q8_0,
- * 7.0 Q8_F): prefills pay that. */
+ * a 640 x 2048 row 0.19 ms instead of 0.30. From ~5 rows (Q8_F) or ~12 (Q8_0) on, the fp32
+ * expansion into an L1 buffer shared by all rows is faster on Zen 1 (16 rows 2048 x 2048:
+ * 4.9 ms; here 5.5 Q8_0, 7.0 Q8_F): prefills pay that. */
 #define IROWS 5 /* rows a group (2 int32 sums each in registers): 5 rows 1.80 ms, in 3 + 2 1.92 */
 
 static int cpu_has_vnni = -1; /* vnni_supported(), read once */
@@ -1073,7 +1073,7 @@ void sketch_pass(const float *x, int m, int k, const uint8_t *sk, const float *b
             const int rows = m - r0 < SK_ROWS ? m - r0 : SK_ROWS;
             const size_t rb = (size_t)r0 * halves;
             float *t = top + (size_t)r0 * panels + p, *u = upper + (size_t)r0 * panels + p;
-            if (wide) {
+            if (wide && use_vnni()) { /* never 512-bit code on a CPU without it */
                 sketch_panel_512(xq + (size_t)r0 * k, xd + rb, xs + rb, ab + 2 * r0, wp, bd,
                                  blocks, k, rows, t, u, panels);
                 continue;

@@ -264,7 +264,7 @@ def has_vnni() -> bool:
 @functools.cache
 def integer_products(fmt: str) -> bool:
     """Blocks of fmt are multiplied as integers here (`pack_quant`'s default): Q8_0 and q8_f
-    wherever the kernel runs (AVX-512 VNNI, else AVX2; q8_f on AVX2 everywhere), Q4_1 and q4_f
+    wherever the kernel runs (AVX-512 VNNI, else AVX2), Q4_1 and q4_f
     with AVX-512 VNNI only (AVX2 would widen their nibbles to int16 first, for no fewer
     instructions than the fp32 expansion); each after a self-test against `vnni_reference`."""
     lib = _library()

@@ -294,10 +294,15 @@ def stops_open(text: str) -> bool:
 def leads_in(text: str) -> bool:
     """Whether the turn is only what leads to a request: "Actually, never mind that,", "Wait,",
     "So", "Oh, and also", "No, hold on." (what follows a barge-in before the new request)."""
-    words = _LEAD_IN_PHRASES.sub("anyway", normalize(text)).split()
+    words = _lead_in_words(text)
     while len(words) > 1 and words[0] in _ACKS:
         words = words[1:]
     return bool(words) and words[0] in _LEAD_IN_HEADS and all(w in _LEAD_IN_WORDS for w in words)
+
+
+def _lead_in_words(text: str) -> list[str]:
+    """The turn's words, a lead-in phrase ("you know what") as one word."""
+    return _LEAD_IN_PHRASES.sub("anyway", normalize(text)).split()
 
 
 def takes_floor(text: str) -> bool:
@@ -307,7 +312,7 @@ def takes_floor(text: str) -> bool:
     interruption answered at once was heard ("I'm") and cut by the request after it."""
     if leads_in(text):
         return True
-    words = _LEAD_IN_PHRASES.sub("anyway", normalize(text)).split()
+    words = _lead_in_words(text)
     return bool(words) and all(w in _STOP_WORDS for w in words) and any(w in _STOPS for w in words)
 
 
