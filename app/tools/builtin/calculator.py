@@ -186,6 +186,13 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(rf"{_COMMAND}square {_N}"), r"\1 ** 2"),
     (re.compile(rf"{_COMMAND}cube {_N}"), r"\1 ** 3"),
     (re.compile(rf"{_N} times itself\b"), r"\1 ** 2"),
+    # "81, take its square root" ("it square root" as Whisper writes it).
+    (
+        re.compile(
+            rf"{_N}\.?,? (?:now )?(?:take|find|get|give me) (?:its?|the) (square|cube) root\b"
+        ),
+        r"the \2 root of \1",
+    ),
     (re.compile(rf"{_N} take away {_N}"), r"\1 - \2"),
     (
         re.compile(rf"\b(?:take|subtract|remove|deduct)(?: away)? {_N}(?: away)? from {_N}"),
@@ -220,6 +227,8 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
     ),
 ]
 _SUM = re.compile(
+    # "And 65 and 38.": Whisper's "add" at the start of a request of numbers alone.
+    rf"^and(?: up| together)? {_N}(?: and -?\d+(?:\.\d+)?)+(?: for me| please)?\W*$|"
     rf"\b(?:add(?: up| together)?|sum(?: up)?|total(?: up)?|(?:the )?(?:sum|total) of) "
     rf"{_N}(?:,? (?:and |plus |to )?-?\d+(?:\.\d+)?)+"
 )

@@ -19,7 +19,7 @@ _END = (
     r"|,? (?:thanks|thank you|by any chance)\W*$|\s*[?.!]?\s*$)"
 )
 _TIME_ASKED = re.compile(
-    rf"\bwhat(?:'s| is|s)?(?: the)?(?: current| local)? (?:time|hour)"
+    rf"\bwhat(?:'s| is|s)?(?: the)?(?: current| local| right| exact| correct)? (?:time|hour)"
     rf"(?: is it| it is|'s it| is)?{_END}"
     rf"|\b(?:the|current|local) (?:time|hour){_END}"
     r"|(?:^|[,.!?]\s*)(?:and |so )?(?:the )?time (?:in|at|over in)\b"

@@ -8,7 +8,7 @@ import re
 from typing import Any, Literal
 
 from dllm_voice.app.tools.builtin.numbers import say_number
-from dllm_voice.app.tools.builtin.places import lookup, mention, named_place, the
+from dllm_voice.app.tools.builtin.places import Place, lookup, mention, named_place, the
 from dllm_voice.app.tools.registry import ToolError, tool
 
 Fact = Literal["capital", "population", "languages", "currency"]
@@ -102,6 +102,17 @@ _NOT_A_NAME = re.compile(
 )
 
 
+def _country_first(text: str) -> tuple[str, Place] | None:
+    """The place ``mention`` finds, or a country named beside it ("Kenya's capital, is it
+    Nairobi?")."""
+    first = found = mention(text)
+    rest = text
+    while found is not None and found[1].kind != "country":
+        rest = rest.replace(found[0], " ")
+        found = mention(rest)
+    return found or first
+
+
 def parse_country_question(text: str) -> dict[str, object] | None:
     """A question about a country: "what is the capital of spain" -> {"country": "spain",
     "fact": "capital"}; a city counts for its country's languages and money ("what do they
@@ -111,7 +122,7 @@ def parse_country_question(text: str) -> dict[str, object] | None:
     if not asked:
         return None
     fact = min(asked)[1]
-    found = mention(text)
+    found = _country_first(text)
     if found is None:
         unknown = named_place(text, cue="of|in")
         # A name, not a phrase or a plural noun: "my house", "bacteria in the gut", "ants".

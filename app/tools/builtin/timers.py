@@ -101,7 +101,7 @@ _NOTIFY = re.compile(
     r"\b(?:timer|countdown|count(?:ing)? (?:me )?down|(?:remind|buzz|ping|alert|nudge|notify|"
     r"beep|ring|wake|signal|call) (?:me|us)|tell (?:me|us)(?: when\b|\W*$)|let (?:me|us) know|"
     r"keep track|"
-    r"time (?:me|it|this|that|my|the|\d+)|start timing|go(?:es)? off in)\b"
+    r"time (?:me|it|this|that|them|these|those|my|the|\d+)|start timing|go(?:es)? off in)\b"
 )
 _UNIT = r"(hours?|hrs?|h|minutes?|mins?|m|seconds?|secs?|s)\b"
 _DURATION = re.compile(rf"(?:\b(\d+(?:\.\d+)?)\s*|\b(an?)\s+){_UNIT}")
@@ -153,8 +153,14 @@ def _parse_set_timer(text: str) -> dict[str, object] | None:
     found = _seconds(words)
     if found is None or _ASKS.search(words) or re.search(r"\balarm\b", words):
         return None
-    label = _label(found[1])
+    label = _label(found[1]) or _what_lasts(words)
     return {"seconds": found[0], "label": label} if label else {"seconds": found[0]}
+
+
+def _what_lasts(words: str) -> str:
+    """The thing a length is said of: "a 25 minute nap" -> "nap"; else ""."""
+    thing = re.search(r"\b\d+(?:\.\d+)?[ -](?:hour|minute|second|min|sec) ([a-z]+)\b", words)
+    return thing[1] if thing and thing[1] not in _NOT_LABEL else ""
 
 
 _AM = r"(?<=\d)\s*a\.? ?m\b\.?|\b(?:in the|this|tomorrow) morning\b"

@@ -12,6 +12,7 @@ from typing import Any
 
 import pint
 
+from dllm_voice.app.tools.builtin import sounds
 from dllm_voice.app.tools.builtin.numbers import digits, say_number
 from dllm_voice.app.tools.registry import ToolError, tool
 
@@ -37,8 +38,10 @@ def _units() -> pint.UnitRegistry[Any]:
 
 
 def warm() -> None:
-    """Load pint's registry now rather than on the first conversion."""
+    """Load pint's registry and the pronouncing dictionary now rather than on the first
+    conversion."""
     _units()
+    sounds.warm()
 
 
 def _normal(name: str) -> str:
@@ -237,7 +240,9 @@ def _target(tokens: list[str], mentions: list[_Mention]) -> _Mention | None:
     counted = [m for m in mentions if m.value is not None]
     if len(counted) >= 2 and _COMPARED & set(tokens[counted[0].end : counted[-1].start]):
         return counted[-1]
-    return None
+    # "six feet, how much is that meters": a unit with no number after the question.
+    asked = [m for m in mentions if m.value is None and "how" in tokens[: m.start]]
+    return asked[-1] if asked and counted else None
 
 
 def _source(tokens: list[str], mentions: list[_Mention], target: _Mention) -> _Mention | None:
@@ -261,12 +266,7 @@ def _comparable(a: pint.Unit, b: pint.Unit) -> bool:
     return bool(a.dimensionality == b.dimensionality)
 
 
-def parse_conversion(text: str) -> dict[str, object] | None:
-    """A conversion asked for: "How many kilometers are in three miles?" -> {"value": 3.0,
-    "from_unit": "miles", "to_unit": "kilometers"}; also "a three mile run is how many
-    kilometers", "it's 100 degrees fahrenheit, what's that in celsius". None unless both
-    units are known ones of one kind (length, mass, ...)."""
-    tokens = _words_of(text)
+def _read(tokens: list[str]) -> dict[str, object] | None:
     mentions = _mentions(tokens)
     target = _target(tokens, mentions)
     source = _source(tokens, mentions, target) if target is not None else None
@@ -274,6 +274,83 @@ def parse_conversion(text: str) -> dict[str, object] | None:
         return None
     value = 1.0 if source.value is None else source.value
     return {"value": value, "from_unit": source.words, "to_unit": target.words}
+
+
+def parse_conversion(text: str) -> dict[str, object] | None:
+    """A conversion asked for: "How many kilometers are in three miles?" -> {"value": 3.0,
+    "from_unit": "miles", "to_unit": "kilometers"}; also "a three mile run is how many
+    kilometers", "it's 100 degrees fahrenheit, what's that in celsius", and a word the
+    recognizer wrote for a unit or a number that sounds like it ("five gallons into
+    leaders": ``_heard_as``). None unless both units are known ones of one kind (length,
+    mass, ...)."""
+    tokens = _words_of(text)
+    heard = _heard_as(tokens)
+    return (_read(heard) if heard != tokens else None) or _read(tokens)
+
+
+# Units people say, the words a misheard one is matched against: pint's thousands of names
+# would make most words sound like one ("laps" like "lbs").
+_SAID_UNITS = """meter meters kilometer kilometers centimeter centimeters millimeter millimeters
+    mile miles foot feet inch inches yard yards gram grams kilogram kilograms pound pounds
+    ounce ounces ton tons stone stones liter liters milliliter milliliters gallon gallons quart
+    quarts pint pints cup cups tablespoon tablespoons teaspoon teaspoons celsius fahrenheit
+    kelvin second seconds minute minutes hour hours day days week weeks acre acres hectare
+    hectares""".split()  # noqa: SIM905 - a word table
+_SAID_NUMBERS = {
+    word: digits(word)
+    for word in """zero one two three four five six seven eight nine ten eleven twelve thirteen
+    fourteen fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy
+    eighty ninety""".split()  # noqa: SIM905 - a word table
+}
+
+
+def _said_units() -> list[tuple[str, pint.Unit]]:
+    return _said_units_of(_units())
+
+
+@functools.cache
+def _said_units_of(registry: pint.UnitRegistry[Any]) -> list[tuple[str, pint.Unit]]:
+    return [(name, registry.parse_units(_normal(name))) for name in _SAID_UNITS]
+
+
+# Words that stand where a number or a unit would as themselves, however near one they sound
+# ("to", "for", "an": a ton).
+_PLAIN = frozenset(
+    """a an the of to too for in into on at and than then once won its it my your what how
+    many much that this those these is are per""".split()  # noqa: SIM905 - a word table
+)
+
+
+def _heard_as(tokens: list[str]) -> list[str]:
+    """``tokens`` with the words a conversion expects respelled by their sound: a word that
+    sounds like a number just before a unit said without one ("aid ounces", "a free mile
+    run"); where a unit is counted ("five leaders") or asked for ("into leaders", "how many
+    cops") but none stands, the unit of a named one's kind that sounds nearest."""
+    mentions = _mentions(tokens)
+    out = list(tokens)
+    for m in mentions:
+        before = tokens[m.start - 1] if m.start > 0 else "a"
+        if m.value is None and before.isalpha() and before not in _PLAIN:
+            number = sounds.sounds_like(before, list(_SAID_NUMBERS))
+            out[m.start - 1] = _SAID_NUMBERS[number] if number is not None else before
+    # A unit asked for only beside a counted quantity ("the best time of day to walk" is no
+    # conversion); a counted word beside any unit.
+    said = _mentions(out)
+    named = {i for m in said for i in range(m.start, m.end)}
+    for i, word in enumerate(out):
+        if i == 0 or i in named or not word.isalpha() or word in _PLAIN:
+            continue
+        asked = out[i - 1] in _INTO or out[i - 2 : i] in (["how", "many"], ["how", "much"])
+        counted = out[i - 1][-1].isdigit()
+        beside = said if counted else [m for m in said if m.value is not None] if asked else []
+        kind = [
+            name for name, unit in _said_units() if any(_comparable(m.unit, unit) for m in beside)
+        ]
+        found = sounds.sounds_like(word, kind)
+        if found is not None:
+            out[i] = found
+            break
+    return out
 
 
 @tool(parse=parse_conversion, read_only=True, timeout_s=5.0)

