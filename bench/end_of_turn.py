@@ -19,8 +19,9 @@ not train on). Each clip goes through Whisper with 120 ms of the pause after it,
 the transcript and audio/prosody.py the speech; the decisions are counted with the LM alone,
 with the speech's score as configured (``end_of_turn.audio_cut`` under ``audio_gate``), with it
 ungated, and as configured but without Whisper's confidence (``asr_logprob``). A cut head
-is projected premature when its decision's wait is shorter than the mid-sentence pauses of
-bench/voice.py (300-700 ms), and a blurt when its answer would be heard before them too (the
+is projected premature when its decision's wait (``silence_ms``) is shorter than the
+mid-sentence pauses of bench/voice.py (300-700 ms; the heads whose turn would end within a 1 s
+pause are counted too), and a blurt when its answer would be heard before them too (the
 configured rule, with each ``end_of_turn.hold_ms`` of ``HOLDS_MS``, beside the silence before
 a complete turn's answer is heard):
 
@@ -52,7 +53,7 @@ def spoken(cfg, clips_path: str | None) -> dict:
     import numpy as np
 
     from bench.voice import GAPS_MS, VOICES, Voices
-    from dllm_voice.app.conversation.end_of_turn import audible_after, end_decision
+    from dllm_voice.app.conversation.end_of_turn import audible_after, end_decision, silence_ms
     from dllm_voice.audio.asr import WhisperASR
     from dllm_voice.audio.prosody import TurnEndAudio
     from dllm_voice.model.engine import LM
@@ -89,17 +90,14 @@ def spoken(cfg, clips_path: str | None) -> dict:
         "lm_and_speech_ungated": replace(eot, audio_gate=1.01),
         "lm_and_speech_without_asr_logprob": replace(eot, asr_logprob=-100.0),
     }
-    wait = {
-        "complete": eot.complete_ms,
-        "unsure": cfg.vad.speech_end_ms,
-        "incomplete": eot.incomplete_ms,
-    }
+    kinds = ("complete", "unsure", "incomplete")
     lead, pause = np.zeros(4800, np.int16), np.zeros(1920, np.int16)  # 300 ms, 120 ms
     out: dict = {}
     for name, items in sets.items():
         counts = {rule: {} for rule in rules}
         premature = dict.fromkeys(rules, 0.0)
         long_waits = dict.fromkeys(rules, 0)  # complete turns that wait over 1 s
+        within_1s = dict.fromkeys(rules, 0)  # heads whose turn ends before a 1 s pause does
         # The configured rule with each hold: heads whose answer is heard before the user goes
         # on (a blurt), and the silence before a complete turn's answer is heard.
         blurts = dict.fromkeys(HOLDS_MS, 0.0)
@@ -114,20 +112,23 @@ def spoken(cfg, clips_path: str | None) -> dict:
             p_audio = heard.score(np.concatenate([lead, pcm]))
             decided = {r: end_decision(p, c, text, p_audio, tr.logprob) for r, c in rules.items()}
             for rule, d in decided.items():
-                by_kind = counts[rule].setdefault(kind, dict.fromkeys(wait, 0))
+                by_kind = counts[rule].setdefault(kind, dict.fromkeys(kinds, 0))
                 by_kind[d] += 1
+                waited = silence_ms(d, text, rules[rule], cfg.vad.speech_end_ms)
                 if kind == "head":
-                    premature[rule] += sum(wait[d] < g for g in GAPS_MS) / len(GAPS_MS)
-                long_waits[rule] += kind == "complete" and wait[d] > 1000
+                    premature[rule] += sum(waited < g for g in GAPS_MS) / len(GAPS_MS)
+                    within_1s[rule] += waited < 1000
+                long_waits[rule] += kind == "complete" and waited > 1000
             d = decided["lm_and_speech"]  # the configured rule
+            wait = silence_ms(d, text, eot, cfg.vad.speech_end_ms)
             for h in HOLDS_MS:
-                audible = max(wait[d], audible_after(d, p, replace(eot, hold_ms=h)))
+                audible = max(wait, audible_after(d, p, replace(eot, hold_ms=h)))
                 if kind == "head":
                     blurts[h] += sum(audible < g for g in GAPS_MS) / len(GAPS_MS)
                 elif kind == "complete":
                     silences[h].append(audible)
             for f in AUDIO_FINALS:
-                audible = max(wait[d], audible_after(d, p, replace(eot, audio_final=f), p_audio))
+                audible = max(wait, audible_after(d, p, replace(eot, audio_final=f), p_audio))
                 if kind == "head":
                     final_blurts[f] += sum(audible < g for g in GAPS_MS) / len(GAPS_MS)
                 elif kind == "complete":
@@ -140,6 +141,7 @@ def spoken(cfg, clips_path: str | None) -> dict:
                 rule: round(v / max(1, heads), 3) for rule, v in premature.items()
             },
             "complete_waiting_over_1s": long_waits,
+            "heads_ended_within_1s": within_1s,
             "hold_ms": {
                 h: {
                     "heads_projected_blurts": round(blurts[h] / max(1, heads), 3),

@@ -97,7 +97,17 @@ class EndOfTurnConfig:
         200, "silence that ends a turn the LM scores likely complete", min=30, max=10000
     )
     incomplete_ms: int = setting(
-        1500, "silence that ends a turn the LM scores likely incomplete", min=30, max=10000
+        1500,
+        "silence that ends a turn whose words say more is coming ('...', 'the', a lead-in)",
+        min=30,
+        max=10000,
+    )
+    doubt_ms: int = setting(
+        900,
+        "silence that ends another turn called incomplete (a low score, unclear words, speech "
+        "that sounds cut)",
+        min=30,
+        max=10000,
     )
     reopen_ms: int = setting(
         800, "speech this soon after an adaptive end continues the turn", min=0, max=10000

@@ -178,6 +178,28 @@ def end_decision(
     return "unsure" if sounds_cut or tells_something(text) else "complete"
 
 
+def says_more(text: str) -> bool:
+    """Whether the words themselves say more is coming: they trail off ("So my question
+    is..."), stop on a function word ("What is the capital of", "How far is that?" for "How
+    far is the") or only lead in (``leads_in``)."""
+    words = normalize(text).split()
+    ends_open = bool(words) and words[-1] in _FUNCTION_ENDS
+    return bool(_TRAILING_OFF.search(text)) or ends_open or leads_in(text)
+
+
+def silence_ms(decision: str, text: str, cfg: EndOfTurnConfig, unsure_ms: int) -> int:
+    """The silence after the last word that ends a turn decided ``decision`` on ``text``
+    (``unsure_ms``: vad.speech_end_ms). An "incomplete" turn waits ``incomplete_ms`` where its
+    words say more is coming, else ``doubt_ms``: a low score, words Whisper barely heard or
+    speech that sounds cut is as often a short question misheard ("What makes rainbows?" heard
+    "What makes rain both?", 0.0002) as a cut head, and a cut head's pause is 300-700 ms."""
+    if decision == "complete":
+        return cfg.complete_ms
+    if decision != "incomplete":
+        return unsure_ms
+    return cfg.incomplete_ms if says_more(text) else min(cfg.doubt_ms, cfg.incomplete_ms)
+
+
 def audible_after(
     decision: str | None,
     p_end: float | None,
@@ -191,7 +213,7 @@ def audible_after(
     (``called``) plays at once; another "complete" or
     "unsure" one waits ``hold_ms`` from the last word, so that a user going on after a
     mid-sentence pause (300-700 ms) reopens a turn whose answer nobody heard. An "incomplete"
-    end has waited longer already."""
+    end has waited longer already (``silence_ms``)."""
     if decision not in ("complete", "unsure") or (p_end is not None and p_end >= cfg.audio_gate):
         return 0
     if called or (p_audio is not None and p_audio >= cfg.audio_final):
@@ -459,11 +481,7 @@ class EndOfTurn:
             decision = s.tm.on_end_score(text, p, p_audio, logprob, called)
             if decision is None:
                 return
-            eot = s.cfg.end_of_turn
-            wait = {
-                "complete": eot.complete_ms,
-                "incomplete": eot.incomplete_ms,
-            }.get(decision, s.cfg.vad.speech_end_ms)
+            wait = silence_ms(decision, text, s.cfg.end_of_turn, s.cfg.vad.speech_end_ms)
             s.trace(
                 "end_of_turn", turn, gen, p_end=None if p is None else round(p, 4),
                 p_audio=None if p_audio is None else round(p_audio, 4),

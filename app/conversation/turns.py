@@ -9,10 +9,10 @@ End of turn (``end_of_turn.mode: adaptive``): the pause's fresh transcript is al
 P(the turn is complete), read by the speculation's first forward (``StartSpeculation.score``), or
 by ``ScoreEnd`` where no speculation starts on it. With the speech's own score it
 (``end_decision``) sets how much silence ends this pause's turn: ``complete_ms`` when likely
-complete, ``incomplete_ms`` when likely not ("What is the capital of"), vad.speech_end_ms
-when unsure; speech that sounds cut mid-sentence (``audio_cut``) is incomplete unless the LM
-is sure (``audio_gate``), and unsure if it is; an unsure LM score on words Whisper barely
-heard (``asr_logprob``) is incomplete. Speech within
+complete, ``incomplete_ms`` or ``doubt_ms`` when likely not ("What is the capital of";
+``silence_ms``), vad.speech_end_ms when unsure; speech that sounds cut mid-sentence
+(``audio_cut``) is incomplete unless the LM is sure (``audio_gate``), and unsure if it is; an
+unsure LM score on words Whisper barely heard (``asr_logprob``) is incomplete. Speech within
 ``reopen_ms`` of a turn that ended after such a decision continues that turn (``ReopenTurn``): its
 answer is cancelled, its user message taken back, and the whole turn (one transcript) gets one
 answer.

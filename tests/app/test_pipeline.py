@@ -360,7 +360,7 @@ def test_speech_that_sounds_cut_waits_although_its_text_reads_complete():
     _, _, trace, _ = run([asked], segs, cfg=cfg, turn_audio=sounds_cut)
     (score,) = [e for e in trace if e["event"] == "end_of_turn"]
     assert score["decision"] == "incomplete" and score["p_audio"] == 0.05
-    assert score["wait_ms"] == CFG.end_of_turn.incomplete_ms
+    assert score["wait_ms"] == CFG.end_of_turn.doubt_ms  # its words say nothing more is coming
     assert 0 < sounds_cut.heard[0] <= 16000 * 3  # the speech up to the pause, RECENT_MS at most
     # A short ask (6 words at most) waits as unsure, not the long wait.
     _, _, trace, _ = run(["Where do koalas live?"], segs, cfg=cfg, turn_audio=SoundsCut())
@@ -385,7 +385,7 @@ def test_an_unsure_score_on_words_whisper_barely_heard_waits_as_incomplete():
     _, _, trace, _ = run([text], segs, cfg=cfg, **SHORT, asr_logprob=-0.8)
     (score,) = [e for e in trace if e["event"] == "end_of_turn"]
     assert score["asr_logprob"] == -0.8 and score["decision"] == "incomplete"
-    assert score["wait_ms"] == eot.incomplete_ms
+    assert score["wait_ms"] == eot.doubt_ms
     _, _, trace, _ = run([text], segs, cfg=cfg, **SHORT, asr_logprob=-0.2)  # heard clearly
     (score,) = [e for e in trace if e["event"] == "end_of_turn"]
     assert score["decision"] == "unsure" and score["wait_ms"] == CFG.vad.speech_end_ms

@@ -28,6 +28,7 @@ from dllm_voice.app.conversation.end_of_turn import (
     audible_after,
     end_decision,
     names_a_call,
+    silence_ms,
     takes_floor,
 )
 from dllm_voice.app.conversation.history import History
@@ -635,8 +636,28 @@ def test_an_end_the_lm_is_not_sure_of_is_answered_silently_for_a_while(p_end, te
     assert tm.ending.audible_from is None and tm.ending.may_play(silent_until - 100)
 
 
+@pytest.mark.parametrize(
+    ("text", "wait"),
+    [
+        ("So my question is...", END.incomplete_ms),  # trails off
+        ("What is the difference between a frog and a", END.incomplete_ms),  # stops open
+        ("Actually, never mind that,", END.incomplete_ms),  # a lead-in alone
+        ("What is the capital of?", END.incomplete_ms),  # stops on a function word
+        ("How far is that?", END.incomplete_ms),  # "How far is the" completed by Whisper
+        ("What makes rain both?", END.doubt_ms),  # "What makes rainbows?" misheard
+        ("Summ advice for news.", END.doubt_ms),  # "Summarize the news."
+    ],
+)
+def test_an_incomplete_turn_waits_long_only_where_its_words_go_on(text: str, wait: int) -> None:
+    assert silence_ms("incomplete", text, END, 500) == wait
+    assert END.doubt_ms < 1000 < END.incomplete_ms  # past a mid-sentence pause, under a second
+    assert silence_ms("incomplete", "Bell necessary.", replace(END, incomplete_ms=600), 500) == 600
+    assert silence_ms("complete", text, END, 500) == END.complete_ms
+    assert silence_ms("unsure", text, END, 500) == 500
+
+
 def test_no_hold_where_the_turn_waited_long_or_the_hold_is_off():
-    assert audible_after("incomplete", 0.001, END) == 0  # it waited 1.5 s already
+    assert audible_after("incomplete", 0.001, END) == 0  # it waited 0.9 s or 1.5 s already
     assert audible_after("complete", END.audio_gate, END) == 0
     assert audible_after("unsure", None, END) == END.hold_ms  # no LM score: not sure
     assert audible_after(None, None, END) == 0  # the fixed rule

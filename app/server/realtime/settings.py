@@ -23,13 +23,13 @@ from dllm_voice.app.server.realtime.formats import AudioFormat, FormatError
 # What our own events a client may ask for besides the API's (docs/protocol.md).
 EXTRA_EVENTS = ("latency", "trace", "speculation", "agent_state", "tool")
 MODALITIES = (("audio",), ("text",), ("audio", "text"), ("text", "audio"))
-# semantic_vad eagerness -> (end_of_turn.complete_ms, end_of_turn.incomplete_ms); None: the
+# semantic_vad eagerness -> (end_of_turn.complete_ms, .doubt_ms, .incomplete_ms); None: the
 # server's own. "low" lets a hesitant speaker think twice as long, "high" answers sooner.
-EAGERNESS: dict[str, tuple[int, int] | None] = {
-    "low": (400, 3000),
+EAGERNESS: dict[str, tuple[int, int, int] | None] = {
+    "low": (400, 1800, 3000),
     "medium": None,
     "auto": None,
-    "high": (120, 800),
+    "high": (120, 500, 800),
 }
 TURN_DETECTION_TYPES = ("server_vad", "semantic_vad")
 TRANSCRIBER = "whisper-tiny.en"  # what input transcription runs on, reported as its model
@@ -204,11 +204,16 @@ class RealtimeSettings:
             out["vad"] = {"speech_end_ms": td["silence_duration_ms"]}
             return out
         eot = base.end_of_turn
-        waits = EAGERNESS[str(td["eagerness"])] or (eot.complete_ms, eot.incomplete_ms)
+        waits = EAGERNESS[str(td["eagerness"])] or (
+            eot.complete_ms,
+            eot.doubt_ms,
+            eot.incomplete_ms,
+        )
         out["end_of_turn"] = {
             "mode": "adaptive",
             "complete_ms": waits[0],
-            "incomplete_ms": waits[1],
+            "doubt_ms": waits[1],
+            "incomplete_ms": waits[2],
         }
         out["vad"] = {"speech_end_ms": base.vad.speech_end_ms}
         return out
