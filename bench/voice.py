@@ -14,6 +14,9 @@ stage medians, end-of-turn decisions, premature answers, reopened turns, barge-i
 latency, machine load.
 
     .venv/bin/python -m bench.voice [--n 24] [--paused 20] [--barge 3] [--set lm.decoder=ar]
+
+``--asks short``: testkit's 32 short complete questions and requests (2-6 words) instead of the
+questions; each rule's ``over_1s`` counts the answers heard over 1 s after the speech ended.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from dllm_voice.app.observe.trace import Tracer
 from dllm_voice.app.observe.trace_tools import percentile, summarize, turn_rows
 from dllm_voice.app.terminal.runner import Segment, TimelineSource, run_session
 from dllm_voice.audio.resample import resample
-from testkit.questions import PAUSED, QUESTIONS
+from testkit.questions import PAUSED, QUESTIONS, SHORT
 
 GAPS_MS = (300, 400, 500, 600, 700)  # the mid-sentence pauses, in turn
 INTERRUPTIONS = [
@@ -117,6 +120,7 @@ def _stats(values: list[float]) -> dict[str, float | int | None]:
         "p50": round(percentile(values, 50), 1),
         "p95": round(percentile(values, 95), 1),
         "max": round(max(values), 1),
+        "over_1s": sum(v > 1000 for v in values),
     }
 
 
@@ -184,6 +188,10 @@ def _rule(comps, cfg, tracer, name, questions, paused) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=24, help="questions (conversation turns)")
+    ap.add_argument(
+        "--asks", choices=("questions", "short"), default="questions",
+        help="the questions: these, or testkit's short complete asks (2-6 words)",
+    )  # fmt: skip
     ap.add_argument("--paused", type=int, default=20, help="utterances with a mid-sentence pause")
     ap.add_argument("--barge", type=int, default=3, help="barge-in scenarios")
     ap.add_argument("--max-new-tokens", type=int, default=48, help="answer length cap")
@@ -210,9 +218,10 @@ def main() -> int:
     comps = Components.load(cfg)
     load_s = time.perf_counter() - t0
     voices = Voices(cfg)
+    asked = SHORT if args.asks == "short" else QUESTIONS
     questions = []
     for i in range(args.n):
-        text, voice = QUESTIONS[i % len(QUESTIONS)], VOICES[i % len(VOICES)]
+        text, voice = asked[i % len(asked)], VOICES[i % len(VOICES)]
         questions.append(Segment(voices.say(text, voice), f"{voice}: {text}"))
     paused = []
     for i in range(args.paused):
@@ -249,6 +258,7 @@ def main() -> int:
     result = {
         "bench": "voice",
         "questions": args.n,
+        "asks": args.asks,
         "paused_utterances": args.paused,
         "voices": VOICES,
         "decoder": cfg.lm.decoder,
