@@ -33,11 +33,13 @@ def warm() -> None:
     _dictionary()
 
 
-def phonemes(word: str) -> list[tuple[str, ...]]:
-    """The ways ``word`` is said, each its phonemes without stress marks; [] when the
-    dictionary does not have it."""
+@functools.lru_cache(maxsize=4096)
+def phonemes(word: str) -> tuple[tuple[str, ...], ...]:
+    """The ways ``word`` is said, each its phonemes without stress marks; () when the
+    dictionary does not have it. Cached: a parser compares each heard word with the same
+    candidates."""
     said = _dictionary().get(word.lower(), [])
-    return [tuple(re.sub(r"\d", "", p) for p in way) for way in said]
+    return tuple(tuple(re.sub(r"\d", "", p) for p in way) for way in said)
 
 
 def _cost(a: str, b: str) -> float:
@@ -62,10 +64,15 @@ def distance(a: str, b: str) -> float:
     )
 
 
-def sounds_like(word: str, candidates: list[str], most: float = 1.0) -> str | None:
-    """The one candidate ``word`` is heard as: the nearest in sound, at most ``most``
-    phonemes and a third of its own length away, and nearer than any other; None when none is,
-    or two are equally near ("free" is 0.5 from "three" and 2 from "four")."""
+# The farthest a heard word may be from the candidate it is read as, in phonemes (and at most
+# a third of the candidate's length): "leakers" is 1.0 from "liters", "made" 1.5 from "eight".
+MOST = 1.0
+
+
+def sounds_like(word: str, candidates: list[str]) -> str | None:
+    """The one candidate ``word`` is heard as: the nearest in sound, within ``MOST``, and
+    nearer than any other; None when none is, or two are equally near ("free" is 0.5 from
+    "three" and 2 from "four")."""
     if word in candidates:
         return word
     ranked = sorted((distance(word, c), c) for c in candidates)
@@ -73,6 +80,6 @@ def sounds_like(word: str, candidates: list[str], most: float = 1.0) -> str | No
         return None
     best, name = ranked[0]
     size = min((len(p) for p in phonemes(name)), default=0)
-    if best > most or best > size / 3 or (len(ranked) > 1 and ranked[1][0] == best):
+    if best > MOST or best > size / 3 or (len(ranked) > 1 and ranked[1][0] == best):
         return None
     return name

@@ -329,10 +329,11 @@ def _heard_as(tokens: list[str]) -> list[str]:
     mentions = _mentions(tokens)
     out = list(tokens)
     for m in mentions:
-        before = tokens[m.start - 1] if m.start > 0 else "a"
+        before = tokens[m.start - 1] if m.start > 0 else ""
         if m.value is None and before.isalpha() and before not in _PLAIN:
             number = sounds.sounds_like(before, list(_SAID_NUMBERS))
-            out[m.start - 1] = _SAID_NUMBERS[number] if number is not None else before
+            if number is not None:
+                out[m.start - 1] = _SAID_NUMBERS[number]
     # A unit asked for only beside a counted quantity ("the best time of day to walk" is no
     # conversion); a counted word beside any unit.
     said = _mentions(out)
@@ -342,7 +343,9 @@ def _heard_as(tokens: list[str]) -> list[str]:
             continue
         asked = out[i - 1] in _INTO or out[i - 2 : i] in (["how", "many"], ["how", "much"])
         counted = out[i - 1][-1].isdigit()
-        beside = said if counted else [m for m in said if m.value is not None] if asked else []
+        if not (asked or counted):
+            continue
+        beside = said if counted else [m for m in said if m.value is not None]
         kind = [
             name for name, unit in _said_units() if any(_comparable(m.unit, unit) for m in beside)
         ]
