@@ -33,6 +33,8 @@ _EMPTY_WORDS = frozenset(
     + ("this", "there", "uh", "um", "umm", "uhm", "er", "erm", "eh", "ah", "oh", "ooh", "mm")
     + ("mmm", "mhm", "hm", "hmm", "huh", "m")
 )
+# Letters Whisper spells a hum with: "Mhm." heard as "M.H.N.", "M-H-M?", "M-A-M."; "Oh." as "O.".
+_HUM_LETTERS = frozenset("mhnuoa")
 
 # A hold on double talk alone resumes when the VAD does not start speech within this: on a real
 # sound server speech_start (90 ms of voiced frames) came 80-210 ms after such a hold.
@@ -40,14 +42,22 @@ NEAR_END_WAIT_MS = 300
 
 
 def is_backchannel(text: str, known: frozenset[str]) -> bool:
-    """A listener's sound, not a turn: one of ``known`` (normalized), or up to 3 words that
-    carry nothing (Whisper hears "mm-hmm" as "and then them", "MMM", "uh oh")."""
+    """A listener's sound, not a turn: one of ``known`` (normalized), alone or after a sound
+    ("Oh, really?"), a hum spelled in letters, or up to 3 words that carry nothing (Whisper
+    hears "mm-hmm" as "and then them", "MMM", "uh oh")."""
     words = normalize(text)
     if not words or words in known:
         return True
+    split = words.split()
+    if all(len(w) == 1 and w in _HUM_LETTERS for w in split):
+        return True
+    lead = 0  # "Oh, really?", "Ah, I see.": a known one after a sound
+    while lead < len(split) - 1 and split[lead] in _EMPTY_WORDS:
+        lead += 1
+    if lead and " ".join(split[lead:]) in known:
+        return True
     if text.rstrip().endswith("?"):  # "And then?" asks for more
         return False
-    split = words.split()
     return len(split) <= 3 and all(w in _EMPTY_WORDS or w in known for w in split)
 
 
@@ -77,6 +87,13 @@ class BargeIn:
 
     def is_backchannel(self, text: str) -> bool:
         return is_backchannel(text, self.known)
+
+    def heard_as_backchannel(self, text: str, alternatives: tuple[str, ...]) -> bool:
+        """``text`` of a few words whose beam also held a backchannel: "Mhm." heard as "I may
+        turn." with "Mm-hm." beside it."""
+        if len(normalize(text).split()) > 3:
+            return False
+        return any(self.is_backchannel(alt) for alt in alternatives)
 
     def not_for_us(self, text: str, said: Callable[[], str]) -> bool:
         """A backchannel, or (echo guard on) mostly the words the agent just said (``said()``)."""

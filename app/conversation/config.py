@@ -38,6 +38,18 @@ DEFAULT_BACKCHANNELS = (
     "sure",
     "i see",
     "got it",
+    "wow",
+    "really",
+    "cool",
+    "nice",
+    "great",
+    "alright",
+    "all right",
+    "gotcha",
+    "interesting",
+    "exactly",
+    "makes sense",
+    "make sense",
 )
 
 

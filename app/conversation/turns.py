@@ -301,10 +301,11 @@ class TurnManager:
             return self.barging.let_go(self.answer_gen, "short")  # a cough, a click, a short "mm"
         return []
 
-    def on_final(self, text: str) -> list[Action]:
-        """The final transcript of the utterance that just ended."""
+    def on_final(self, text: str, alternatives: tuple[str, ...] = ()) -> list[Action]:
+        """The final transcript of the utterance that just ended, and what else Whisper's beam
+        heard in it (``Transcript.alternatives``)."""
         if self.barging.current is not None:
-            if self._not_for_us(text):
+            if self._not_for_us(text) or self.barging.heard_as_backchannel(text, alternatives):
                 return [
                     *self.guess.drop("backchannel"),
                     *self.barging.let_go(self.answer_gen, "backchannel"),

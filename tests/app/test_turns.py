@@ -781,10 +781,34 @@ def test_turn_manager_resolves_the_history_mode():
 
 def test_short_empty_words_are_backchannels_but_commands_and_questions_are_not():
     tm = TurnManager(CFG)
-    for text in ("and then them.", "MMM.", "Uh-oh.", "mm mm mm", "Okay."):
+    for text in ("and then them.", "MMM.", "Uh-oh.", "mm mm mm", "Okay.", "Oh, nice.", "Wow!"):
+        assert tm.barging.is_backchannel(text), text
+    for text in ("Really?", "Oh, really?", "Makes sense.", "Ah, I see."):
+        assert tm.barging.is_backchannel(text), text
+    # A hum Whisper spells out in letters, asked or not.
+    for text in ("M.H.N.", "M-H-M?", "M-A-M.", "O.", "M."):
         assert tm.barging.is_backchannel(text), text
     for text in ("Stop.", "Wait.", "No.", "And then?", "So what?", "Tell me about castles."):
         assert not tm.barging.is_backchannel(text), text
+    for text in ("U.S.A.", "Y.", "Why?", "Really, tell me more.", "Oh, and then?"):
+        assert not tm.barging.is_backchannel(text), text
+
+
+def test_a_hum_misheard_as_words_resumes_when_the_beam_also_heard_it():
+    tm = TurnManager(CFG)
+    gen = start_speaking(tm)
+    tm.on_speech_start(3000)
+    tm.on_speech_progress(3100)
+    tm.on_speech_progress(3560)
+    tm.on_speech_end(3560)
+    assert tm.on_final("I may turn.", ("Mm-mm.", "Mm-hm.")) == [ResumePlayback(gen, "backchannel")]
+    # A request is one whatever else the beam held.
+    tm.on_speech_start(6000)
+    tm.on_speech_progress(6100)
+    tm.on_speech_progress(7500)
+    tm.on_speech_end(7500)
+    (cancel, _) = tm.on_final("Tell me about the moon instead.", ("Okay.",))
+    assert cancel == CancelAnswer(gen)
 
 
 def test_double_talk_holds_at_once_and_resumes_without_speech():
