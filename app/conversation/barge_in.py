@@ -88,6 +88,12 @@ class BargeIn:
     def is_backchannel(self, text: str) -> bool:
         return is_backchannel(text, self.known)
 
+    def may_become_backchannel(self, words: str) -> bool:
+        """Words that start a known backchannel ("I" of "I see", "Got" of "Got it"): a partial's
+        stable words then confirm nothing yet."""
+        start = normalize(words)
+        return bool(start) and any(k.startswith(start + " ") for k in self.known)
+
     def heard_as_backchannel(self, text: str, alternatives: tuple[str, ...]) -> bool:
         """``text`` of a few words whose beam also held a backchannel: "Mhm." heard as "I may
         turn." with "Mm-hm." beside it."""

@@ -247,7 +247,12 @@ class TurnManager:
             # A partial confirms an interruption on its stable words only: one pass over
             # 200 ms of "uh-huh" read "What the fuck?", and the final then read nothing.
             heard = text if stable is None else stable
-            if self._barge_needs_transcript() and heard and not self._not_for_us(heard):
+            if (
+                self._barge_needs_transcript()
+                and heard
+                and not self._not_for_us(heard)
+                and not self.barging.may_become_backchannel(heard)
+            ):
                 return self._confirm_barge()
             return []
         if self.user_speaking:

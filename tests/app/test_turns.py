@@ -794,6 +794,21 @@ def test_short_empty_words_are_backchannels_but_commands_and_questions_are_not()
         assert not tm.barging.is_backchannel(text), text
 
 
+def test_stable_words_that_start_a_backchannel_confirm_nothing_yet():
+    tm = TurnManager(CFG)
+    gen = start_speaking(tm)
+    tm.on_speech_start(3000)
+    tm.on_speech_progress(3100)
+    tm.on_speech_progress(3400)
+    assert tm.on_partial("I see", stable="I") == []  # "I" of "I see"
+    tm.on_speech_end(3400)
+    assert tm.on_final("I see.") == [ResumePlayback(gen, "backchannel")]
+    tm.on_speech_start(6000)
+    tm.on_speech_progress(6100)
+    tm.on_speech_progress(6400)
+    assert tm.on_partial("I want", stable="I want") == [CancelAnswer(gen)]
+
+
 def test_a_hum_misheard_as_words_resumes_when_the_beam_also_heard_it():
     tm = TurnManager(CFG)
     gen = start_speaking(tm)
