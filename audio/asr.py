@@ -10,6 +10,7 @@ avg_logprob, the compression ratio). One turn's streaming state is transcriber.p
 
 import difflib
 import logging
+import re
 import threading
 import time
 import zlib
@@ -315,6 +316,10 @@ class WhisperASR:
         # words a voice agent hears ("timer", "kilometers") come out right more often.
         context = [tok.sot_prev, *tok.encode(" " + cfg.prompt.strip())] if cfg.prompt else []
         self.prompt = [*context, *tok.sot_sequence, tok.no_timestamps]
+        self.bare_prompt = [*tok.sot_sequence, tok.no_timestamps]
+        # The prompt's sentences, folded: a pass that hears one the user did not say copied it.
+        sentences = re.split(r"(?<=[.?!])\s+", cfg.prompt.strip())
+        self._prompt_sentences = tuple(f for f in map(_fold, sentences) if f)
         self.refiner: Refiner | None = None
         if cfg.refine_long_turns:
             from dllm_voice.audio import refiner  # refiner.py builds on this module
@@ -387,10 +392,23 @@ class WhisperASR:
         text, no_speech, logprob, alternatives = windowed_pass(
             self.model, self.prompt, self.tok, audio, window_s, self.cfg.beam_size
         )
+        if self.copies_prompt(text):
+            # Heard again without the prompt: tiny.en gave "What is the capital of Chile?", a
+            # sentence of asr.prompt, for "How populous is Nigeria?" (2 of 1141 clips) and for
+            # a lone "What?"; words the user did say come back the same.
+            log.debug("asr: %r copies the prompt; heard again without it", text)
+            text, no_speech, logprob, alternatives = windowed_pass(
+                self.model, self.bare_prompt, self.tok, audio, window_s, self.cfg.beam_size
+            )
         if not text or not self._accept(text, no_speech, logprob):
             log.debug("asr: dropped %r (no_speech %.2f)", text, no_speech)
             return "", None, ()
         return text, logprob, alternatives
+
+    def copies_prompt(self, text: str) -> bool:
+        """Whether ``text`` holds a whole sentence of ``asr.prompt``."""
+        heard = f" {_fold(text)} "
+        return any(f" {sentence} " in heard for sentence in self._prompt_sentences)
 
     def _long_pass(self, audio: FloatPCM) -> tuple[str, float | None]:
         """faster-whisper's 30 s windows; the log-probability is the last kept segment's."""

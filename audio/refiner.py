@@ -54,7 +54,7 @@ class Refiner:
         import faster_whisper
 
         self._language = asr.tok.language_code
-        self._tok, self._prompt = asr.tok, asr.prompt
+        self._tok, self._prompt, self._asr = asr.tok, asr.prompt, asr
         self._beam_size = asr.cfg.beam_size
         # Loaded here, when nothing else starts threads: the new native threads that are not
         # Python's are CTranslate2's for this model.
@@ -100,6 +100,10 @@ class Refiner:
         text, *_ = windowed_pass(
             self._model, self._prompt, self._tok, audio, window_s, self._beam_size
         )
+        if self._asr.copies_prompt(text):  # as WhisperASR's own passes: heard again without it
+            text, *_ = windowed_pass(
+                self._model, self._asr.bare_prompt, self._tok, audio, window_s, self._beam_size
+            )
         return text
 
 

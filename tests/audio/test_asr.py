@@ -172,3 +172,19 @@ def test_the_prompt_is_read_as_what_came_before(asr) -> None:
     )
     bare = WhisperASR(replace(ASRConfig(), prompt=""))
     assert bare.prompt == [*tok.sot_sequence, tok.no_timestamps]
+
+
+def test_a_pass_that_copies_a_prompt_sentence_is_heard_again_without_the_prompt(asr) -> None:
+    assert asr.copies_prompt("What is the capital of Chile?")
+    assert asr.copies_prompt("Okay. Set a timer for eight minutes!")
+    assert not asr.copies_prompt("What is the capital of Chad?")
+    assert not asr.copies_prompt("What time is it in Paris?")  # the start of one
+    # With the prompt, tiny.en hears espeak-ng's "How populous is Nigeria?" as the prompt's
+    # "What is the capital of Chile?"; heard again without it, not.
+    pcm = speech_pcm("How populous is Nigeria?", voice="espeak:en-us", lead_ms=300, tail_ms=300)
+    assert "chile" not in asr.transcribe(pcm, final=True).text.lower()
+    # Words the user did say come back: the pass without the prompt hears them too.
+    said = speech_pcm("What is the capital of Chile?", lead_ms=300, tail_ms=300)
+    assert asr.transcribe(said, final=True).text.rstrip("?.").lower() == (
+        "what is the capital of chile"
+    )
