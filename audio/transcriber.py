@@ -41,6 +41,8 @@ _REFINE_MAX = 120 * RATE_HZ
 # words, within what merge_overlap() joins on).
 _SHORT_LAST = 3 * RATE_HZ
 _REHEAR = 3 * RATE_HZ
+# Most words a listener says over an answer ("Oh, I see, yeah."); more is a request.
+LISTENER_WORDS = 4
 
 
 class StreamingTranscriber:
@@ -62,10 +64,20 @@ class StreamingTranscriber:
     the order the audio arrived.
     """
 
-    def __init__(self, asr: WhisperASR, cfg: ASRConfig, refiner: Refiner | None = None) -> None:
+    def __init__(
+        self,
+        asr: WhisperASR,
+        cfg: ASRConfig,
+        refiner: Refiner | None = None,
+        over_answer: bool = False,
+    ) -> None:
         self.asr = asr
         self.cfg = cfg
         self.refiner = refiner
+        # A turn whose speech began over the agent's answer: heard with the listener's prompt
+        # (WhisperASR.listener_prompt), its final heard again with the usual one where it asks
+        # for something (more than LISTENER_WORDS words).
+        self.over_answer = over_answer
         self._interval = RATE_HZ * cfg.partial_interval_ms // 1000
         self._refining: Future[str] | None = None  # the whole pass after the final, once asked
         self._rolling: Future[str] | None = None  # one over the first closed segments
@@ -128,7 +140,9 @@ class StreamingTranscriber:
         again = self._short_last_again(n) if at_pause else None
         self._again = again
         if again is None:
-            self._seg = self.asr.transcribe(self.audio()[:n], final=False, prev=self._seg)
+            self._seg = self.asr.transcribe(
+                self.audio()[:n], final=False, prev=self._seg, listener=self.over_answer
+            )
         self._n_at_pass = n
         return self._joined(self._seg) if again is None else replace(again, final=False)
 
@@ -148,7 +162,9 @@ class StreamingTranscriber:
             # often drops a segment's last word ("... in big glass [jars]"), which the next
             # segment then hears with what follows; merge_overlap() drops the repeat.
             closed = self._quiet_cut(pcm)
-            seg = self.asr.transcribe(pcm[:closed], final=True, prev=self._seg)
+            seg = self.asr.transcribe(
+                pcm[:closed], final=True, prev=self._seg, listener=self.over_answer
+            )
             start = self._quiet_cut(pcm[: max(closed - _OVERLAP, 0)])
             rest = pcm[min(start, closed) :]
         if self._origin + closed > self._closed:
@@ -178,9 +194,15 @@ class StreamingTranscriber:
             last = self._short_last_again(self._n)
         if last is None:
             if not reusable:
-                self._seg = self.asr.transcribe(self.audio(), final=True, prev=self._seg)
+                self._seg = self.asr.transcribe(
+                    self.audio(), final=True, prev=self._seg, listener=self.over_answer
+                )
                 self._n_at_pass = self._n
             last = self._joined(self._seg)
+        if self.over_answer and not self._texts and len(last.text.split()) > LISTENER_WORDS:
+            # A request, not a listener's word: the usual prompt hears requests better (tool
+            # requests 16.6 % WER against 21.4 % with the listener's).
+            last = self.asr.transcribe(self.audio()[: self._n], final=True)
         ms = 1000.0 * (time.perf_counter() - t0)
         segments = (len(self._texts), self._prefix_k)
         return Transcript(
@@ -205,7 +227,7 @@ class StreamingTranscriber:
             pcm, head = np.concatenate([lead, kept[-1], new]), self._head_before
         else:
             pcm, head = np.concatenate([self._before_cut, new]), self._head
-        seg = self.asr.transcribe(pcm, final=True)
+        seg = self.asr.transcribe(pcm, final=True, listener=self.over_answer)
         if not seg.text:
             return None
         text = merge_overlap(head, seg.text)

@@ -2,12 +2,13 @@
 
 Each utterance is spoken in each voice (Piper at two rates, espeak-ng voices, generated at bench
 time), heard by Whisper as the final of an interruption is (the utterance between 200 ms of
-silence), and given to the turn manager over an answer that plays: a listener's sound
+silence, through a transcriber of speech over the answer: `asr.prompt_over_answer`), and given
+to the turn manager over an answer that plays: a listener's sound
 ("Mm-hmm.", "Wow.") should let the answer play on, a stop or a request ("Wait.", "Louder.")
 should cancel it. Counts per kind and voice, and every wrong decision with what Whisper heard
 and how sure it was. JSON to stdout.
 
-    .venv/bin/python -m bench.backchannels [--set conversation.backchannels=[...]] [--voices ...]
+    .venv/bin/python -m bench.backchannels [--set asr.prompt_over_answer=...] [--voices ...]
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dllm_voice.app.config import load_config
 from dllm_voice.app.conversation.actions import CancelAnswer, ResumePlayback
 from dllm_voice.app.conversation.turns import TurnManager
 from dllm_voice.audio.asr import RATE_HZ, Transcript, WhisperASR
+from dllm_voice.audio.transcriber import StreamingTranscriber
 
 # What listeners say to show they follow, and what they say to stop or steer the agent. Both
 # lists mix words in conversation.backchannels with words that are not.
@@ -80,7 +82,9 @@ def main() -> int:
         for text in texts:
             for voice in names:
                 pcm = voices.say(text, voice)
-                heard = asr.transcribe(np.concatenate([_GAP, pcm, _GAP]), final=True)
+                st = StreamingTranscriber(asr, cfg.asr, over_answer=True)
+                st.feed(np.concatenate([_GAP, pcm, _GAP]))
+                heard = st.final()
                 speech_ms = 1000.0 * len(pcm) / RATE_HZ
                 tm = TurnManager(cfg.conversation, cfg.end_of_turn, cfg.speculation, cfg.barge_in)
                 got = decide(tm, speech_ms, heard)

@@ -73,14 +73,15 @@ class Components:
         for _ in gen:
             pass
 
-    def new_transcriber(self, cfg: ASRConfig) -> Transcriber:
-        """Per-utterance streaming ASR state over the shared Whisper model."""
+    def new_transcriber(self, cfg: ASRConfig, over_answer: bool = False) -> Transcriber:
+        """Per-turn streaming ASR state over the shared Whisper model; ``over_answer``: the
+        turn's speech began over the agent's answer (StreamingTranscriber.over_answer)."""
         from dllm_voice.audio.asr import WhisperASR
         from dllm_voice.audio.transcriber import StreamingTranscriber
 
         assert isinstance(self.asr, WhisperASR), "a transcriber runs on the Whisper model"
         refiner = self.asr.refiner if cfg.refine_long_turns else None
-        return StreamingTranscriber(self.asr, cfg, refiner)
+        return StreamingTranscriber(self.asr, cfg, refiner, over_answer)
 
     def new_chunker(self, cfg: TTSConfig) -> Chunker:
         """Cuts the LM's text stream into speakable clauses."""

@@ -82,9 +82,10 @@ class Listener:
     def new_utterance(self) -> None:
         self.utt += 1
 
-    def new_turn(self) -> None:
-        """A fresh transcriber: the previous one's final may still be queued in the worker."""
-        self.transcriber = self.s.c.new_transcriber(self.s.cfg.asr)
+    def new_turn(self, over_answer: bool = False) -> None:
+        """A fresh transcriber: the previous one's final may still be queued in the worker.
+        ``over_answer``: the turn's speech began over the agent's answer."""
+        self.transcriber = self.s.c.new_transcriber(self.s.cfg.asr, over_answer)
 
     def feed(self, pcm: PCM16) -> None:
         # The transcriber has one owner, the ASR worker: feeding it from the loop while a pass

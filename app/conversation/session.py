@@ -210,7 +210,7 @@ class VoiceSession:
             elif self.tm.rejoined:  # so does the utterance before it
                 self.trace("rejoin", self.tm.turn, self.tm.gen)
             else:
-                self.ears.new_turn()
+                self.ears.new_turn(over_answer=self.tm.barging.current is not None)
             self.ears.feed(self.vad.speech_audio())
             self.do(actions)
             self.trace(

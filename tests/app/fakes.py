@@ -292,8 +292,10 @@ class FakeComponents(Components):
             script, kw.pop("asr_s", 0.03), kw.pop("refine", None), kw.pop("asr_logprob", None)
         )
         super().__init__(lm=FakeLM(**kw.pop("lm", {})), asr=asr, tts=FakeTTS(**kw))
+        self.over_answer: list[bool] = []  # each new transcriber's, in order
 
-    def new_transcriber(self, cfg):
+    def new_transcriber(self, cfg, over_answer=False):
+        self.over_answer.append(over_answer)
         return FakeTranscriber(self.asr, cfg.partial_interval_ms)
 
     def new_chunker(self, cfg):

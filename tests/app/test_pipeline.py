@@ -128,6 +128,8 @@ def test_barge_in_stops_audio_truncates_history_and_answers_next():
     assert prompt[-2] == {"role": "assistant", "content": first["heard_text"] + "..."}
     assert prompt[-1]["content"] == "Wait, what about Spain?"
     assert names(trace).count("barge_in") == 1
+    # The interruption's turn was heard as one over the agent's answer (the listener's prompt).
+    assert comps.over_answer[-2:] == [False, True]
 
 
 class DoubleTalkSource(TimelineSource):
@@ -598,7 +600,9 @@ def test_finals_go_before_the_other_sessions_queued_partial_passes():
             ran.append(("final", self))
             return super().final()
 
-    comps.new_transcriber = lambda cfg: Transcriber(comps.asr, cfg.partial_interval_ms)
+    comps.new_transcriber = lambda cfg, over_answer=False: Transcriber(
+        comps.asr, cfg.partial_interval_ms
+    )
     gate, busy = threading.Event(), threading.Event()
 
     def long_job():

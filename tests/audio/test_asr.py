@@ -6,6 +6,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from dllm_voice.app.conversation.barge_in import is_backchannel
+from dllm_voice.app.conversation.config import DEFAULT_BACKCHANNELS
+from dllm_voice.app.conversation.text import normalize
 from dllm_voice.audio.asr import (
     WhisperASR,
     WordEnd,
@@ -188,3 +191,15 @@ def test_a_pass_that_copies_a_prompt_sentence_is_heard_again_without_the_prompt(
     assert asr.transcribe(said, final=True).text.rstrip("?.").lower() == (
         "what is the capital of chile"
     )
+
+
+def test_over_an_answer_a_hum_is_heard_with_the_listeners_prompt(asr) -> None:
+    # espeak-ng's "Mm-hmm." in its en+f3 voice: "Momentum." with the requests' prompt, which
+    # stopped the agent's answer in the conversation benchmark.
+    said = speech_pcm("Mm-hmm.", voice="espeak:en+f3")
+    loud = np.flatnonzero(np.abs(said) > 300)  # without espeak-ng's own silence
+    gap = np.zeros(3200, np.int16)
+    pcm = np.concatenate([gap, said[loud[0] : loud[-1] + 1], gap])
+    assert asr.transcribe(pcm, final=True).text == "Momentum."
+    heard = asr.transcribe(pcm, final=True, listener=True).text
+    assert is_backchannel(heard, frozenset(normalize(b) for b in DEFAULT_BACKCHANNELS)), heard

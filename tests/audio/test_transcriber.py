@@ -76,7 +76,9 @@ def test_final_reruns_when_the_last_pass_ended_inside_the_last_word(asr, france_
 class WordsASR:
     """Fake Whisper: a run of equal nonzero samples is the word "w<value>", zeros are silence."""
 
-    def transcribe(self, pcm16k: np.ndarray, *, final: bool, prev=None) -> Transcript:
+    def transcribe(
+        self, pcm16k: np.ndarray, *, final: bool, prev=None, listener=False
+    ) -> Transcript:
         values = pcm16k[np.flatnonzero(np.diff(pcm16k, prepend=0))]
         text = " ".join(f"w{v}" for v in values if v)
         return Transcript(text, text if final else "", final, len(pcm16k) / 16, 1.0)
@@ -166,7 +168,9 @@ def test_long_turn_through_vad_segments_loses_no_speech(asr) -> None:
 
 def test_partials_are_spaced_by_what_the_last_one_cost() -> None:
     class SlowASR(WordsASR):  # a pass that took 1 s, as on a slow CPU
-        def transcribe(self, pcm16k: np.ndarray, *, final: bool, prev=None) -> Transcript:
+        def transcribe(
+            self, pcm16k: np.ndarray, *, final: bool, prev=None, listener=False
+        ) -> Transcript:
             t = super().transcribe(pcm16k, final=final, prev=prev)
             return Transcript(t.text, t.stable, final, t.audio_ms, 1000.0)
 
@@ -241,7 +245,9 @@ class CountingASR(WordsASR):
         self.heard: list[int] = []
         self.deaf_to = deaf_to
 
-    def transcribe(self, pcm16k: np.ndarray, *, final: bool, prev=None) -> Transcript:
+    def transcribe(
+        self, pcm16k: np.ndarray, *, final: bool, prev=None, listener=False
+    ) -> Transcript:
         self.heard.append(len(pcm16k))
         if len(pcm16k) == self.deaf_to:
             return Transcript("", "", final, len(pcm16k) / 16, 1.0)
@@ -350,3 +356,41 @@ def test_refinement_is_one_whole_pass_over_the_long_turn(asr) -> None:
     got = words(refined)
     for w in ("fox", "dog", "peter", "peppers", "much"):
         assert got.count(w) == 1, refined
+
+
+class PromptASR(WordsASR):
+    """WordsASR that records which prompt each pass was heard with."""
+
+    def __init__(self) -> None:
+        self.passes: list[bool] = []
+
+    def transcribe(
+        self, pcm16k: np.ndarray, *, final: bool, prev=None, listener=False
+    ) -> Transcript:
+        self.passes.append(listener)
+        return super().transcribe(pcm16k, final=final, prev=prev, listener=listener)
+
+
+def test_over_an_answer_a_turn_is_heard_with_the_listeners_prompt() -> None:
+    # A listener's word: every pass with the listener's prompt, the final reusing the last.
+    asr = PromptASR()
+    st = StreamingTranscriber(asr, ASRConfig(), over_answer=True)
+    st.feed(np.full(4800, 7, np.int16))
+    st.partial(at_pause=True)
+    st.feed(np.zeros(1600, np.int16))
+    assert st.final().text == "w7" and asr.passes == [True]
+    # A request (more words than a listener says): its final is heard again with the usual one.
+    asr = PromptASR()
+    st = StreamingTranscriber(asr, ASRConfig(), over_answer=True)
+    words = [
+        np.concatenate([np.full(4800, v, np.int16), np.zeros(960, np.int16)]) for v in range(1, 7)
+    ]
+    st.feed(np.concatenate(words))
+    st.partial(at_pause=True)
+    assert st.final().text == "w1 w2 w3 w4 w5 w6" and asr.passes == [True, False]
+    # Not over an answer: the usual prompt throughout.
+    asr = PromptASR()
+    st = StreamingTranscriber(asr, ASRConfig())
+    st.feed(np.concatenate(words))
+    st.final()
+    assert asr.passes == [False]
