@@ -130,6 +130,14 @@ def start_speaking(tm: TurnManager, text="Hi") -> int:
     return ans.gen
 
 
+def speak_over(tm: TurnManager, onset: float, ms: float) -> None:
+    """Speech over the answer from ``onset``, ``ms`` long so far (held, and long enough to need
+    its words)."""
+    tm.on_speech_start(onset)
+    tm.on_speech_progress(onset + 100)
+    tm.on_speech_progress(onset + ms)
+
+
 def test_barge_in_holds_then_confirms_on_words():
     played = {}
     tm = TurnManager(CFG, heard=lambda gen: played.get(gen, ""))
@@ -375,14 +383,10 @@ def test_barge_in_with_a_comma_pause_accumulates_speech():
 def test_a_partial_confirms_an_interruption_on_its_stable_words_only():
     tm = TurnManager(CFG, heard=lambda gen: "The Great Wall")
     gen = start_speaking(tm)
-    tm.on_speech_start(0)
-    tm.on_speech_progress(100)
-    tm.on_speech_progress(400)
+    speak_over(tm, 0, 400)
     assert tm.on_partial("What the fuck?", stable="") == []  # one pass over an "uh-huh"
     assert tm.on_final("") == [ResumePlayback(gen, "backchannel")]
-    tm.on_speech_start(5000)
-    tm.on_speech_progress(5100)
-    tm.on_speech_progress(5400)
+    speak_over(tm, 5000, 400)
     assert tm.on_partial("Wait, tell me about", stable="Wait, tell me") == [CancelAnswer(gen)]
 
 
@@ -797,30 +801,22 @@ def test_short_empty_words_are_backchannels_but_commands_and_questions_are_not()
 def test_stable_words_that_start_a_backchannel_confirm_nothing_yet():
     tm = TurnManager(CFG)
     gen = start_speaking(tm)
-    tm.on_speech_start(3000)
-    tm.on_speech_progress(3100)
-    tm.on_speech_progress(3400)
+    speak_over(tm, 3000, 400)
     assert tm.on_partial("I see", stable="I") == []  # "I" of "I see"
     tm.on_speech_end(3400)
     assert tm.on_final("I see.") == [ResumePlayback(gen, "backchannel")]
-    tm.on_speech_start(6000)
-    tm.on_speech_progress(6100)
-    tm.on_speech_progress(6400)
+    speak_over(tm, 6000, 400)
     assert tm.on_partial("I want", stable="I want") == [CancelAnswer(gen)]
 
 
 def test_a_hum_misheard_as_words_resumes_when_the_beam_also_heard_it():
     tm = TurnManager(CFG)
     gen = start_speaking(tm)
-    tm.on_speech_start(3000)
-    tm.on_speech_progress(3100)
-    tm.on_speech_progress(3560)
+    speak_over(tm, 3000, 560)
     tm.on_speech_end(3560)
     assert tm.on_final("I may turn.", ("Mm-mm.", "Mm-hm.")) == [ResumePlayback(gen, "backchannel")]
     # A request is one whatever else the beam held.
-    tm.on_speech_start(6000)
-    tm.on_speech_progress(6100)
-    tm.on_speech_progress(7500)
+    speak_over(tm, 6000, 1500)
     tm.on_speech_end(7500)
     (cancel, _) = tm.on_final("Tell me about the moon instead.", ("Okay.",))
     assert cancel == CancelAnswer(gen)
