@@ -10,6 +10,7 @@ import re
 
 import simpleeval
 
+from dllm_voice.app.tools.builtin import sounds
 from dllm_voice.app.tools.builtin.numbers import digits, say_number
 from dllm_voice.app.tools.registry import ToolError, tool
 
@@ -280,6 +281,26 @@ def _percentage(words: str) -> str | None:
     return f"{rate} percent of {amount}"
 
 
+# The request's last word, after an operator that follows a number: "seven times it" is what
+# Whisper wrote for "seven times eight".
+_LAST_OPERAND = re.compile(
+    r"(\d|\b[a-z]+)\W* (?:plus|minus|times|multiplied by|divided by|over) ([a-z]+)\W*$"
+)
+_SAID_DIGITS = sorted(w for w in _NUMBER_WORDS if digits(w).isdigit() and int(digits(w)) < 100)
+
+
+def _heard_operand(lower: str) -> str:
+    """``lower`` with its last operand read as a number by its sound, where it is a word that
+    is none ("seven times it" -> "seven times eight")."""
+    found = _LAST_OPERAND.search(lower)
+    if found is None or _kind(found[1]) != "number" or _kind(found[2]) == "number":
+        return lower
+    number = sounds.sounds_like(found[2], _SAID_DIGITS)
+    if number is None:
+        return lower
+    return lower[: found.start(2)] + number + lower[found.end(2) :]
+
+
 def parse_calculation(text: str) -> dict[str, object] | None:
     """The expression in the user's words: "What's twelve plus twenty-nine?" ->
     {"expression": "twelve plus twenty-nine"}; a task in digits: "cut three hundred and fifty
@@ -287,6 +308,7 @@ def parse_calculation(text: str) -> dict[str, object] | None:
     lower = " ".join(_MONEY.sub(" ", text.lower()).split())
     if re.search(r"\b(?:timers?|alarms?|convert|minutes?|hours?|seconds?)\b", lower):
         return None
+    lower = _heard_operand(lower)
     expression = _task(" ".join(re.sub(r"[^\w.%$+*/^×÷-]+", " ", digits(lower)).split()))
     expression = expression or _run(lower)
     if expression is None:

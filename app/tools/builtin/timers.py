@@ -109,7 +109,7 @@ _NOT_LABEL = frozenset(
     """a an the my this that your new another one it me us now please timer alarm minute minutes
     second seconds hour hours min mins sec secs countdown set start make quick and next following
     rest like about around roughly exactly just time phone clock watch same other way moment end
-    meantime kitchen oven more
+    meantime kitchen oven more at in on of to off up out by with from into over down all any
     """.split()  # noqa: SIM905 - a word table
 )
 _NAMED = re.compile(

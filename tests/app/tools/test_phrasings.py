@@ -245,6 +245,8 @@ def test_list_timers_phrasings(text: str) -> None:
         ("please cancel the tea timer", {"label": "tea"}),
         ("the eggs are done so drop the timer", {"label": "eggs"}),
         ("the rice is ready you can stop the timer", {"label": "rice"}),
+        ("the laundry is out early so drop at timer", {"label": "laundry"}),  # "that timer"
+        ("turn off timer", {}),
     ],
 )
 def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
@@ -315,6 +317,9 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("one hundred forty four, take its square root", 12),
         ("27. now find the cube root", 3),
         ("and 19 and 23", 42),  # Whisper's "add" at the start of numbers alone
+        ("i always forget what seven times it", 56),  # the last number heard by its sound
+        ("what's nine times for", 36),
+        ("what is 12 divided by sex", 2),
     ],
 )
 def test_calculation_phrasings(text: str, value: float) -> None:
