@@ -17,6 +17,8 @@ latency, machine load.
 
 ``--asks short``: testkit's 32 short complete questions and requests (2-6 words) instead of the
 questions; each rule's ``over_1s`` counts the answers heard over 1 s after the speech ended.
+``--variant fast:vad.pause_ms=60,end_of_turn.complete_ms=170``: the adaptive rule again with
+those settings, after the others in the same process (settings compared side by side).
 """
 
 from __future__ import annotations
@@ -201,6 +203,10 @@ def main() -> int:
     ap.add_argument(
         "--rules", default="fixed,adaptive", help="end-of-turn rules to run (comma-separated)"
     )
+    ap.add_argument(
+        "--variant", action="append", default=[], metavar="NAME:KEY=V[,KEY=V]",
+        help="also run the adaptive rule with these settings, in the same process",
+    )  # fmt: skip
     args = ap.parse_args()
 
     from dllm_voice.app.conversation.components import Components
@@ -209,11 +215,15 @@ def main() -> int:
         "fixed": load_config(args.config, [*args.overrides, *FIXED]),
         "adaptive": load_config(args.config, args.overrides),
     }
+    for v in args.variant:
+        name, _, sets = v.partition(":")
+        cfgs[name] = load_config(args.config, [*args.overrides, *sets.split(",")])
     cfgs = {
         k: replace(c, lm=replace(c.lm, max_new_tokens=args.max_new_tokens)) for k, c in cfgs.items()
     }
     cfg = cfgs["adaptive"]  # the barge-in scenarios' rule
-    cfgs = {k: c for k, c in cfgs.items() if k in args.rules.split(",")}
+    names = [*args.rules.split(","), *(v.partition(":")[0] for v in args.variant)]
+    cfgs = {k: c for k, c in cfgs.items() if k in names}
     t0 = time.perf_counter()
     comps = Components.load(cfg)
     load_s = time.perf_counter() - t0
