@@ -68,7 +68,10 @@ class Components:
         pcm = next(iter(self.tts.synthesize("Hello there.")), np.zeros(1600, np.int16))
         from dllm_voice.audio.resample import resample
 
-        self.asr.transcribe(resample(pcm, self.tts.sample_rate_hz, 16000), final=True)
+        speech = resample(pcm, self.tts.sample_rate_hz, 16000)
+        self.asr.transcribe(speech, final=True)
+        if self.turn_audio is not None:  # its first score took 67 ms in a turn, the next 2-6 ms
+            self.turn_audio.score(speech)
         gen = self.lm.session().generate([{"role": "user", "content": "Hi"}], max_new_tokens=2)
         for _ in gen:
             pass
