@@ -60,7 +60,7 @@ def decide(tm: TurnManager, speech_ms: float, heard: Transcript) -> str:
     for t in np.arange(_ONSET_MS + 30, _ONSET_MS + speech_ms + 1, 30):
         actions += tm.on_speech_progress(float(t))
     actions += tm.on_speech_end(_ONSET_MS + speech_ms)
-    actions += tm.on_final(heard.text, heard.alternatives)
+    actions += tm.on_final(heard.text, heard.alternatives, heard.logprob)
     if any(isinstance(a, CancelAnswer) for a in actions):
         return "cancel"
     return "resume" if any(isinstance(a, ResumePlayback) for a in actions) else "plays"

@@ -10,6 +10,8 @@ away:
   a transcript that is not a backchannel, once speech lasted ``barge_in.confirm_ms``
                                           -> the turn manager cancels the answer
   speech that ends before that, or transcribes as a backchannel -> ``ResumePlayback``
+  (held speech that ends before it waits for its final: a "No." or "Why?" heard clearly
+  cancels, nothing heard, a backchannel or words heard unclearly resume)
   speech within ``reopen_ms`` of the end of a held one ("Wait, [600 ms] which ocean is the
   smallest?") continues it (``rejoin``).
   speech within ``end_of_turn.reopen_ms`` of an early end, over its audible answer
@@ -35,6 +37,12 @@ _EMPTY_WORDS = frozenset(
 )
 # Letters Whisper spells a hum with: "Mhm." heard as "M.H.N.", "M-H-M?", "M-A-M."; "Oh." as "O.".
 _HUM_LETTERS = frozenset("mhnuoa")
+
+# Held speech that ended before confirm_ms cancels the answer only when Whisper heard its words
+# this clearly (mean log-probability per token): 11 of 12 short "No.", "What?", "Why?" read
+# -0.25 to -0.96 (bench.backchannels), listener sounds heard as words -1.24 to -1.31 ("Hmm." as
+# "Time."), a synthetic cough -1.37 ("That's it.").
+SHORT_CLEAR_LOGPROB = -1.0
 
 # A hold on double talk alone resumes when the VAD does not start speech within this: on a real
 # sound server speech_start (90 ms of voiced frames) came 80-210 ms after such a hold.
@@ -69,6 +77,7 @@ class Interruption:
     early: bool = False  # held on the echo canceller's double talk, before the VAD's onset
     echo: bool = False  # speech the double-talk detector has not called the user's (yet)
     reopens: bool = False  # speech right after an early end over its audible answer
+    short: bool = False  # held, and ended before confirm_ms: its final decides
 
 
 class BargeIn:
@@ -100,6 +109,12 @@ class BargeIn:
         if len(normalize(text).split()) > 3:
             return False
         return any(self.is_backchannel(alt) for alt in alternatives)
+
+    def short_and_unclear(self, logprob: float | None) -> bool:
+        """The interruption ended before ``confirm_ms`` and its words (mean log-probability
+        ``logprob``, None: none heard) are too unclear to stop the answer for."""
+        b = self.current
+        return b is not None and b.short and (logprob is None or logprob < SHORT_CLEAR_LOGPROB)
 
     def not_for_us(self, text: str, said: Callable[[], str]) -> bool:
         """A backchannel, or (echo guard on) mostly the words the agent just said (``said()``)."""

@@ -259,7 +259,7 @@ class Listener:
             segments=closed, segments_whole=whole,
         )  # fmt: skip
         s.emit(events.transcription_completed(tr.text))
-        s.do(s.tm.on_final(tr.text, tr.alternatives))
+        s.do(s.tm.on_final(tr.text, tr.alternatives, tr.logprob))
         self._last_final = (self.transcriber, tr.text)
         if tr.text:
             self._follow_refinement(self.transcriber, turn, tr.text)

@@ -192,7 +192,8 @@ class VoiceSession:
         for ev in vad_events:
             self.on_vad(ev.kind, ev.audio_ms, ev.detected_ms)
         if self.vad.in_speech:
-            self.do(self.tm.on_speech_progress(self.audio_ms))
+            if self.vad.last_voiced:  # the silence before a pause is detected is not speech
+                self.do(self.tm.on_speech_progress(self.audio_ms))
             self.ears.pass_if_due()
         elif self.tools.waiting:  # a timer went off while the user talked
             self.tools.speak_notices()

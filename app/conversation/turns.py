@@ -155,7 +155,7 @@ class TurnManager:
             self.turn += 1
         b = self.barging.current
         if self.rejoined and b is not None:  # an interruption that awaits its words
-            b.last_ms = onset_ms
+            b.last_ms, b.short = onset_ms, False
         elif self.agent != "idle" and self.barging.cfg.enabled:
             onset = rejoin[1] if short and rejoin else onset_ms
             self.barging.begin(onset, onset_ms, self.agent == "speaking")
@@ -303,18 +303,25 @@ class TurnManager:
             if b.held:  # "Wait," [600 ms] "which ocean is the smallest?": the rest may follow
                 self.barging.rejoin = (end_ms + self.ending.cfg.reopen_ms, b.onset_ms)
         if not self._barge_needs_transcript():
+            if b.held and not b.echo and not b.reopens:
+                b.short = True  # its words decide: "No." is as short as a cough
+                return []
             return self.barging.let_go(self.answer_gen, "short")  # a cough, a click, a short "mm"
         return []
 
-    def on_final(self, text: str, alternatives: tuple[str, ...] = ()) -> list[Action]:
-        """The final transcript of the utterance that just ended, and what else Whisper's beam
-        heard in it (``Transcript.alternatives``)."""
-        if self.barging.current is not None:
-            if self._not_for_us(text) or self.barging.heard_as_backchannel(text, alternatives):
-                return [
-                    *self.guess.drop("backchannel"),
-                    *self.barging.let_go(self.answer_gen, "backchannel"),
-                ]
+    def on_final(
+        self, text: str, alternatives: tuple[str, ...] = (), logprob: float | None = None
+    ) -> list[Action]:
+        """The final transcript of the utterance that just ended, what else Whisper's beam
+        heard in it (``Transcript.alternatives``) and how clearly (``Transcript.logprob``)."""
+        if (b := self.barging.current) is not None:
+            if (
+                self._not_for_us(text)
+                or self.barging.heard_as_backchannel(text, alternatives)
+                or self.barging.short_and_unclear(logprob)
+            ):
+                reason = "short" if b.short else "backchannel"
+                return [*self.guess.drop(reason), *self.barging.let_go(self.answer_gen, reason)]
             actions = self._confirm_barge()
         else:
             actions = []

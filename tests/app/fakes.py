@@ -114,7 +114,8 @@ class FakeTranscriber:
         item = self._item()
         text = self.last_final = item[2 * self.stage + 1]
         self.stage = min(self.stage + 1, len(item) // 2 - 1)
-        return Transcript(text, text, True, self.fed_ms, self.asr.compute_s * 1000)
+        logprob = self.asr.logprob if text else None
+        return Transcript(text, text, True, self.fed_ms, self.asr.compute_s * 1000, logprob=logprob)
 
 
 @dataclass

@@ -175,6 +175,19 @@ def test_cough_and_backchannel_do_not_cancel(script2, pcm_ms, reason):
     assert len(comps.lm.calls) == 1
 
 
+@pytest.mark.parametrize(("logprob", "stops"), [(-0.3, True), (-1.3, False)])
+def test_a_short_no_heard_clearly_stops_the_answer(logprob, stops):
+    """ "No." over the answer, 250 ms (under confirm_ms): held until its final, which stops the
+    answer when Whisper heard it clearly and lets it play on when not (a cough read as words)."""
+    segments = [Segment(buzz(700)), Segment(buzz(250), barge_in_at_ms=600)]
+    _, comps, trace, events = run(["Hi.", "No."], segments, **LONG, asr_logprob=logprob)
+    statuses = [r["status"] for r in done(events)]
+    assert statuses[0] == ("cancelled" if stops else "completed")
+    assert names(trace).count("barge_in") == (1 if stops else 0)
+    resumed = [e["reason"] for e in trace if e["event"] == "barge_in_resume"]
+    assert resumed == ([] if stops else ["short"])
+
+
 @pytest.mark.parametrize(("wait_ms", "how"), [(210, "rejoin"), (400, "")])
 def test_an_interruption_and_the_rest_after_its_pause_are_one_turn(wait_ms, how):
     """ "Wait," held the agent, then a 600 ms pause: let go as short (210 ms of speech), and the

@@ -167,7 +167,8 @@ def test_short_noise_and_backchannel_resume_playback():
     tm.on_speech_start(1000)
     assert tm.on_speech_progress(1150) == [HoldPlayback(gen)]
     assert tm.on_pause() == []  # held through the pause: speech may go on ("Wait, ...")
-    assert tm.on_speech_end() == [ResumePlayback(gen, "short")]  # a cough: 150 ms
+    assert tm.on_speech_end() == []  # 150 ms: its words decide
+    assert tm.on_final("") == [ResumePlayback(gen, "short")]  # a cough
     # "mm-hmm", long enough to need a transcript
     tm.on_speech_start(3000)
     tm.on_speech_progress(3100)
@@ -182,6 +183,31 @@ def test_short_noise_and_backchannel_resume_playback():
     assert [m.role for m in tm.history.messages] == ["user", "assistant"]
 
 
+@pytest.mark.parametrize(
+    ("heard", "logprob", "stops"),
+    [
+        ("No.", -0.33, True),
+        ("Why?", -0.45, True),
+        ("What?", -0.96, True),
+        ("Time.", -1.27, False),  # "Hmm." heard unclearly
+        ("That's it.", -1.37, False),  # a cough
+        ("Mm.", -0.5, False),
+        ("", None, False),
+    ],
+)
+def test_a_short_interruption_stops_the_answer_when_heard_clearly(heard, logprob, stops):
+    """Speech over the answer that ends before confirm_ms is held until its final: a short
+    "No." said clearly stops the answer, a hum or a cough lets it play on."""
+    tm = TurnManager(CFG)
+    gen = start_speaking(tm)
+    tm.on_speech_start(1000)
+    assert tm.on_speech_progress(1150) == [HoldPlayback(gen)]
+    assert tm.on_speech_end(1260) == []
+    got = tm.on_final(heard, logprob=logprob)
+    assert got[0] == (CancelAnswer(gen) if stops else ResumePlayback(gen, "short"))
+    assert (tm.answer_gen != gen) if stops else (tm.answer_gen == gen and tm.agent == "speaking")
+
+
 def test_speech_right_after_a_short_interruption_continues_it():
     """ "Wait," let go as short at its comma's pause, then "which ocean is the smallest?": one
     utterance (the transcriber hears both), counted from the first onset."""
@@ -190,10 +216,10 @@ def test_speech_right_after_a_short_interruption_continues_it():
     turn = tm.turn
     tm.on_speech_start(1000)
     assert tm.on_speech_progress(1150) == [HoldPlayback(gen)]
-    assert tm.on_speech_end(1250) == [ResumePlayback(gen, "short")]
+    assert tm.on_speech_end(1250) == []  # held for its final, which the rest comes before
     assert tm.on_speech_start(1250 + END.reopen_ms) == [] and tm.rejoined
     assert tm.turn == turn + 1  # the interruption's turn, not a new one
-    assert tm.on_speech_progress(2100) == [HoldPlayback(gen)]  # long since its first onset
+    assert tm.on_speech_progress(2100) == []  # still held
     assert tm.on_partial("Wait, which ocean") == [CancelAnswer(gen)]
     tm.on_speech_end(3000)
     (ans,) = tm.on_final("Wait, which ocean is the smallest?")
@@ -204,7 +230,8 @@ def test_speech_right_after_a_short_interruption_continues_it():
         tm.on_speech_start(onset)
         assert not tm.rejoined
         assert tm.on_speech_progress(onset + 150) == [HoldPlayback(ans.gen)]
-        assert tm.on_speech_end(onset + 250) == [ResumePlayback(ans.gen, "short")]
+        assert tm.on_speech_end(onset + 250) == []
+        assert tm.on_final("") == [ResumePlayback(ans.gen, "short")]
     assert tm.on_answer_done(ans.gen, "The Arctic.") == []
     tm.on_speech_start(10200)
     assert not tm.rejoined
@@ -853,7 +880,8 @@ def test_double_talk_holds_a_barge_the_echo_guard_still_waits_on():
     assert tm.on_speech_progress(5150) == []  # 90 + 250 ms not reached
     assert tm.on_near_end(5150, True, True) == [HoldPlayback(gen, near_end=True)]
     assert tm.on_speech_progress(5400) == []
-    assert tm.on_speech_end(5420) == [ResumePlayback(gen, "short")]
+    assert tm.on_speech_end(5420) == []
+    assert tm.on_final("Hmm.") == [ResumePlayback(gen, "short")]
 
 
 def test_double_talk_only_while_the_agent_plays():
