@@ -250,6 +250,8 @@ class Listener:
         if n == self._finals:
             self.final_pending = False
         if tr is None:
+            if n == self._finals and not s.tm.user_speaking:
+                s.do(s.tm.on_final(""))  # the ASR failed: nothing heard (a held answer plays on)
             return
         turn = s.tm.turn
         closed, whole = tr.segments

@@ -188,6 +188,23 @@ def test_a_short_no_heard_clearly_stops_the_answer(logprob, stops):
     assert resumed == ([] if stops else ["short"])
 
 
+def test_a_short_interruption_whose_final_fails_lets_the_answer_play_on(monkeypatch):
+    """The ASR fails on the final of a short burst held over the answer: the answer resumes."""
+    final = FakeTranscriber.final
+
+    def failing(self):
+        if self.asr.used > 1:
+            raise RuntimeError("ASR down")
+        return final(self)
+
+    monkeypatch.setattr(FakeTranscriber, "final", failing)
+    segments = [Segment(buzz(700)), Segment(buzz(250), barge_in_at_ms=600)]
+    _, _, trace, events = run(["Hi.", "No."], segments, **LONG, asr_logprob=-0.3)
+    assert [r["status"] for r in done(events)] == ["completed"]
+    assert [e["reason"] for e in trace if e["event"] == "barge_in_resume"] == ["short"]
+    assert any(e["type"] == "error" for e in events)
+
+
 @pytest.mark.parametrize(("wait_ms", "how"), [(210, "rejoin"), (400, "")])
 def test_an_interruption_and_the_rest_after_its_pause_are_one_turn(wait_ms, how):
     """ "Wait," held the agent, then a 600 ms pause: let go as short (210 ms of speech), and the
