@@ -6,7 +6,9 @@ per request). ``spoken``: each text synthesized at run time (Piper and espeak-ng
 and played in real time through the live pipeline, one VoiceSession per batch, each turn
 waiting for the agent's answer to end; the trace events give the transcript, the call, its
 result, what the agent said and voice to voice. The session's timers are cancelled and
-forgotten before each spoken turn, so every request meets a fresh tool context, as typed.
+forgotten before each spoken turn, so every request meets a fresh tool context, as typed; a
+request to cancel a timer meets the timers it is about (``pending_timers``), so its answer
+tells a wrong label from the right one.
 
 Per mode: tool-choice precision (right calls among calls made on tool requests) and recall;
 false calls on no-tool turns, and on the hard negatives alone; exact arguments among right
@@ -114,6 +116,21 @@ def ordered(requests: tuple[ToolRequest, ...]) -> list[ToolRequest]:
     return [r for _, _, r in sorted(keyed, key=lambda x: x[:2])]
 
 
+def pending_timers(req: ToolRequest, ctx: ToolContext) -> None:
+    """Before a request to cancel a timer, the timers it is about, newest last: the one it names
+    (an alarm where it speaks of one) beside another, so that "You have no timers." answers
+    no cancel request and a wrong label is heard as one ("You have no past timer.")."""
+    if req.tool != "cancel_timer" or req.arguments is None:
+        return
+    assert TOOLS["set_timer"].fn is not None and TOOLS["set_alarm"].fn is not None
+    TOOLS["set_timer"].fn(3000.0, "bread", ctx=ctx)
+    label = str(req.arguments.get("label", ""))
+    if re.search(r"\balarm\b", req.text, re.I):
+        TOOLS["set_alarm"].fn("7 AM", ctx=ctx)
+    else:
+        TOOLS["set_timer"].fn(600.0, "" if label == "all" else label, ctx=ctx)
+
+
 def run_typed(cfg: Config, requests: list[ToolRequest]) -> list[Got]:
     from dllm_voice.app.terminal.ask import answer
     from dllm_voice.app.tools.toolset import Toolset
@@ -125,6 +142,7 @@ def run_typed(cfg: Config, requests: list[ToolRequest]) -> list[Got]:
     for n, req in enumerate(requests, 1):
         ctx = ToolContext()
         try:
+            pending_timers(req, ctx)
             asked = answer(lm, tools, req.text, cfg.conversation.system_prompt, ctx)
         finally:
             ctx.close()
@@ -140,7 +158,12 @@ def run_typed(cfg: Config, requests: list[ToolRequest]) -> list[Got]:
 
 
 class RequestTimeline(TimelineSource):
-    """A TimelineSource that cancels and forgets the session's timers before each request."""
+    """A TimelineSource that cancels and forgets the session's timers before each request, then
+    sets the ones a cancel request is about (``requests``: each segment's label's request)."""
+
+    def __init__(self, *args: Any, requests: dict[str, ToolRequest], **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.requests = requests
 
     def _ready_for(self, seg: Segment) -> Any:
         ready = super()._ready_for(seg)
@@ -149,14 +172,18 @@ class RequestTimeline(TimelineSource):
             if not ready():
                 return False
             if self.session is not None:
-                self.session.tools.ctx.close()
-                self.session.tools.ctx.state.clear()
+                ctx = self.session.tools.ctx
+                ctx.close()
+                ctx.state.clear()
+                pending_timers(self.requests[seg.label], ctx)
             return True
 
         return ready_with_fresh_tools
 
 
-async def _converse(comps: Any, cfg: Config, segments: list[Segment]) -> list[dict[str, Any]]:
+async def _converse(
+    comps: Any, cfg: Config, segments: list[Segment], requests: dict[str, ToolRequest]
+) -> list[dict[str, Any]]:
     """The segments as one conversation; its trace events, each with the index of the segment
     whose audio began last (``playing``) and the wall clock (``wall``)."""
     from dllm_voice.audio.sinks import CallbackSink
@@ -171,6 +198,7 @@ async def _converse(comps: Any, cfg: Config, segments: list[Segment]) -> list[di
         frame_ms=cfg.audio.frame_ms,
         realtime=True,
         tail_ms=cfg.end_of_turn.incomplete_ms + 500,
+        requests=requests,
     )
     events: list[dict[str, Any]] = []
 
@@ -232,7 +260,7 @@ def run_spoken(
                 Segment(voices.say(r.text, voice_names[(start + i) % len(voice_names)]), r.text)
                 for i, r in enumerate(batch)
             ]
-            events = asyncio.run(_converse(comps, cfg, segments))
+            events = asyncio.run(_converse(comps, cfg, segments, {r.text: r for r in batch}))
             for i in range(len(batch)):
                 got = _spoken_got([e for e in events if e["playing"] == i], cfg.tools.filler)
                 out.append(got)
@@ -242,10 +270,13 @@ def run_spoken(
     return out
 
 
-def _said(tool: Tool, arguments: dict[str, Any], at: float) -> str:
-    """What the agent says for a call of ``tool`` at wall-clock time ``at``, in a fresh context."""
+def _said(tool: Tool, arguments: dict[str, Any], at: float, req: ToolRequest | None = None) -> str:
+    """What the agent says for a call of ``tool`` at wall-clock time ``at``, in a fresh context
+    (with ``req``'s pending timers)."""
     ctx = ToolContext(now=lambda: at)
     try:
+        if req is not None:
+            pending_timers(req, ctx)
         call = calls.Call(tool, dict(arguments), "head", 1.0, "parser")
         outcome = asyncio.run(calls.run(call, ctx, tool.timeout_s))
     finally:
@@ -257,7 +288,7 @@ def references(req: ToolRequest, at: float) -> list[str]:
     """The expected call's sentences at ``at`` (the clock tools' a minute either side too)."""
     assert req.tool is not None and req.arguments is not None
     shifts = (0.0, -60.0, 60.0) if req.tool in CLOCK_TOOLS else (0.0,)
-    return [_said(TOOLS[req.tool], req.arguments, at + s) for s in shifts]
+    return [_said(TOOLS[req.tool], req.arguments, at + s, req) for s in shifts]
 
 
 def _with_defaults(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.tools import TOOLS, exact_arguments, ordered
+from bench.tools import TOOLS, _said, exact_arguments, ordered, references
 from testkit.tool_requests import REQUESTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,6 +26,14 @@ def test_exact_arguments_compare_values_not_spellings():
     assert exact_arguments(convert, speed, {**speed, "from_unit": "kilometers per hour"})
     assert exact_arguments(clock, {"place": ""}, {})  # the default filled in
     assert exact_arguments(clock, {"place": "New York"}, {"place": " new  york"})
+
+
+def test_a_cancel_request_meets_the_timers_it_is_about():
+    """With no timer set every cancel says "You have no timers.", a wrong label too."""
+    (pasta,) = [r for r in REQUESTS if r.tool == "cancel_timer" and "pasta" in r.text]
+    assert references(pasta, 1e9) == ["Canceled your pasta timer."]
+    wrong = _said(TOOLS["cancel_timer"], {"label": "past"}, 1e9, pasta)
+    assert wrong == "You have no past timer."
 
 
 def test_any_prefix_keeps_the_mix():
