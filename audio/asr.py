@@ -403,22 +403,29 @@ class WhisperASR:
         self, audio: FloatPCM, listener: bool = False
     ) -> tuple[str, float | None, tuple[str, ...]]:
         window_s = _SMALL_WINDOW_S if len(audio) <= 6 * RATE_HZ else WINDOW_S
-        prompt = self.listener_prompt if listener else self.prompt
-        text, no_speech, logprob, alternatives = windowed_pass(
-            self.model, prompt, self.tok, audio, window_s, self.cfg.beam_size
+        text, no_speech, logprob, alternatives = self.prompted_pass(
+            self.model, audio, window_s, listener
         )
-        if not listener and self.copies_prompt(text):
-            # Heard again without the prompt: tiny.en gave "What is the capital of Chile?", a
-            # sentence of asr.prompt, for "How populous is Nigeria?" (2 of 1141 clips) and for
-            # a lone "What?"; words the user did say come back the same.
-            log.debug("asr: %r copies the prompt; heard again without it", text)
-            text, no_speech, logprob, alternatives = windowed_pass(
-                self.model, self.bare_prompt, self.tok, audio, window_s, self.cfg.beam_size
-            )
         if not text or not self._accept(text, no_speech, logprob):
             log.debug("asr: dropped %r (no_speech %.2f)", text, no_speech)
             return "", None, ()
         return text, logprob, alternatives
+
+    def prompted_pass(
+        self, model: WhisperModel, audio: FloatPCM, window_s: int, listener: bool = False
+    ) -> tuple[str, float, float, tuple[str, ...]]:
+        """``windowed_pass`` on ``model`` (this one or the Refiner's copy) with ``asr.prompt``
+        (``listener``: ``asr.prompt_over_answer``), heard again without it where the text holds
+        a whole sentence of it: tiny.en gave "What is the capital of Chile?", a sentence of the
+        prompt, for "How populous is Nigeria?" (2 of 1141 clips) and for a lone "What?"; words
+        the user did say come back the same."""
+        beam = self.cfg.beam_size
+        prompt = self.listener_prompt if listener else self.prompt
+        heard = windowed_pass(model, prompt, self.tok, audio, window_s, beam)
+        if listener or not self.copies_prompt(heard[0]):
+            return heard
+        log.debug("asr: %r copies the prompt; heard again without it", heard[0])
+        return windowed_pass(model, self.bare_prompt, self.tok, audio, window_s, beam)
 
     def copies_prompt(self, text: str) -> bool:
         """Whether ``text`` holds a whole sentence of ``asr.prompt``."""

@@ -20,7 +20,6 @@ from dllm_voice.audio.asr import (
     WhisperASR,
     WhisperModel,
     transcribe_whole,
-    windowed_pass,
 )
 from dllm_voice.audio.resample import PCM, PCM16, to_float32
 
@@ -54,7 +53,7 @@ class Refiner:
         import faster_whisper
 
         self._language = asr.tok.language_code
-        self._tok, self._prompt, self._asr = asr.tok, asr.prompt, asr
+        self._asr = asr
         self._beam_size = asr.cfg.beam_size
         # Loaded here, when nothing else starts threads: the new native threads that are not
         # Python's are CTranslate2's for this model.
@@ -97,13 +96,7 @@ class Refiner:
         # One window sized to the audio instead of faster-whisper's 30 s: 28 % less CPU, and
         # 4.2 % WER instead of 4.7 % (bench/speech.py --sections long).
         window_s = max(WINDOW_S, math.ceil(len(audio) / RATE_HZ + 0.3))
-        text, *_ = windowed_pass(
-            self._model, self._prompt, self._tok, audio, window_s, self._beam_size
-        )
-        if self._asr.copies_prompt(text):  # as WhisperASR's own passes: heard again without it
-            text, *_ = windowed_pass(
-                self._model, self._asr.bare_prompt, self._tok, audio, window_s, self._beam_size
-            )
+        text, *_ = self._asr.prompted_pass(self._model, audio, window_s)
         return text
 
 
