@@ -27,7 +27,8 @@ _TIME_ASKED = re.compile(
     r"|^(?:[a-z']+,? ){0,4}time,? (?:right )?now(?: please)?\W*$"
     r"|\bwhat o'?clock is it\b|\bwhat(?:'s| does) the clock say\b"
     r"|\bwhat time (?:would|will|could|might) it be\b|\bwhat time (?:have|has|do) (?:we|you) got\b"
-    r"|\bhow late is it\b|\bwhat hour is it\b",
+    r"|\bhow late is it\b|\bwhat hour is it\b|\btime check\b"
+    rf"|\bwhat time (?:do|does) (?:they|people|folks|you|it) (?:have|show|say){_END}",
     re.I,
 )
 # The time of day somewhere, asked about in other words ("is it the middle of the night in

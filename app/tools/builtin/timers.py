@@ -209,6 +209,12 @@ _RING_AT = re.compile(
 )
 
 
+# A bare hour from 4 to 11 said with a wake-up or "tomorrow" is the morning's: "wake me at seven"
+# at 1 PM means 7 AM, where the tool reads a bare "7" as whichever 7 comes first. Earlier hours
+# are as likely a nap's or an afternoon's ("an alarm at two tomorrow").
+_MORNING = re.compile(r"\b(?:wake|waking|get me up|(?:be|get) up by|tomorrow)\b")
+
+
 def _parse_set_alarm(text: str) -> dict[str, object] | None:
     lower = text.lower()
     asked = re.search(
@@ -222,6 +228,8 @@ def _parse_set_alarm(text: str) -> dict[str, object] | None:
     if wanted is None or _ASKS.search(lower):
         return None
     hour, minute, half = wanted
+    if not half and 4 <= hour <= 11 and _MORNING.search(lower):
+        half = "am"
     return {"at": f"{hour}:{minute:02d}" + (f" {half.upper()}" if half else "")}
 
 
@@ -234,7 +242,12 @@ def _parse_list(text: str) -> dict[str, object] | None:
         return {}
     if not re.search(r"\b(?:timers?|alarms?)\b", lower) or _CANCEL.search(lower):
         return None
-    if re.search(r"\b(?:about|for) (?:timers|alarms)\b|\balarm clocks?\b|\btimer apps?\b", lower):
+    topic = (
+        r"\b(?:about|for) (?:timers|alarms)\b|\balarm clocks?\b|\btimer apps?\b"
+        r"|\b(?:timers?|alarms?) (?:look|looks|work|works|sound|sounds) like\b"
+        r"|\bhow (?:does|do) (?:an? |the )?(?:timers?|alarms?) work\b"
+    )
+    if re.search(topic, lower):
         return None  # timers as a topic, not the user's
     setting = r"(?<!did i )(?<!have i )\b(?:set|start|make) (?:a|an|the|my|up|me)\b|\bwake me\b"
     if re.search(setting, lower):
