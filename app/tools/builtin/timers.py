@@ -135,7 +135,7 @@ def _label(text: str) -> str:
     for named in reversed(list(_NAMED.finditer(text))):
         if named[1].split()[0] not in _NOT_LABEL:
             return named[1]
-    before = re.search(r"\b([a-z']+)\s+timer\b", text)
+    before = re.search(r"\b([a-z']+)\s+(?:timer|reminder)\b", text)
     if before and before[1] not in _NOT_LABEL:
         return before[1]
     # What the time is for, said as the thing itself: "the eggs need 6 minutes", "give the
@@ -153,8 +153,32 @@ def _parse_set_timer(text: str) -> dict[str, object] | None:
     found = _seconds(words)
     if found is None or _ASKS.search(words) or re.search(r"\balarm\b", words):
         return None
+    reminder = _reminder(words)
+    if reminder:
+        return {"seconds": found[0], "reminder": reminder}
     label = _label(found[1]) or _what_lasts(words)
     return {"seconds": found[0], "label": label} if label else {"seconds": found[0]}
+
+
+_REMIND = re.compile(
+    r"\bremind (?:me|us) (?:to|that i (?:need to|have to|should|must)) (?P<what>.+?)"
+    r"(?=\W+(?:in|after) (?:\d|an?\b|half)|\W*$)"
+)
+# The user's words for themselves, turned to the agent's for the user: "call my mom" -> "call
+# your mom".
+_YOURS = {"my": "your", "me": "you", "mine": "yours", "myself": "yourself", "our": "your",
+          "us": "you", "ours": "yours"}  # fmt: skip
+
+
+def _reminder(words: str) -> str:
+    """What "remind me to ..." asks to be reminded of, in the agent's words; else ""."""
+    found = _REMIND.search(words)
+    if found is None:
+        return ""
+    what = _DURATION.sub(" ", found["what"])
+    what = re.sub(r"\b(?:in|after)\s*$", "", what.strip(" ,.!?"))
+    said = [_YOURS.get(w, w) for w in what.split()]
+    return " ".join(said).strip(" ,.!?")
 
 
 def _what_lasts(words: str) -> str:
@@ -261,7 +285,9 @@ def _parse_list(text: str) -> dict[str, object] | None:
 
 def _parse_cancel(text: str) -> dict[str, object] | None:
     words = digits(text)
-    if not _CANCEL.search(words) or not re.search(r"\b(?:timers?|alarms?|countdown)\b", words):
+    if not _CANCEL.search(words) or not re.search(
+        r"\b(?:timers?|alarms?|countdown|reminders?)\b", words
+    ):
         return None
     if re.search(r"\b(?:all|every|both)\b", words):
         return {"label": "all"}
@@ -281,8 +307,9 @@ def _parse_cancel(text: str) -> dict[str, object] | None:
 
 
 @tool(parse=_parse_set_timer, side_effects=True, timeout_s=2.0)
-def set_timer(seconds: float, label: str = "", *, ctx: ToolContext) -> str:
-    """Start a countdown timer of ``seconds`` (up to 24 hours), optionally named ("pasta").
+def set_timer(seconds: float, label: str = "", reminder: str = "", *, ctx: ToolContext) -> str:
+    """Start a countdown timer of ``seconds`` (up to 24 hours), optionally named ("pasta"), or a
+    reminder of something to do ("call your mother").
 
     It speaks when it is done.
     """
@@ -291,6 +318,13 @@ def set_timer(seconds: float, label: str = "", *, ctx: ToolContext) -> str:
     if seconds > _DAY_S:
         raise ToolError("I can only set timers up to 24 hours.")
     length = spoken_duration(seconds)
+    todo = " ".join(reminder.split()).strip(" ,.!?")
+    if todo:
+        key = ctx.schedule(seconds, f"It's time to {todo}.")
+        # "cancel the oven reminder": the reminder's last word names it too.
+        names = {"reminder", todo.lower(), todo.lower().split()[-1]}
+        _timers(ctx).add(Timer(key, ctx.now() + seconds, f"reminder to {todo}", frozenset(names)))
+        return f"I'll remind you to {todo} in {length}."
     single = re.fullmatch(r"(\S+) (hour|minute|second)s?", length)
     adjective = f"{single[1]} {single[2]}" if single else ""  # "a 5 minute timer"
     label = _plain(label)

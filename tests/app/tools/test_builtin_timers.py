@@ -40,6 +40,18 @@ def test_timers_set_list_cancel(ctx: ToolContext) -> None:
     assert error_of(lambda: timers.cancel_timer("", ctx=ctx)) == "You have no timers."
 
 
+def test_reminders_set_list_cancel(ctx: ToolContext) -> None:
+    said = timers.set_timer(1200, reminder="check the oven", ctx=ctx)
+    assert said == "I'll remind you to check the oven in 20 minutes."
+    timers.set_timer(600, reminder="call your mom", ctx=ctx)
+    assert timers.list_timers(ctx=ctx) == (
+        "You have 2 timers: the reminder to check the oven, with 20 minutes left; "
+        "and the reminder to call your mom, with 10 minutes left."
+    )
+    assert timers.cancel_timer("oven", ctx=ctx) == "Canceled your reminder to check the oven."
+    assert timers.cancel_timer("reminder", ctx=ctx) == "Canceled your reminder to call your mom."
+
+
 def test_a_timer_that_went_off_is_forgotten(ctx: ToolContext) -> None:
     now = ctx.now
     assert isinstance(now, Clock)
@@ -94,7 +106,7 @@ def test_timers_go_off_and_speak() -> None:
 
     def say(text: str) -> None:
         said.append(text)
-        if len(said) == 2:
+        if len(said) == 3:
             done.set()
 
     ctx = ToolContext(say=say)
@@ -102,10 +114,15 @@ def test_timers_go_off_and_speak() -> None:
         timers.set_timer(0.05, ctx=ctx)
         timers.set_timer(0.1, "tea", ctx=ctx)
         timers.set_timer(0.15, "eggs", ctx=ctx)
+        timers.set_timer(0.12, reminder="stretch", ctx=ctx)
         assert timers.cancel_timer("eggs", ctx=ctx) == "Canceled your eggs timer."
         assert done.wait(5)
         time.sleep(0.2)  # the canceled one would have spoken by now
-        assert said == ["Your 0.05 second timer is done.", "Your tea timer is done."]
+        assert said == [
+            "Your 0.05 second timer is done.",
+            "Your tea timer is done.",
+            "It's time to stretch.",
+        ]
         assert timers.list_timers(ctx=ctx) == "You have no timers."
     finally:
         ctx.close()
