@@ -65,9 +65,14 @@ def _rephrase(text: str) -> str:
     return text
 
 
+# A number said in pairs of digits, which ``digits`` leaves apart: "one forty-four" (1 44) is 144,
+# "nineteen ninety-nine" (19 99) 1999; nothing else puts two numbers side by side in a sum.
+_SAID_IN_PAIRS = re.compile(r"(?<![\d.])\b([1-9]\d?) ([1-9]\d)\b(?![.\d]|\s*(?:st|nd|rd|th)\b)")
+
+
 def to_python(expression: str) -> str:
     """``expression`` as a Python arithmetic expression; ToolError if it is not one."""
-    text = _rephrase(digits(expression))
+    text = _rephrase(_SAID_IN_PAIRS.sub(r"\1\2", digits(expression)))
     for pattern, repl in _TO_PYTHON:
         text = re.sub(pattern, repl, text)
     text = re.sub(r"\b(?:the|a|an|by|and)\b", " ", text)

@@ -125,8 +125,11 @@ def parse_country_question(text: str) -> dict[str, object] | None:
     found = _country_first(text)
     if found is None:
         unknown = named_place(text, cue="of|in")
-        # A name, not a phrase or a plural noun: "my house", "bacteria in the gut", "ants".
+        # A name, not a phrase or a plural noun: "my house", "bacteria in the gut", "ants";
+        # written as a name where the text is cased ("the capital of happiness" is no country).
         if unknown is None or _NOT_A_NAME.search(unknown) or re.search(r"[^su]s$", unknown):
+            return None
+        if text != text.lower() and not unknown[:1].isupper():
             return None
         return {"country": unknown, "fact": fact}
     words, place = found
