@@ -17,9 +17,12 @@ from dllm_voice.app.tools.registry import ToolError, tool
 # "add 5 and 3" -> "5 plus 3": the verb forms become the operator forms, for the sum and for
 # the answer's words.
 _VERBS = [
-    (re.compile(r"^(?:the sum of|sum of|add) (.+?) (?:and|to|plus) (.+)$"), r"\1 plus \2"),
+    (re.compile(r"^(?:(?:the )?sum (?:of|on)|add) (.+?) (?:and|to|plus) (.+)$"), r"\1 plus \2"),
     (re.compile(r"^subtract (.+?) from (.+)$"), r"\2 minus \1"),
-    (re.compile(r"^(?:multiply|(?:the )?product of) (.+?) (?:by|and|times) (.+)$"), r"\1 times \2"),
+    (
+        re.compile(r"^(?:multiply|(?:the )?product (?:of|on)) (.+?) (?:by|and|times) (.+)$"),
+        r"\1 times \2",
+    ),
     (re.compile(r"^divide (.+?) by (.+)$"), r"\1 divided by \2"),
 ]
 _TO_PYTHON = [
@@ -219,7 +222,8 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(rf"\b{_SHARE} {_N}{_THING} {_N} ways\b"), r"\1 / \2"),
     (re.compile(rf"{_N}(?: [a-z]+){{0,2}} {_SHARE} {_AMONG} {_N}"), r"\1 / \2"),
     (re.compile(rf"\b{_SHARE} {_N}{_THING} {_AMONG} {_N}"), r"\1 / \2"),
-    (re.compile(rf"\b(?:the )?product of {_N} (?:and|by|times|with) {_N}"), r"\1 * \2"),
+    # "on": Whisper's "of" after "product" and "sum" ("the product on 250 and four").
+    (re.compile(rf"\b(?:the )?product (?:of|on) {_N} (?:and|by|times|with) {_N}"), r"\1 * \2"),
     (re.compile(rf"\bmultiply {_N} (?:and|by|times|with) {_N}"), r"\1 * \2"),
     (
         re.compile(rf"{_N}{_THING} (?:at|for) {_N}(?: each| apiece| a piece| per [a-z]+)"),
@@ -235,7 +239,7 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
 _SUM = re.compile(
     # "And 65 and 38.": Whisper's "add" at the start of a request of numbers alone.
     rf"^and(?: up| together)? {_N}(?: and -?\d+(?:\.\d+)?)+(?: for me| please)?\W*$|"
-    rf"\b(?:add(?: up| together)?|sum(?: up)?|total(?: up)?|(?:the )?(?:sum|total) of) "
+    rf"\b(?:add(?: up| together)?|sum(?: up)?|total(?: up)?|(?:the )?(?:sum|total) (?:of|on)) "
     rf"{_N}(?:,? (?:and |plus |to )?-?\d+(?:\.\d+)?)+"
 )
 _AVERAGE = re.compile(rf"\b(?:average|mean) of {_N}(?:,? (?:and )?-?\d+(?:\.\d+)?)+")

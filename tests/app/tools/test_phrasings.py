@@ -274,6 +274,9 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("add 5 to 12", 17),
         ("what's the sum of 10 20 and 30", 60),
         ("the product of two hundred fifty and four", 1000),
+        ("what's the product on 250 and four", 1000),  # Whisper's "on" for "of"
+        ("the sum on 12 and 30", 42),
+        ("square root of one forty-four", 12),
         ("hey what do you get if you multiply twelve by eleven", 132),
         ("how much is three times four", 12),
         ("what does 2 plus 2 equal", 4),
