@@ -24,6 +24,8 @@ _ALIASES = {
     "celcius": "degC",
     "centigrade": "degC",
     "farenheit": "degF",
+    "celsiuses": "degC",  # Whisper's plurals ("to Celsiuses")
+    "fahrenheits": "degF",
     "kmh": "kilometer / hour",
     "kilo": "kilogram",
     "kilos": "kilogram",

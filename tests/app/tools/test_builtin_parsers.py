@@ -234,6 +234,7 @@ def test_parse_calculation(text: str, expression: str | None) -> None:
         ("how many ounces are there in a pound", (1.0, "pound", "ounces")),
         ("3 miles to km", (3.0, "miles", "km")),
         ("change 30 celsius into fahrenheit", (30.0, "celsius", "fahrenheit")),
+        ("convert a hundred fahrenheit to celsiuses", (100.0, "fahrenheit", "celsiuses")),
         ("5 feet is how many meters", (5.0, "feet", "meters")),
         ("how many feet is 2 meters", (2.0, "meters", "feet")),
         (
