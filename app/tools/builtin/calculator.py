@@ -359,7 +359,9 @@ def _run(lower: str) -> str | None:
         )
         # A percent alone is no sum ("my phone is at 15 percent").
         operators = {t for t, k in zip(run, kinds, strict=True) if k == "operator"}
-        if "number" in kinds and (operators - {"percent", "%"} or of):
+        # A sign on one number is no sum either ("minus ten cells is in Fahrenheit").
+        signed = kinds.count("number") == 1 and operators <= {"minus", "negative", "plus", "-", "+"}
+        if "number" in kinds and (operators - {"percent", "%"} or of) and not signed:
             weight = len(run)
             if best is None or weight > best[0]:
                 best = (weight, first, first + len(run) - 1)

@@ -110,6 +110,7 @@ _NOT_LABEL = frozenset(
     second seconds hour hours min mins sec secs countdown set start make quick and next following
     rest like about around roughly exactly just time phone clock watch same other way moment end
     meantime kitchen oven more at in on of to off up out by with from into over down all any
+    nothing something anything everything
     """.split()  # noqa: SIM905 - a word table
 )
 _NAMED = re.compile(
@@ -192,8 +193,8 @@ _PM = (
     r"(?<=\d)\s*p\.? ?m\b\.?|\b(?:in the|this|tomorrow) (?:afternoon|evening)\b|\bat night\b"
     r"|\btonight\b"
 )
-_PAST = re.compile(
-    r"\b(half|quarter|\d{1,2})(?: minutes?)? (past|after|to|till|before) (\d{1,2})\b"
+_PAST = re.compile(  # "pass": Whisper's "half-pass six"
+    r"\b(half|quarter|\d{1,2})(?: minutes?)? (past|pass|after|to|till|before) (\d{1,2})\b"
 )
 _CLOCK = re.compile(r"\b(\d{1,2})(?:[:. ]([0-5]\d))?(?: o'?clock)?\b(?! ?(?:minutes?|hours?))")
 

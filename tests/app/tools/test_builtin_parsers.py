@@ -85,6 +85,7 @@ def test_parse_date(text: str, args: dict[str, object] | None) -> None:
         ("set an egg timer for six minutes", {"seconds": 360.0, "label": "egg"}),
         ("set a timer for 5 minutes named pizza dough", {"seconds": 300.0, "label": "pizza dough"}),
         ("set a timer for 10 minutes for me", {"seconds": 600.0}),
+        ("Set a three-minute timer for nothing.", {"seconds": 180.0}),
         (
             "remind me to check the oven in twenty minutes",
             {"seconds": 1200.0, "reminder": "check the oven"},
@@ -107,6 +108,7 @@ def test_parse_set_timer(text: str, args: dict[str, object] | None) -> None:
     [
         ("wake me up at seven thirty", "7:30 AM"),
         ("wake me at half past six", "6:30 AM"),
+        ("Wake me at half-pass six.", "6:30 AM"),
         ("set an alarm for eight tomorrow", "8:00 AM"),
         ("set an alarm for two tomorrow", "2:00"),
         ("wake me up at three", "3:00"),
@@ -213,6 +215,8 @@ def test_parse_cancel_timer(text: str, args: dict[str, object] | None) -> None:
         ("how many kilometers are in three miles", None),
         ("what is the capital of spain", None),
         ("what's 5", None),
+        ("minus ten cells is in fahrenheit", None),
+        ("what is minus ten plus four", "minus ten plus four"),
     ],
 )
 def test_parse_calculation(text: str, expression: str | None) -> None:
