@@ -131,6 +131,8 @@ def parse_country_question(text: str) -> dict[str, object] | None:
             return None
         if text != text.lower() and not unknown[:1].isupper():
             return None
+        if fact == "languages":  # of a region, a film's world, heaven: the LM's to answer
+            return None
         return {"country": unknown, "fact": fact}
     words, place = found
     if place.kind == "country":

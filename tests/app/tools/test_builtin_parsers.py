@@ -282,6 +282,7 @@ def test_parse_conversion(text: str, args: tuple[float, str, str] | None) -> Non
         ("What is the capital of Narnia?", ("Narnia", "capital")),
         ("What's the capital of happiness?", None),
         ("What language is spoken in heaven?", None),
+        ("What language is spoken in Heaven?", None),
         ("what's the population of new york", None),
         ("what is the capital of texas", None),
         ("what time is it in tokyo", None),
