@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from dllm_voice.app.conversation import events
-from dllm_voice.app.conversation.clauses import ClauseStream, Post, number_free_boundary
+from dllm_voice.app.conversation.clauses import ClauseStream, Post
 from dllm_voice.app.conversation.frames import ClauseFrame, EndOfAnswerFrame, TTSAudioFrame
 from dllm_voice.app.conversation.playback import Playback
 from dllm_voice.app.conversation.scheduler import LATER, URGENT
@@ -258,14 +258,7 @@ class Answer:
         self.on_first_token()  # once: a filler's, or the tool sentence's with no filler
         chunker = self.s.c.new_chunker(self.s.cfg.tts)
         piece = f" {text}" if self.text else text
-        # The answer's first words end its first clause, as the LM's do (where no number is
-        # beside the cut): Piper voiced "The capital of France is Paris." 61 ms after the call,
-        # three words take ~35.
-        n = self.s.cfg.conversation.first_clause_max_words
-        cut = number_free_boundary(text, n) if n and not self.text else None
-        head = [*chunker.push(text[:cut]), *chunker.flush()] if cut else []
-        rest = text[cut:] if cut else text
-        self.on_text(piece, [*head, *chunker.push(rest), *chunker.flush()], self.token_ids)
+        self.on_text(piece, [*chunker.push(text), *chunker.flush()], self.token_ids)
         if last:
             self._end_said(text)
 

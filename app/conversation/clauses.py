@@ -53,17 +53,6 @@ def word_boundary(text: str, n: int) -> int | None:
     return end if end < len(text) else None
 
 
-def number_free_boundary(text: str, n: int, most: int = 3) -> int | None:
-    """``word_boundary`` at the ``n``-th word or up to ``most`` words later, at the first cut
-    with no number on either side and two words after it ("It is 3:45 PM | in Tokyo.", never
-    "7 | AM"), else None."""
-    words = list(_WORD.finditer(text))
-    for i in range(n - 1, min(n + most, len(words) - 2)):
-        if not any(ch.isdigit() for w in words[i : i + 2] for ch in w[0]):
-            return words[i].end()
-    return None
-
-
 def _after(pieces: Iterator[str], skip: int) -> Iterator[str]:
     """``pieces`` without their first ``skip`` characters."""
     for piece in pieces:

@@ -10,10 +10,7 @@ import threading
 import time
 from dataclasses import replace
 
-import pytest
-
 from dllm_voice.app.config import Config
-from dllm_voice.app.conversation.clauses import number_free_boundary
 from dllm_voice.app.observe.trace import Tracer
 from dllm_voice.app.observe.trace_tools import summarize
 from dllm_voice.app.terminal.runner import Segment, TimelineSource, run_session
@@ -125,29 +122,6 @@ def test_a_named_tool_runs_once_after_the_turn_ends_and_its_sentence_is_spoken()
     kinds = [e["type"] for e in events]
     assert kinds.index("tool.call") < kinds.index("tool.result") < kinds.index("response.done")
     assert summarize(trace)["stages"]["tool"]["p50"] == result["ms"]  # trace summary's tool row
-
-
-def test_a_tool_sentence_starts_with_a_short_first_clause():
-    _, trace, events = run(["Order a pizza for me."], [Segment(buzz(800))], toolset())
-    (resp,) = done(events)
-    assert resp["output_text"].startswith("Your pizza is ordered")
-    first = next(e for e in trace if e["event"] == "lm_first_clause")
-    assert first["text"] == "Your pizza is"  # three words, not the sentence: TTS starts sooner
-
-
-@pytest.mark.parametrize(
-    ("text", "head"),
-    [
-        ("The capital of France is Paris.", "The capital of"),
-        ("It is 3:45 PM in Tokyo.", "It is 3:45 PM"),  # never between a number and its word
-        ("Canceled your 7 AM alarm.", None),  # nor one word left after the cut
-        ("12 plus 29 is 41.", None),
-        ("One moment.", None),
-    ],
-)
-def test_number_free_boundary(text: str, head: str | None) -> None:
-    cut = number_free_boundary(text, 3)
-    assert (text[:cut] if cut is not None else None) == head
 
 
 def test_a_read_only_tool_runs_on_the_speculation_and_its_sentence_is_voiced_ahead():
