@@ -325,7 +325,7 @@ def set_timer(seconds: float, label: str = "", reminder: str = "", *, ctx: ToolC
     todo = " ".join(reminder.split()).strip(" ,.!?")
     if todo:
         key = ctx.schedule(seconds, f"It's time to {todo}.")
-        # "cancel the oven reminder": the reminder's last word names it too.
+        # "cancel the dentist reminder": its last word ("call the dentist") names it too.
         names = {"reminder", todo.lower(), todo.lower().split()[-1]}
         _timers(ctx).add(Timer(key, ctx.now() + seconds, f"reminder to {todo}", frozenset(names)))
         return f"I'll remind you to {todo} in {length}."
