@@ -198,7 +198,12 @@ def _words_of(text: str) -> list[str]:
     words = re.sub(r"\b(km|mi)/h\b", r"\1 per hour", digits(text))
     words = words.replace("/", " per ").replace("'", "")
     words = re.sub(r"\b(?:minus|negative) (?=\d)", "-", words)
+    words = _FEET_INCHES.sub(lambda m: f"{12 * int(m[1]) + int(m[2])} inches", words)
     return _TOKEN.findall(words)
+
+
+# A height in two units, as people say one: "six feet two", "5 foot 10 inches" -> 74, 70 inches.
+_FEET_INCHES = re.compile(r"\b(\d) (?:feet|foot|ft) (1[01]|\d)(?: inch(?:es)?)?\b(?![.\d])")
 
 
 def _mentions(tokens: list[str]) -> list[_Mention]:

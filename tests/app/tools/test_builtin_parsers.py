@@ -239,6 +239,8 @@ def test_parse_calculation(text: str, expression: str | None) -> None:
         ("3 miles to km", (3.0, "miles", "km")),
         ("change 30 celsius into fahrenheit", (30.0, "celsius", "fahrenheit")),
         ("convert a hundred fahrenheit to celsiuses", (100.0, "fahrenheit", "celsiuses")),
+        ("what's six feet two in centimeters", (74.0, "inches", "centimeters")),
+        ("how tall is 5 foot 10 inches in meters", (70.0, "inches", "meters")),
         ("5 feet is how many meters", (5.0, "feet", "meters")),
         ("how many feet is 2 meters", (2.0, "meters", "feet")),
         (
