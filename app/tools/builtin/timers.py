@@ -176,9 +176,7 @@ def _reminder(words: str) -> str:
     found = _REMIND.search(words)
     if found is None:
         return ""
-    what = _DURATION.sub(" ", found["what"])
-    what = re.sub(r"\b(?:in|after)\s*$", "", what.strip(" ,.!?"))
-    said = [_YOURS.get(w, w) for w in what.split()]
+    said = [_YOURS.get(w, w) for w in found["what"].split()]
     return " ".join(said).strip(" ,.!?")
 
 

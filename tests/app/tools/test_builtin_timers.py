@@ -114,7 +114,7 @@ def test_timers_go_off_and_speak() -> None:
         timers.set_timer(0.05, ctx=ctx)
         timers.set_timer(0.1, "tea", ctx=ctx)
         timers.set_timer(0.15, "eggs", ctx=ctx)
-        timers.set_timer(0.12, reminder="stretch", ctx=ctx)
+        timers.set_timer(0.2, reminder="stretch", ctx=ctx)
         assert timers.cancel_timer("eggs", ctx=ctx) == "Canceled your eggs timer."
         assert done.wait(5)
         time.sleep(0.2)  # the canceled one would have spoken by now
