@@ -98,13 +98,14 @@ _ASKS = re.compile(
 # Asked to be told when a time is up, in other words than "timer": "remind me in 10 minutes",
 # "the eggs need 6 minutes, let me know", "can you time 4 minutes".
 _NOTIFY = re.compile(
-    r"\b(?:timer|countdown|count(?:ing)? (?:me )?down|(?:remind|buzz|ping|alert|nudge|notify|"
-    r"beep|ring|wake|signal|call) (?:me|us)|tell (?:me|us)(?: when\b|\W*$)|let (?:me|us) know|"
-    r"keep track|"
+    r"\b(?:timer|reminder|countdown|count(?:ing)? (?:me )?down|"
+    r"(?:remind|buzz|ping|alert|nudge|notify|beep|ring|wake|signal|call) (?:me|us)|"
+    r"tell (?:me|us)(?: when\b|\W*$)|let (?:me|us) know|keep track|"
     r"time (?:me|it|this|that|them|these|those|my|the|\d+)|start timing|go(?:es)? off in)\b"
 )
 _UNIT = r"(hours?|hrs?|h|minutes?|mins?|m|seconds?|secs?|s)\b"
-_DURATION = re.compile(rf"(?:\b(\d+(?:\.\d+)?)\s*|\b(an?)\s+){_UNIT}")
+# "an hour", but not the "a m" of "7 a m": an article takes a unit's whole word.
+_DURATION = re.compile(rf"(?:\b(\d+(?:\.\d+)?)\s*|\b(an?)\s+(?=[a-z]{{3}})){_UNIT}")
 _NOT_LABEL = frozenset(
     """a an the my this that your new another one it me us now please timer alarm minute minutes
     second seconds hour hours min mins sec secs countdown set start make quick and next following
@@ -154,16 +155,26 @@ def _parse_set_timer(text: str) -> dict[str, object] | None:
     found = _seconds(words)
     if found is None or _ASKS.search(words) or re.search(r"\balarm\b", words):
         return None
-    reminder = _reminder(words)
+    reminder = _reminder(words, text)
     if reminder:
         return {"seconds": found[0], "reminder": reminder}
     label = _label(found[1]) or _what_lasts(words)
     return {"seconds": found[0], "label": label} if label else {"seconds": found[0]}
 
 
-_REMIND = re.compile(
-    r"\bremind (?:me|us) (?:to|that i (?:need to|have to|should|must)) (?P<what>.+?)"
-    r"(?=\W+(?:in|after) (?:\d|an?\b|half)|\W*$)"
+def _remind(when: str) -> re.Pattern[str]:
+    """ "remind me to X in 10 minutes", "remind me in 10 minutes to X", "a reminder at 5 pm to X":
+    the time (``when`` starts it) may stand on either side of what it is for."""
+    return re.compile(
+        rf"\b(?:remind (?:me|us)|reminder)(?: {when}[\w.:]*(?: [\w.:]+){{0,4}}?)?,?"
+        r" (?:to|that i (?:need to|have to|should|must)) (?P<what>.+?)"
+        rf"(?=\W+{when}|\W*$)"
+    )
+
+
+_REMIND_IN = _remind(r"(?:in|after|for) (?:\d|an?\b|half)")
+_REMIND_AT = _remind(
+    r"(?:at (?:\d|noon|midnight)|tomorrow|tonight|(?:this|in the) (?:morning|afternoon|evening))"
 )
 # The user's words for themselves, turned to the agent's for the user: "call my mom" -> "call
 # your mom".
@@ -171,12 +182,18 @@ _YOURS = {"my": "your", "me": "you", "mine": "yours", "myself": "yourself", "our
           "us": "you", "ours": "yours"}  # fmt: skip
 
 
-def _reminder(words: str) -> str:
-    """What "remind me to ..." asks to be reminded of, in the agent's words; else ""."""
-    found = _REMIND.search(words)
+def _reminder(words: str, text: str, said: re.Pattern[str] = _REMIND_IN) -> str:
+    """What "remind me to ..." asks to be reminded of, in the agent's words, with the names the
+    user wrote capitalized kept so ("call Bob", not the first word); else "". ``words``:
+    ``text`` as digits()."""
+    found = said.search(words)
     if found is None:
         return ""
-    said = [_YOURS.get(w, w) for w in found["what"].split()]
+    names = {}
+    for name in re.finditer(r"(?<=\W)[A-Z][\w'.]*", text.strip()):
+        names[name[0].lower()] = name[0]  # "dr." as said inside the words
+        names[name[0].lower().rstrip(".")] = name[0].rstrip(".")  # "bob" before the full stop
+    said = [_YOURS.get(w) or names.get(w, w) for w in found["what"].split()]
     return " ".join(said).strip(" ,.!?")
 
 
@@ -229,6 +246,8 @@ def _clock_time(text: str) -> tuple[int, int, str] | None:
 # An alarm in other words: something that rings, buzzes or wakes at a time of day.
 _RING_AT = re.compile(
     r"\b(?:ring|buzz|beep|ping|go off|remind me|alert me|call me|wake)\b.* at (?:\d|noon|midnight)"
+    r"|^(?:\W*\w+){0,2}\W*at (?:\d[\d:]*(?: [ap] ?m)?|noon|midnight)\W+(?:please )?"
+    r"(?:remind|alert|call|wake) (?:me|us)\b"
 )
 
 
@@ -253,7 +272,9 @@ def _parse_set_alarm(text: str) -> dict[str, object] | None:
     hour, minute, half = wanted
     if not half and 4 <= hour <= 11 and _MORNING.search(lower):
         half = "am"
-    return {"at": f"{hour}:{minute:02d}" + (f" {half.upper()}" if half else "")}
+    at = f"{hour}:{minute:02d}" + (f" {half.upper()}" if half else "")
+    reminder = _reminder(digits(lower), text, _REMIND_AT)
+    return {"at": at, "reminder": reminder} if reminder else {"at": at}
 
 
 def _parse_list(text: str) -> dict[str, object] | None:
@@ -301,7 +322,11 @@ def _parse_cancel(text: str) -> dict[str, object] | None:
             return {"label": f"{spoken_time(at)} alarm"}
         return {"label": "alarm"}
     found = _seconds(words)
-    label = spoken_duration(found[0]) if found else _label(words)
+    # "the reminder about the bank", "my reminder to call Bob": the last word names it.
+    about = re.search(
+        r"\breminder (?:about|to|for|of) ([a-z' ]+?)(?: (?:please|now|anymore))?\W*$", words
+    )
+    label = spoken_duration(found[0]) if found else about[1].split()[-1] if about else _label(words)
     return {"label": label} if label else {}
 
 
@@ -341,8 +366,9 @@ def set_timer(seconds: float, label: str = "", reminder: str = "", *, ctx: ToolC
 
 
 @tool(parse=_parse_set_alarm, side_effects=True, timeout_s=2.0)
-def set_alarm(at: str, *, ctx: ToolContext) -> str:
-    """Set an alarm for the next time the clock shows ``at`` ("7:30 AM", "19:00", "7 pm")."""
+def set_alarm(at: str, reminder: str = "", *, ctx: ToolContext) -> str:
+    """Set an alarm for the next time the clock shows ``at`` ("7:30 AM", "19:00", "7 pm"),
+    optionally as a reminder of something to do then ("call your mother")."""
     wanted = _clock_time(at)
     if wanted is None:
         raise ToolError(f"I don't understand the time '{at}'.")
@@ -357,10 +383,17 @@ def set_alarm(at: str, *, ctx: ToolContext) -> str:
     starts = [now.replace(hour=h, minute=minute, second=0, microsecond=0) for h in hours]
     start = min(s if s > now else s + timedelta(days=1) for s in starts)
     when = spoken_time(start)
-    key = ctx.schedule(start.timestamp() - ctx.now(), f"It's {when}. Your alarm is going off.")
-    names = frozenset({"alarm", when.lower(), f"{when.lower()} alarm"})
-    _timers(ctx).add(Timer(key, start.timestamp(), f"{when} alarm", names, alarm=True))
     day = " tomorrow" if start.date() != now.date() else ""
+    names = {"alarm", when.lower(), f"{when.lower()} alarm"}
+    todo = " ".join(reminder.split()).strip(" ,.!?")
+    if todo:
+        key = ctx.schedule(start.timestamp() - ctx.now(), f"It's {when}. Time to {todo}.")
+        names |= {"reminder", todo.lower(), todo.lower().split()[-1]}
+        timer = Timer(key, start.timestamp(), f"reminder to {todo}", frozenset(names), alarm=True)
+        _timers(ctx).add(timer)
+        return f"I'll remind you to {todo} at {when}{day}."
+    key = ctx.schedule(start.timestamp() - ctx.now(), f"It's {when}. Your alarm is going off.")
+    _timers(ctx).add(Timer(key, start.timestamp(), f"{when} alarm", frozenset(names), alarm=True))
     return f"Alarm set for {when}{day}."
 
 

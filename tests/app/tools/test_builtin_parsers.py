@@ -92,6 +92,17 @@ def test_parse_date(text: str, args: dict[str, object] | None) -> None:
         ),
         ("in an hour remind me to call my mom", {"seconds": 3600.0, "reminder": "call your mom"}),
         ("remind me that i need to leave in 10 minutes", {"seconds": 600.0, "reminder": "leave"}),
+        ("Remind me in five minutes to call Bob.", {"seconds": 300.0, "reminder": "call Bob"}),
+        (
+            "remind me after an hour and a half to take my pills",
+            {"seconds": 5400.0, "reminder": "take your pills"},
+        ),
+        (
+            "Give me a reminder in 20 minutes, to move the car.",
+            {"seconds": 1200.0, "reminder": "move the car"},
+        ),
+        ("set a reminder for ten minutes", {"seconds": 600.0}),
+        ("remind me in the morning to call mom", None),
         ("set a timer", None),
         ("cancel the pasta timer", None),
         ("how much time is left on my timer", None),
@@ -133,6 +144,28 @@ def test_parse_set_alarm(text: str, at: str | None) -> None:
     parse = tool_of(timers.set_alarm).parse
     assert parse is not None
     assert parse(text) == (None if at is None else {"at": at})
+
+
+@pytest.mark.parametrize(
+    ("text", "args"),
+    [
+        ("Remind me at five p.m. to call Bob.", {"at": "5:00 PM", "reminder": "call Bob"}),
+        (
+            "remind me tomorrow at 7 am to take out the trash",
+            {"at": "7:00 AM", "reminder": "take out the trash"},
+        ),
+        (
+            "Remind me to pick up the kids at three thirty.",
+            {"at": "3:30", "reminder": "pick up the kids"},
+        ),
+        ("remind me at noon that I need to eat", {"at": "12:00 PM", "reminder": "eat"}),
+        ("wake me at 7 to go running", {"at": "7:00 AM"}),
+    ],
+)
+def test_parse_alarm_reminder(text: str, args: dict[str, object]) -> None:
+    parse = tool_of(timers.set_alarm).parse
+    assert parse is not None
+    assert parse(text) == args
 
 
 @pytest.mark.parametrize(

@@ -100,6 +100,20 @@ def test_alarms(ctx: ToolContext) -> None:  # it is 12:41 PM, local time UTC
     )
 
 
+def test_an_alarm_as_a_reminder(ctx: ToolContext) -> None:  # it is 12:41 PM, local time UTC
+    said = timers.set_alarm("5 PM", reminder="call Bob", ctx=ctx)
+    assert said == "I'll remind you to call Bob at 5 PM."
+    timers.set_alarm("7:30 AM", reminder="take out the trash", ctx=ctx)
+    assert timers.list_timers(ctx=ctx) == (
+        "You have 2 alarms: the reminder to call Bob, in 4 hours and 19 minutes; "
+        "and the reminder to take out the trash, in 18 hours and 49 minutes."
+    )
+    assert timers.cancel_timer("trash", ctx=ctx) == (
+        "Canceled your reminder to take out the trash."
+    )
+    assert timers.cancel_timer("5 pm alarm", ctx=ctx) == "Canceled your reminder to call Bob."
+
+
 def test_timers_go_off_and_speak() -> None:
     said: list[str] = []
     done = threading.Event()
