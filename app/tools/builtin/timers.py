@@ -203,7 +203,8 @@ def _what_lasts(words: str) -> str:
     return thing[1] if thing and thing[1] not in _NOT_LABEL else ""
 
 
-_AM = r"(?<=\d)\s*a\.? ?m\b\.?|\b(?:in the|this|tomorrow) morning\b"
+# Whisper writes a softly said "a.m." as "m." ("6.30 m."); a "p.m." keeps its p.
+_AM = r"(?<=\d)\s*(?:a\.? ?)?m\b\.?|\b(?:in the|this|tomorrow) morning\b"
 _PM = (
     r"(?<=\d)\s*p\.? ?m\b\.?|\b(?:in the|this|tomorrow) (?:afternoon|evening)\b|\bat night\b"
     r"|\btonight\b"

@@ -135,6 +135,7 @@ def test_parse_set_timer(text: str, args: dict[str, object] | None) -> None:
         ("alarm for nineteen hundred hours", "19:00"),
         ("Wake me up at 5 to 7.", "6:55 AM"),
         ("set an alarm for 8 o'clock tonight", "8:00 PM"),
+        ("Set an alarm for 6.30 m.", "6:30 AM"),  # Whisper's "a.m." said softly
         ("set an alarm", None),
         ("cancel my alarm", None),
         ("wake me up in 20 minutes", None),
