@@ -52,6 +52,15 @@ def test_reminders_set_list_cancel(ctx: ToolContext) -> None:
     assert timers.cancel_timer("reminder", ctx=ctx) == "Canceled your reminder to call your mom."
 
 
+def test_a_misheard_name_cancels_the_timer_it_sounds_like(ctx: ToolContext) -> None:
+    timers.set_timer(600, "pasta", ctx=ctx)
+    timers.set_timer(300, "eggs", ctx=ctx)
+    timers.set_timer(900, "laundry", ctx=ctx)
+    assert timers.cancel_timer("faster", ctx=ctx) == "Canceled your pasta timer."
+    assert timers.cancel_timer("the x timer", ctx=ctx) == "Canceled your eggs timer."
+    assert error_of(lambda: timers.cancel_timer("rice", ctx=ctx)) == "You have no rice timer."
+
+
 def test_a_timer_that_went_off_is_forgotten(ctx: ToolContext) -> None:
     now = ctx.now
     assert isinstance(now, Clock)
