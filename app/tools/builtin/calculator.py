@@ -191,6 +191,8 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
         r"\1 / 4",
     ),
     (re.compile(rf"\bhalve {_N}"), r"\1 / 2"),
+    (re.compile(rf"\b(?:the )?square of {_N}"), r"\1 ** 2"),
+    (re.compile(rf"\b(?:the )?cube of {_N}"), r"\1 ** 3"),
     # Only as a command ("square 7", "when you square 7"): "back to square 1" is not one.
     (re.compile(rf"{_COMMAND}square {_N}"), r"\1 ** 2"),
     (re.compile(rf"{_COMMAND}cube {_N}"), r"\1 ** 3"),
@@ -317,6 +319,8 @@ def parse_calculation(text: str) -> dict[str, object] | None:
     lower = " ".join(_MONEY.sub(" ", text.lower()).split())
     if re.search(r"\b(?:timers?|alarms?|convert|minutes?|hours?|seconds?)\b", lower):
         return None
+    if re.search(r"\bin (?:binary|hex(?:adecimal)?|octal|roman numerals|base \w+)\b", lower):
+        return None  # a number written another way: the LM's to answer
     lower = _heard_operand(lower)
     expression = _task(" ".join(re.sub(r"[^\w.%$+*/^×÷-]+", " ", digits(lower)).split()))
     expression = expression or _run(lower)

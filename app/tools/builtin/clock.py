@@ -67,6 +67,10 @@ def _parse(asked: re.Pattern[str], text: str) -> dict[str, object] | None:
     if found is None or _NOT_NOW.search(text):
         return None
     place = named_place(text)
+    # A place no gazetteer knows is written as a name where the text is cased: "the time in
+    # the song by Pink Floyd" is not a clock's question.
+    if place and text != text.lower() and not place[:1].isupper() and mention(text) is None:
+        return None
     return {"place": place} if place else {}
 
 

@@ -307,7 +307,10 @@ def _parse_list(text: str) -> dict[str, object] | None:
     # "How much time is left?" with nothing after: of the timers, not of a game or a film.
     if re.search(r"\bhow (?:much (?:time|longer)|long)(?: is| do i have)? left\W*$", lower):
         return {}
-    if re.search(r"\bhow much longer (?:on|for) (?:the|my) [a-z]+\W*$", lower):
+    if re.search(
+        r"\bhow (?:much longer|(?:long|much time)(?: is)? left) (?:on|for) (?:the|my) [a-z]+\W*$",
+        lower,
+    ):
         return {}
     if not re.search(r"\b(?:timers?|alarms?)\b", lower) or _CANCEL.search(lower):
         return None

@@ -37,6 +37,8 @@ from tests.app.tools.builtin_helpers import tool_of
         ("what time does the store open", None),
         ("what time do they have lunch in spain", None),
         ("what time is it tomorrow in tokyo", None),
+        ("What's the time in the song by Pink Floyd?", None),
+        ("What time is it in Narnia?", {"place": "Narnia"}),
         ("how much time is left on my timer", None),
     ],
 )
@@ -182,6 +184,7 @@ def test_parse_alarm_reminder(text: str, args: dict[str, object]) -> None:
         ("how's my timer doing", {}),
         ("do i have any alarms set", {}),
         ("is there a timer running", {}),
+        ("How long is left on the bread?", {}),
         ("set a timer for 5 minutes", None),
         ("what does a timer look like", None),
         ("What's a good alarm sound to wake up to?", None),
@@ -251,6 +254,8 @@ def test_parse_cancel_timer(text: str, args: dict[str, object] | None) -> None:
         ("what's 5", None),
         ("minus ten cells is in fahrenheit", None),
         ("what is minus ten plus four", "minus ten plus four"),
+        ("What's the cube of four?", "4 ** 3"),
+        ("what's ten plus ten in binary", None),
     ],
 )
 def test_parse_calculation(text: str, expression: str | None) -> None:
