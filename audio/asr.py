@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from dllm_voice import cores
 from dllm_voice.audio.config import ASRConfig
 from dllm_voice.audio.errors import AudioFormatError, ModelLoadError
 from dllm_voice.audio.resample import PCM, PCM16, FloatPCM, to_float32, to_int16
@@ -434,6 +435,10 @@ class WhisperASR:
 
     def _long_pass(self, audio: FloatPCM) -> tuple[str, float | None]:
         """faster-whisper's 30 s windows; the log-probability is the last kept segment's."""
+        with cores.busy():  # the segments are decoded as they are read
+            return self._long_segments(audio)
+
+    def _long_segments(self, audio: FloatPCM) -> tuple[str, float | None]:
         segments, _ = self.model.transcribe(
             audio,
             language=self.tok.language_code,
@@ -466,6 +471,18 @@ def windowed_pass(
     """One decode of float audio in a window_s encoder window: (text, no-speech probability,
     mean logprob, the alternatives: the beam's other hypotheses within ALT_MARGIN of it, which
     the beam search holds anyway)."""
+    with cores.busy():
+        return _decode_window(model, prompt, tok, audio, window_s, beam)
+
+
+def _decode_window(
+    model: WhisperModel,
+    prompt: list[int],
+    tok: _Tokenizer,
+    audio: FloatPCM,
+    window_s: int,
+    beam: int,
+) -> tuple[str, float, float, tuple[str, ...]]:
     import ctranslate2
 
     fe = model.feature_extractor
@@ -522,5 +539,8 @@ def transcribe_whole(model: WhisperModel, pcm16k: PCM, language: str, beam_size:
     audio = to_float32(np.asarray(pcm16k))
     if audio.ndim != 1:
         raise AudioFormatError(f"ASR wants mono 1-D 16 kHz PCM, got shape {audio.shape}")
-    segments, _ = model.transcribe(audio, language=language, beam_size=beam_size, vad_filter=False)
-    return " ".join(s.text.strip() for s in segments).strip()
+    with cores.busy():
+        segments, _ = model.transcribe(
+            audio, language=language, beam_size=beam_size, vad_filter=False
+        )
+        return " ".join(s.text.strip() for s in segments).strip()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from dllm_voice import cores
 from dllm_voice.audio.config import TTSConfig
 from dllm_voice.audio.errors import ModelLoadError
 from dllm_voice.audio.resample import PCM16, FloatPCM, Resampler, to_int16
@@ -350,12 +351,12 @@ class PiperTTS:
         """One sentence's raw float audio as the decoder makes it: (chunk, whether last); no
         further run once ``cancel`` is set."""
         if self._split is None:
-            with self._lock:  # one onnxruntime run at a time, across callers
+            with self._lock, cores.busy():  # one onnxruntime run at a time
                 audio = np.asarray(self.voice.phoneme_ids_to_audio(ids, syn), np.float32)
             yield audio, True
             return
         _, back, latent = self._split
-        with self._lock:  # Piper's own run, on the front: the latent, squeezed
+        with self._lock, cores.busy():  # Piper's own run, on the front: the latent
             z = np.asarray(self.voice.phoneme_ids_to_audio(ids, syn))
         z = z.reshape(1, z.shape[0], -1)  # (1, channels, frames)
         frames = z.shape[2]
@@ -365,7 +366,7 @@ class PiperTTS:
             if frames - end < _LAST_MIN_FRAMES:
                 end = frames
             lo, hi = max(0, start - _CONTEXT_FRAMES), min(frames, end + _CONTEXT_FRAMES)
-            with self._lock:
+            with self._lock, cores.busy():
                 audio = back.run(None, {latent: z[:, :, lo:hi]})[0].reshape(-1)
             hop = len(audio) // (hi - lo)
             yield audio[(start - lo) * hop : (end - lo) * hop].astype(np.float32), end == frames

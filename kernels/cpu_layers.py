@@ -10,18 +10,13 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import os
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 
+from dllm_voice import cores
 from dllm_voice.kernels.cpu_rows import FORMAT_CODES, MAX_INT_ROWS, MAX_ROWS, PANEL, Panels, _loaded
-
-# Up to this many rows `layers` runs integer-product layers on one thread: waking OpenMP's
-# sleeping threads (OMP_WAIT_POLICY=PASSIVE) at each barrier costs more than a second core gives
-# below ~16 rows, and the other core stays free for speech recognition and TTS.
-SOLO_ROWS = 16
 
 
 class _Extras(ctypes.Structure):
@@ -141,9 +136,8 @@ def layers(
     positions and its own rows as its mask says, or, without one, every key (causal False) or
     the keys up to their own (causal True). Every cache alike in layout (last two dims
     contiguous, one stride per layer and per head: the caches of one model are). scratch: fp32,
-    at least `layers_scratch` floats for T rows. Each row is computed on its own (on one thread
-    where SOLO_ROWS says), so sessions of different lengths can share a forward. Needs
-    available()."""
+    at least `layers_scratch` floats for T rows. Each row is computed on its own, on any number
+    of threads, so sessions of different lengths can share a forward. Needs available()."""
     t, dim = x.shape
     n_layers, hkv, _, d = seqs[0].k.shape
     strides = seqs[0].k.stride()
@@ -180,12 +174,16 @@ def layers(
             lr[0].data_ptr() if lr else None, lr[1].data_ptr() if lr else None,
             None if lmasks is None else ctypes.addressof(lmasks),
         )  # fmt: skip
-    passive = os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
-    solo = stack.integer and t <= SOLO_ROWS and passive
-    _loaded().layers_rows(
+    # Every core while they are free (dllm_voice/cores.py): the stack's threads meet at spinning
+    # barriers (cpu_rows.c ws_barrier), so a second thread pays from one row on (Zen 4, from the
+    # LM's own thread: 1 row 4.5 against 5.6 ms, 3 rows 5.4 against 7.8).
+    threads = torch.get_num_threads() if cores.all_free() else 1
+    late = _loaded().layers_rows(
         n_layers, x.data_ptr(), t, dim, stack.ptrs, stack.fmts, stack.widths, stack.norm_ptrs,
         eps, rope[0].data_ptr(), rope[1].data_ptr(), n, row0, past, kc, vc, masks, int(causal),
         strides[0], strides[1], heads, hkv, d, ffn, d**-0.5 if scale is None else scale,
-        scratch.data_ptr(), 1 if solo else torch.get_num_threads(),
+        scratch.data_ptr(), threads,
         None if extras is None else ctypes.addressof(extras),
     )  # fmt: skip
+    if late:
+        cores.crowded()

@@ -29,7 +29,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <math.h>
+#include <omp.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define PANEL 16
 #define ROWS 6
@@ -84,12 +88,62 @@ static inline __attribute__((always_inline)) void all_rows(
     }
 }
 
+/* The barrier after each step of a parallel region that runs several (the _ws forms below in
+ * layers_rows), which sets `ws_spin` for it: one that spins. OpenMP's sleeping
+ * waits (OMP_WAIT_POLICY=PASSIVE, so that idle workers leave the cores to speech recognition
+ * and TTS) cost ~23 us a barrier on Zen 4, and a forward meets ~400; libgomp's own spinning is
+ * process-wide and throttled once a second thread runs a team. This one spins only inside the
+ * region that set it and yields the core after SPIN_LIMIT pauses; a wait past LATE_NS means a
+ * thread of the team was preempted (another process wants the core), which `late` counts for
+ * the caller to take fewer threads (a step's own imbalance is tens of us). */
+#define SPIN_LIMIT 2000
+#define LATE_NS 3000000L
+
+typedef struct {
+    atomic_int arrived;
+    atomic_int phase;
+    atomic_int late;
+} SpinBarrier;
+
+static _Thread_local SpinBarrier *ws_spin;
+static _Thread_local int ws_phase;
+
+static void ws_barrier(void) {
+    SpinBarrier *b = ws_spin;
+    if (!b) /* one thread, or a region that runs one _ws form: the region's end is the barrier */
+        return;
+    const int next = ++ws_phase;
+    if (atomic_fetch_add_explicit(&b->arrived, 1, memory_order_acq_rel) ==
+        omp_get_num_threads() - 1) {
+        atomic_store_explicit(&b->arrived, 0, memory_order_relaxed);
+        atomic_store_explicit(&b->phase, next, memory_order_release);
+        return;
+    }
+    struct timespec t0 = {0, 0}, t1;
+    for (long spins = 0; atomic_load_explicit(&b->phase, memory_order_acquire) != next; spins++) {
+        if (spins < SPIN_LIMIT) {
+            _mm_pause();
+            continue;
+        }
+        if (spins == SPIN_LIMIT)
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+        sched_yield();
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if ((t1.tv_sec - t0.tv_sec) * 1000000000L + t1.tv_nsec - t0.tv_nsec > LATE_NS) {
+            atomic_fetch_add_explicit(&b->late, 1, memory_order_relaxed);
+            while (atomic_load_explicit(&b->phase, memory_order_acquire) != next)
+                sched_yield();
+            return;
+        }
+    }
+}
+
 /* x: (m, k) row-major; wp: (n / 16, k, 16); y: (m, n) row-major; n a multiple of 16. The _ws
  * forms share their loop among the threads of the enclosing parallel region (orphaned `omp
- * for`, with its barrier at the end): one region can then run several of them. */
+ * for`, then ws_barrier): one region can then run several of them. */
 static void rows_matmul_ws(const float *x, const float *wp, float *y, int m, int n, int k) {
     const int panels = n / PANEL;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int p = 0; p < panels; p++) {
         for (int k0 = 0; k0 < k; k0 += K_BLOCK) {
             const int kn = k - k0 < K_BLOCK ? k - k0 : K_BLOCK;
@@ -101,6 +155,7 @@ static void rows_matmul_ws(const float *x, const float *wp, float *y, int m, int
             }
         }
     }
+    ws_barrier();
 }
 
 void rows_matmul(const float *x, const float *wp, float *y, int m, int n, int k, int threads) {
@@ -265,7 +320,7 @@ static void quant_matmul_ws(const float *x, const uint8_t *wq, float *y, int m, 
     const int panels = n / PANEL, blocks = k / QK;
     const size_t pstride = QBYTES(fmt) * (size_t)blocks;
     if (m > 2 * ROWS) {
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
         for (int p = 0; p < panels; p++) {
             float buf[K_BLOCK * PANEL] __attribute__((aligned(32)));
             for (int b0 = 0; b0 < blocks; b0 += K_BLOCK / QK) {
@@ -282,10 +337,11 @@ static void quant_matmul_ws(const float *x, const uint8_t *wq, float *y, int m, 
                              GROUP_ROWS(m, g), nb * QK, k, n, b0 == 0, 0);
             }
         }
+        ws_barrier();
         return;
     }
     const int np = m == 1 && !pick ? 2 : 1; /* picked panels are not side by side */
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int u = 0; u < (panels + np - 1) / np; u++) {
         const int p = u * np, two = p + 1 < panels && np == 2;
         const uint8_t *wp = wq + PICKED(pick, p) * pstride;
@@ -310,6 +366,7 @@ static void quant_matmul_ws(const float *x, const uint8_t *wq, float *y, int m, 
 #undef QR
         }
     }
+    ws_barrier();
 }
 
 /* --- Integer products (AVX-512 VNNI) -------------------------------------------------------
@@ -535,7 +592,7 @@ VNNI static void vnni_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, in
                                 int q4, int f32, int f8, const int32_t *pick) {
     const int panels = n / PANEL, blocks = k / QK;
     const size_t bytes = VBYTES(q4, f32, f8), pstride = bytes * (size_t)blocks;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int p = 0; p < panels; p++)
         for (int g = 0, r0 = 0; r0 < m; r0 += VGROUP_ROWS(m, g), g++) {
             const size_t rb = (size_t)r0 * blocks;
@@ -564,6 +621,7 @@ VNNI static void vnni_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, in
 #undef VNNI_ROWS_SWITCH
 #undef VR
         }
+    ws_barrier();
 }
 
 /* --- Integer products on AVX2 (Q8_0, Q8_F) -------------------------------------------------
@@ -733,7 +791,7 @@ static void int_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, i
                           const int32_t *pick) {
     const int panels = n / PANEL, blocks = k / QK;
     const size_t bytes = f8 ? Q8_F_BYTES : VQ8_0_BYTES, pstride = bytes * (size_t)blocks;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int p = 0; p < panels; p++)
         for (int g = 0, r0 = 0; r0 < m; r0 += IGROUP_ROWS(m, g), g++) {
             const size_t rb = (size_t)r0 * blocks, rk = (size_t)r0 * k;
@@ -757,6 +815,7 @@ static void int_matmul_ws(XRows xr, const uint8_t *wq, float *y, int m, int n, i
 #undef INT_ROWS_SWITCH
 #undef IR
         }
+    ws_barrier();
 }
 
 /* x rounded for the integer products (one thread) and the product from those codes: VNNI where
@@ -1204,7 +1263,7 @@ static void attend_ws(const float *q, Seqs seqs, long layer, float *out, int t, 
                       int kv_heads, int d, long q_row, long kv_head, float scale, int window,
                       int *seen, float *s) {
     const int group = heads / kv_heads;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int item = 0; item < t * heads; item++) {
         const int r = item / heads, h = item % heads, b = seqs.seq_of[r];
         const int i = r - seqs.row0[b], past = seqs.past[b];
@@ -1227,6 +1286,7 @@ static void attend_ws(const float *q, Seqs seqs, long layer, float *out, int t, 
         else
             attend_one(q + r * q_row + (long)h * d, kh, vh, seen, m, s, o, scale, d);
     }
+    ws_barrier();
 }
 
 /* Decode attention of t rows of one sequence over n keys (keys n - t.. are the rows' own):
@@ -1259,8 +1319,9 @@ static void matmul_fmt_ws(const float *x, const void *w, int fmt, float *y, int 
     } else if (!VNNI_FMT(fmt)) {
         quant_matmul_ws(x, (const uint8_t *)w, y, m, n, k, fmt, NULL);
     } else {
-#pragma omp single
+#pragma omp single nowait
         quantize_x(x, m, k, xr, Q4_INT(fmt));
+        ws_barrier();
         int_products_ws(xr, (const uint8_t *)w, y, m, n, k, fmt, NULL);
     }
 }
@@ -1306,8 +1367,9 @@ typedef struct {
  * gate, down product, residual; with `ex`, LayerExtras' additions) for t rows of x (t, dim), in
  * place, in one call and one OpenMP region instead of ~25 torch ops and 7 kernel calls a layer
  * from Python. The region's threads share each product's panels and the attention's (row,
- * head) items (the _ws kernels) and meet at a barrier after each step, which costs a few us
- * where starting a region costs 15-40 (a sleeping worker to wake: OMP_WAIT_POLICY=PASSIVE).
+ * head) items (the _ws kernels) and meet at a spinning barrier after each step (ws_barrier,
+ * well under a us), where starting the region costs 15-40 us (a sleeping worker to wake:
+ * OMP_WAIT_POLICY=PASSIVE), once a forward.
  * Layer l: panels w[4 l + 0..3] = qkv, o, gate_up, down in formats fmt[4 l + 0..3]
  * (matmul_fmt_ws), output widths n[0..3] rounded up to 16 (alike in every layer); norm gains
  * norms[c l + 0..c - 1]: attention, MLP, then q and k (ex->qk_norm), then the attention's and
@@ -1318,8 +1380,9 @@ typedef struct {
  * sequence, then it attends as Seqs says. cos, sin: (t, d) rope rows, sin with the rotate-half
  * sign in its first half. scratch: room for t (max(dim, ffn) + n[0] + heads d + max(n[1], n[3])
  * + n[2]) floats. Every step computes each row on its own, like the kernels it calls, so a row's
- * bits do not depend on which other rows, of its sequence or another, share the call. */
-void layers_rows(int layers, float *x, int t, int dim, const void *const *w, const int *fmt,
+ * bits do not depend on which other rows, of its sequence or another, share the call. Returns
+ * how many barrier waits ran late (a thread preempted: ws_barrier). */
+int layers_rows(int layers, float *x, int t, int dim, const void *const *w, const int *fmt,
                  const int *n, const float *const *norms, float eps, const float *cos,
                  const float *sin, int nseq, const int *row0, const int *past, float *const *kc,
                  float *const *vc, const uint8_t *const *mask, int causal, long kv_layer,
@@ -1345,12 +1408,16 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
         keys = nb > keys ? nb : keys;
     }
     const Seqs seqs = {row0, seq_of, past, kc, vc, mask, causal, e.lmask};
+    SpinBarrier spin = {0, 0, 0};
 #pragma omp parallel num_threads(threads)
     {
+        ws_spin = threads > 1 ? &spin : NULL;
+        ws_phase = 0;
         int *seen = malloc(sizeof(int) * (size_t)keys);
         float *sc = malloc(sizeof(float) * ((size_t)keys + 8));
-#pragma omp single
+#pragma omp single nowait
         rms_norm_rows(x, norms[0], xn, t, dim, eps);
+        ws_barrier();
         for (int l = 0; l < layers; l++) {
             const void *const *wl = w + 4 * l;
             const int *fl = fmt + 4 * l;
@@ -1358,7 +1425,7 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
             const int local = e.local && e.local[l];
             const float *cl = local ? e.cos_local : cos, *sl = local ? e.sin_local : sin;
             matmul_fmt_ws(xn, wl[0], fl[0], qkv, t, n[0], dim, xr);
-#pragma omp single
+#pragma omp single nowait
             for (int r = 0; r < t; r++) {
                 const float *c = cl + (size_t)r * d, *sn = sl + (size_t)r * d;
                 float *row = qkv + (size_t)r * n[0];
@@ -1384,10 +1451,11 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
                     }
                 }
             }
+            ws_barrier();
             attend_ws(qkv, seqs, l * kv_layer, att, t, heads, kv_heads, d, n[0], kv_head, scale,
                       local ? e.window : 0, seen, sc);
             matmul_fmt_ws(att, wl[1], fl[1], out, t, n[1], hd, xr);
-#pragma omp single
+#pragma omp single nowait
             {
                 for (int r = 0; r < t; r++) {
                     float *o = out + (size_t)r * n[1];
@@ -1398,8 +1466,9 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
                 }
                 rms_norm_rows(x, nl[1], xn, t, dim, eps);
             }
+            ws_barrier();
             matmul_fmt_ws(xn, wl[2], fl[2], gu, t, n[2], dim, xr);
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
             for (int r = 0; r < t; r++) {
                 const float *g = gu + (size_t)r * n[2], *u = g + ffn;
                 float *a = xn + (size_t)r * ffn;
@@ -1420,8 +1489,9 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
                 for (; i < ffn; i++)
                     a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
             }
+            ws_barrier();
             matmul_fmt_ws(xn, wl[3], fl[3], out, t, n[3], ffn, xr);
-#pragma omp single
+#pragma omp single nowait
             {
                 for (int r = 0; r < t; r++) {
                     float *o = out + (size_t)r * n[3];
@@ -1433,10 +1503,13 @@ void layers_rows(int layers, float *x, int t, int dim, const void *const *w, con
                 if (l + 1 < layers)
                     rms_norm_rows(x, nl[per], xn, t, dim, eps);
             }
+            ws_barrier();
         }
         free(seen);
         free(sc);
+        ws_spin = NULL;
     }
     free(seq_of);
     free(xr.d);
+    return atomic_load(&spin.late);
 }

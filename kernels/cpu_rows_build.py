@@ -100,5 +100,5 @@ def load() -> ctypes.CDLL:
     lib.layers_rows.argtypes = [num, ptr, num, num, *[ptr] * 4, f32, ptr, ptr, num,
                                 *[ptr] * 5, num, long, long, *[num] * 4, f32, ptr,
                                 num, ptr]  # fmt: skip
-    lib.layers_rows.restype = None
+    lib.layers_rows.restype = ctypes.c_int
     return lib

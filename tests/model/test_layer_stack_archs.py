@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dllm_voice import cores
 from dllm_voice.kernels import cpu_layers, cpu_rows
 from dllm_voice.model import (
     hybrid,  # noqa: F401 - registers the hybrid decoder
@@ -91,6 +92,28 @@ def test_a_row_gets_the_same_bits_alone_or_among_others(models, arch, qtype) -> 
         model(torch.tensor([PROMPT[:6]]), cache=alone)
         rows = [model(torch.tensor([[t]]), cache=alone).logits[0, 0] for t in PROMPT[6:10]]
     assert torch.equal(torch.stack(rows), four)
+
+
+@pytest.mark.parametrize(("arch", "qtype"), CASES)
+def test_a_forward_gets_the_same_bits_on_one_thread_or_two(models, arch, qtype, monkeypatch):
+    """The stack's threads share each step's work and meet at spinning barriers; a row's bits
+    do not depend on how many there are (one while another model computes: dllm_voice/cores.py),
+    nor on whether another process took a core from one of them in mid-forward."""
+    model = models(arch, qtype)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setattr(cores, "all_free", lambda: False)
+        one, k1, v1 = steps(model)
+        monkeypatch.setattr(cores, "all_free", lambda: True)
+        two, k2, v2 = steps(model)
+        with cores.busy():  # marked busy: one thread again
+            monkeypatch.undo()
+            assert not cores.all_free()
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(a, b) for a, b in zip(one, two, strict=True))
+    assert torch.equal(k1, k2) and torch.equal(v1, v2)
 
 
 @pytest.mark.parametrize(("arch", "qtype"), CASES)
