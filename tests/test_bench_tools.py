@@ -29,11 +29,14 @@ def test_exact_arguments_compare_values_not_spellings():
 
 
 def test_a_cancel_request_meets_the_timers_it_is_about():
-    """With no timer set every cancel says "You have no timers.", a wrong label too."""
+    """With no timer set every cancel says "You have no timers.", a wrong label too; a label
+    that only sounds like the timer's name ("past") cancels it, as the tool does for the user."""
     (pasta,) = [r for r in REQUESTS if r.tool == "cancel_timer" and "pasta" in r.text]
     assert references(pasta, 1e9) == ["Canceled your pasta timer."]
-    wrong = _said(TOOLS["cancel_timer"], {"label": "past"}, 1e9, pasta)
-    assert wrong == "You have no past timer."
+    wrong = _said(TOOLS["cancel_timer"], {"label": "rice"}, 1e9, pasta)
+    assert wrong == "You have no rice timer."
+    heard = _said(TOOLS["cancel_timer"], {"label": "past"}, 1e9, pasta)
+    assert heard == "Canceled your pasta timer."
 
 
 def test_any_prefix_keeps_the_mix():
