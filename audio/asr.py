@@ -471,43 +471,32 @@ def windowed_pass(
     """One decode of float audio in a window_s encoder window: (text, no-speech probability,
     mean logprob, the alternatives: the beam's other hypotheses within ALT_MARGIN of it, which
     the beam search holds anyway)."""
-    with cores.busy():
-        return _decode_window(model, prompt, tok, audio, window_s, beam)
-
-
-def _decode_window(
-    model: WhisperModel,
-    prompt: list[int],
-    tok: _Tokenizer,
-    audio: FloatPCM,
-    window_s: int,
-    beam: int,
-) -> tuple[str, float, float, tuple[str, ...]]:
     import ctranslate2
 
-    fe = model.feature_extractor
-    n_frames = window_s * RATE_HZ // fe.hop_length
-    # Mel of the audio plus 0.3 s of zeros (its floor value pads the rest of the window):
-    # identical to the mel of the zero-padded window, at a third of the cost. Without
-    # trailing silence in the mel, the 10 s window drops a last word that ends abruptly.
-    mel = fe(np.concatenate([audio, np.zeros(3 * RATE_HZ // 10, np.float32)]))  # (80, T)
-    mel = mel[:, :n_frames]
-    if mel.shape[1] < n_frames:
-        pad = np.full((mel.shape[0], n_frames - mel.shape[1]), mel.min(), mel.dtype)
-        mel = np.concatenate([mel, pad], axis=1)
-    feats = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))  # (1, 80, T)
-    # CTranslate2 stopped at ~max_length / 2 text tokens here (28 -> 14): speech is ~4
-    # tokens/s, so this cap only bounds a looping decode.
-    max_len = min(448, int(len(audio) / RATE_HZ * 16) + 40)
-    res = model.model.generate(
-        feats,
-        [prompt],
-        beam_size=beam,
-        num_hypotheses=beam,
-        max_length=max_len,
-        return_scores=True,
-        return_no_speech_prob=True,
-    )[0]
+    with cores.busy():
+        fe = model.feature_extractor
+        n_frames = window_s * RATE_HZ // fe.hop_length
+        # Mel of the audio plus 0.3 s of zeros (its floor value pads the rest of the window):
+        # identical to the mel of the zero-padded window, at a third of the cost. Without
+        # trailing silence in the mel, the 10 s window drops a last word that ends abruptly.
+        mel = fe(np.concatenate([audio, np.zeros(3 * RATE_HZ // 10, np.float32)]))  # (80, T)
+        mel = mel[:, :n_frames]
+        if mel.shape[1] < n_frames:
+            pad = np.full((mel.shape[0], n_frames - mel.shape[1]), mel.min(), mel.dtype)
+            mel = np.concatenate([mel, pad], axis=1)
+        feats = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))  # (1, 80, T)
+        # CTranslate2 stopped at ~max_length / 2 text tokens here (28 -> 14): speech is ~4
+        # tokens/s, so this cap only bounds a looping decode.
+        max_len = min(448, int(len(audio) / RATE_HZ * 16) + 40)
+        res = model.model.generate(
+            feats,
+            [prompt],
+            beam_size=beam,
+            num_hypotheses=beam,
+            max_length=max_len,
+            return_scores=True,
+            return_no_speech_prob=True,
+        )[0]
     texts = [
         tok.decode(cut_trailing_repeat([t for t in ids if t < tok.eot])).strip()
         for ids in res.sequences_ids
