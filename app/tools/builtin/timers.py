@@ -55,7 +55,8 @@ class Timers:
             else:
                 name = _plain(label)
                 taken = [t for t in self._items if not label or name in t.names][-1:]
-                taken = taken or [t for t in self._items if _heard_as(name, self._items) is t]
+                heard = None if taken else _heard_as(name, self._items)
+                taken = taken or ([heard] if heard else [])
             self._items = [t for t in self._items if t not in taken]
             return taken
 
@@ -361,6 +362,12 @@ def _parse_cancel(text: str) -> dict[str, object] | None:
 # The tools.
 
 
+def _reminder_names(todo: str) -> set[str]:
+    """What the user may call a reminder: "cancel the dentist reminder" names "call the
+    dentist" by its last word."""
+    return {"reminder", todo.lower(), todo.lower().split()[-1]}
+
+
 @tool(parse=_parse_set_timer, side_effects=True, timeout_s=2.0)
 def set_timer(seconds: float, label: str = "", reminder: str = "", *, ctx: ToolContext) -> str:
     """Start a countdown timer of ``seconds`` (up to 24 hours), optionally named ("pasta"), or a
@@ -376,8 +383,7 @@ def set_timer(seconds: float, label: str = "", reminder: str = "", *, ctx: ToolC
     todo = " ".join(reminder.split()).strip(" ,.!?")
     if todo:
         key = ctx.schedule(seconds, f"It's time to {todo}.")
-        # "cancel the dentist reminder": its last word ("call the dentist") names it too.
-        names = {"reminder", todo.lower(), todo.lower().split()[-1]}
+        names = _reminder_names(todo)
         _timers(ctx).add(Timer(key, ctx.now() + seconds, f"reminder to {todo}", frozenset(names)))
         return f"I'll remind you to {todo} in {length}."
     single = re.fullmatch(r"(\S+) (hour|minute|second)s?", length)
@@ -416,7 +422,7 @@ def set_alarm(at: str, reminder: str = "", *, ctx: ToolContext) -> str:
     todo = " ".join(reminder.split()).strip(" ,.!?")
     if todo:
         key = ctx.schedule(start.timestamp() - ctx.now(), f"It's {when}. Time to {todo}.")
-        names |= {"reminder", todo.lower(), todo.lower().split()[-1]}
+        names |= _reminder_names(todo)
         timer = Timer(key, start.timestamp(), f"reminder to {todo}", frozenset(names), alarm=True)
         _timers(ctx).add(timer)
         return f"I'll remind you to {todo} at {when}{day}."
