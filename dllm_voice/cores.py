@@ -1,7 +1,7 @@
-"""Whether the LM's layer stack may take every core (kernels/cpu_layers.py): not while another
-model of this process computes (speech recognition's passes and TTS's runs mark themselves busy
-here), nor for a while after a forward's threads waited on one of them that the OS had preempted
-for another process.
+"""How many cores the LM's layer stack may take (kernels/cpu_layers.py): every one, less one for
+each job another model of this process runs (speech recognition's passes and TTS's runs mark
+themselves busy here), and half for a while after a forward's threads waited on one of them
+that the OS had preempted for another process.
 
 A leaf module (it imports nothing of the project), so audio/ and kernels/ both use it. On two
 cores, a forward on both beside a busy model ran 1.4x slower than on one (Zen 4, one row: 8.4
@@ -18,7 +18,7 @@ from contextlib import contextmanager
 # After a preempted thread: one thread for a while, then every core is tried again. The while
 # doubles, up to the most, when the try meets the other process again soon after (each try
 # costs one slow forward), and starts over at the least after a lone preemption (a daemon's
-# wake-up: ~one each 10 s on an idle 2-core VM).
+# wake-up: ~one each 10 s on an idle 2-core machine).
 CROWDED_S = (0.25, 2.0)
 
 _lock = threading.Lock()
@@ -49,6 +49,9 @@ def crowded() -> None:
     _crowded_until = now + _back_off
 
 
-def all_free() -> bool:
-    """Whether a forward may take every core now."""
-    return _running == 0 and time.monotonic() >= _crowded_until
+def threads(most: int) -> int:
+    """How many of ``most`` threads a forward may take now (at least one)."""
+    n = most - _running
+    if time.monotonic() < _crowded_until:
+        n = min(n, most // 2)
+    return max(1, n)

@@ -174,10 +174,10 @@ def layers(
             lr[0].data_ptr() if lr else None, lr[1].data_ptr() if lr else None,
             None if lmasks is None else ctypes.addressof(lmasks),
         )  # fmt: skip
-    # Every core while they are free (dllm_voice/cores.py): the stack's threads meet at spinning
+    # Every core that is free (dllm_voice/cores.py): the stack's threads meet at spinning
     # barriers (cpu_rows.c ws_barrier), so a second thread pays from one row on (Zen 4, from the
     # LM's own thread: 1 row 4.5 against 5.6 ms, 3 rows 5.4 against 7.8).
-    threads = torch.get_num_threads() if cores.all_free() else 1
+    threads = cores.threads(torch.get_num_threads())
     late = _loaded().layers_rows(
         n_layers, x.data_ptr(), t, dim, stack.ptrs, stack.fmts, stack.widths, stack.norm_ptrs,
         eps, rope[0].data_ptr(), rope[1].data_ptr(), n, row0, past, kc, vc, masks, int(causal),

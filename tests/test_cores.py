@@ -1,4 +1,4 @@
-"""dllm_voice/cores.py: when the LM's layer stack may take every core."""
+"""dllm_voice/cores.py: how many cores the LM's layer stack may take."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cores, "_back_off", cores.CROWDED_S[0])
 
 
-def test_not_while_another_model_computes() -> None:
-    assert cores.all_free()
+def test_one_core_less_for_each_job_another_model_runs() -> None:
+    assert cores.threads(2) == 2
     started, release = threading.Event(), threading.Event()
 
     def job() -> None:
@@ -28,34 +28,35 @@ def test_not_while_another_model_computes() -> None:
     worker = threading.Thread(target=job)
     worker.start()
     assert started.wait(5)
+    assert cores.threads(2) == 1
+    assert cores.threads(16) == 15
     with cores.busy():
-        assert not cores.all_free()
-    assert not cores.all_free()  # the worker's job still runs
+        assert (cores.threads(2), cores.threads(16)) == (1, 14)
     release.set()
     worker.join(5)
-    assert cores.all_free()
+    assert cores.threads(2) == 2
 
 
-def test_a_preempted_thread_backs_off_longer_while_it_recurs(
+def test_a_preempted_thread_halves_them_for_longer_while_it_recurs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [100.0]
     monkeypatch.setattr(cores.time, "monotonic", lambda: now[0])
     least, most = cores.CROWDED_S
     cores.crowded()
-    assert not cores.all_free()
+    assert (cores.threads(2), cores.threads(16)) == (1, 8)
     now[0] += least
-    assert cores.all_free()
+    assert cores.threads(2) == 2
     cores.crowded()  # again on the first try: twice as long
     now[0] += least
-    assert not cores.all_free()
+    assert cores.threads(2) == 1
     now[0] += least
-    assert cores.all_free()
+    assert cores.threads(2) == 2
     for _ in range(8):
         cores.crowded()
         now[0] += most
-    assert cores.all_free()  # never longer than the most
+    assert cores.threads(2) == 2  # never longer than the most
     now[0] += 10 * most
     cores.crowded()  # a lone preemption long after: the least again
     now[0] += least
-    assert cores.all_free()
+    assert cores.threads(2) == 2
