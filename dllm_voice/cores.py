@@ -1,7 +1,8 @@
-"""How many cores the LM's layer stack may take (kernels/cpu_layers.py): every one, less one for
-each job another model of this process runs (speech recognition's passes and TTS's runs mark
-themselves busy here), and half for a while after a forward's threads waited on one of them
-that the OS had preempted for another process.
+"""How many cores the LM's layer stack may take (kernels/cpu_layers.py): with one conversation,
+every one, less one for each job another model of this process runs (speech recognition's
+passes and TTS's runs mark themselves busy here), and half for a while after a forward's threads
+waited on one of them that the OS had preempted for another process; with several, one below
+SHARED_SOLO_ROWS rows.
 
 A leaf module (it imports nothing of the project), so audio/ and kernels/ both use it. On two
 cores, a forward on both beside a busy model ran 1.4x slower than on one (Zen 4, one row: 8.4
@@ -21,8 +22,18 @@ from contextlib import contextmanager
 # wake-up: ~one each 10 s on an idle 2-core machine).
 CROWDED_S = (0.25, 2.0)
 
+# Rows a forward runs on one thread while several conversations are live, as it did before the
+# barriers spun: their ASR passes and TTS runs start too often for a forward to find the other
+# core free, and a job that starts mid-forward meets a spinning thread. `bench.load` could not
+# tell the rules apart (six `serve` clients, Zen 4: voice to voice p50 478-743 ms over four runs
+# of this rule, 611-612 over two with every forward on both cores spinning), so the rule the
+# load targets were met with stays. Waking a sleeping thread at each barrier costs more than it
+# gives below ~16 rows.
+SHARED_SOLO_ROWS = 16
+
 _lock = threading.Lock()
 _running = 0
+_conversations = 0
 _crowded_until = 0.0
 _back_off = CROWDED_S[0]
 
@@ -40,6 +51,19 @@ def busy() -> Iterator[None]:
             _running -= 1
 
 
+@contextmanager
+def conversation() -> Iterator[None]:
+    """Marks a live conversation (a voice session) for as long as it runs."""
+    global _conversations
+    with _lock:
+        _conversations += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _conversations -= 1
+
+
 def crowded() -> None:
     """A forward's threads waited on one the OS had preempted: another process wants a core."""
     global _crowded_until, _back_off
@@ -49,9 +73,13 @@ def crowded() -> None:
     _crowded_until = now + _back_off
 
 
-def threads(most: int) -> int:
-    """How many of ``most`` threads a forward may take now (at least one)."""
+def threads(most: int, rows: int) -> tuple[int, bool]:
+    """How many of ``most`` threads a forward of ``rows`` rows may take now (at least one), and
+    whether they spin at its barriers: not while several conversations are live, when only
+    forwards of over SHARED_SOLO_ROWS rows take every core, and their threads sleep."""
+    if _conversations > 1:
+        return (1 if rows <= SHARED_SOLO_ROWS else most), False
     n = most - _running
     if time.monotonic() < _crowded_until:
         n = min(n, most // 2)
-    return max(1, n)
+    return max(1, n), True

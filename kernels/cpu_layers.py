@@ -177,12 +177,12 @@ def layers(
     # Every core that is free (dllm_voice/cores.py): the stack's threads meet at spinning
     # barriers (cpu_rows.c ws_barrier), so a second thread pays from one row on (Zen 4, from the
     # LM's own thread: 1 row 4.5 against 5.6 ms, 3 rows 5.4 against 7.8).
-    threads = cores.threads(torch.get_num_threads())
+    threads, spin = cores.threads(torch.get_num_threads(), t)
     late = _loaded().layers_rows(
         n_layers, x.data_ptr(), t, dim, stack.ptrs, stack.fmts, stack.widths, stack.norm_ptrs,
         eps, rope[0].data_ptr(), rope[1].data_ptr(), n, row0, past, kc, vc, masks, int(causal),
         strides[0], strides[1], heads, hkv, d, ffn, d**-0.5 if scale is None else scale,
-        scratch.data_ptr(), threads,
+        scratch.data_ptr(), threads, int(spin),
         None if extras is None else ctypes.addressof(extras),
     )  # fmt: skip
     if late:

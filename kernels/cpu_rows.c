@@ -103,6 +103,7 @@ typedef struct {
     atomic_int arrived;
     atomic_int phase;
     atomic_int late;
+    int sleep; /* OpenMP's own barrier instead (several conversations: layers_rows) */
 } SpinBarrier;
 
 static _Thread_local SpinBarrier *ws_spin;
@@ -112,6 +113,10 @@ static void ws_barrier(void) {
     SpinBarrier *b = ws_spin;
     if (!b) /* one thread, or a region that runs one _ws form: the region's end is the barrier */
         return;
+    if (b->sleep) {
+#pragma omp barrier
+        return;
+    }
     const int next = ++ws_phase;
     if (atomic_fetch_add_explicit(&b->arrived, 1, memory_order_acq_rel) ==
         omp_get_num_threads() - 1) {
@@ -1380,14 +1385,15 @@ typedef struct {
  * sequence, then it attends as Seqs says. cos, sin: (t, d) rope rows, sin with the rotate-half
  * sign in its first half. scratch: room for t (max(dim, ffn) + n[0] + heads d + max(n[1], n[3])
  * + n[2]) floats. Every step computes each row on its own, like the kernels it calls, so a row's
- * bits do not depend on which other rows, of its sequence or another, share the call. Returns
- * how many barrier waits ran late (a thread preempted: ws_barrier). */
+ * bits do not depend on which other rows, of its sequence or another, share the call. Its
+ * threads meet at spinning barriers, or with spin_waits 0 at OpenMP's. Returns how many barrier
+ * waits ran late (a thread preempted: ws_barrier). */
 int layers_rows(int layers, float *x, int t, int dim, const void *const *w, const int *fmt,
                  const int *n, const float *const *norms, float eps, const float *cos,
                  const float *sin, int nseq, const int *row0, const int *past, float *const *kc,
                  float *const *vc, const uint8_t *const *mask, int causal, long kv_layer,
                  long kv_head, int heads, int kv_heads, int d, int ffn, float scale,
-                 float *scratch, int threads, const LayerExtras *ex) {
+                 float *scratch, int threads, int spin_waits, const LayerExtras *ex) {
     const LayerExtras none = {0, 0, 0, 0, NULL, NULL, NULL, NULL};
     const LayerExtras e = ex ? *ex : none;
     const int hd = heads * d, half = d / 2, per = 2 + 2 * e.qk_norm + 2 * e.post_norms;
@@ -1408,7 +1414,7 @@ int layers_rows(int layers, float *x, int t, int dim, const void *const *w, cons
         keys = nb > keys ? nb : keys;
     }
     const Seqs seqs = {row0, seq_of, past, kc, vc, mask, causal, e.lmask};
-    SpinBarrier spin = {0, 0, 0};
+    SpinBarrier spin = {0, 0, 0, !spin_waits};
 #pragma omp parallel num_threads(threads)
     {
         ws_spin = threads > 1 ? &spin : NULL;

@@ -99,6 +99,6 @@ def load() -> ctypes.CDLL:
     ptr, num, f32, long = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_long
     lib.layers_rows.argtypes = [num, ptr, num, num, *[ptr] * 4, f32, ptr, ptr, num,
                                 *[ptr] * 5, num, long, long, *[num] * 4, f32, ptr,
-                                num, ptr]  # fmt: skip
+                                num, num, ptr]  # fmt: skip
     lib.layers_rows.restype = ctypes.c_int
     return lib

@@ -14,10 +14,11 @@ def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cores, "_running", 0)
     monkeypatch.setattr(cores, "_crowded_until", 0.0)
     monkeypatch.setattr(cores, "_back_off", cores.CROWDED_S[0])
+    monkeypatch.setattr(cores, "_conversations", 0)
 
 
 def test_one_core_less_for_each_job_another_model_runs() -> None:
-    assert cores.threads(2) == 2
+    assert cores.threads(2, 1)[0] == 2
     started, release = threading.Event(), threading.Event()
 
     def job() -> None:
@@ -28,13 +29,13 @@ def test_one_core_less_for_each_job_another_model_runs() -> None:
     worker = threading.Thread(target=job)
     worker.start()
     assert started.wait(5)
-    assert cores.threads(2) == 1
-    assert cores.threads(16) == 15
+    assert cores.threads(2, 1)[0] == 1
+    assert cores.threads(16, 1)[0] == 15
     with cores.busy():
-        assert (cores.threads(2), cores.threads(16)) == (1, 14)
+        assert (cores.threads(2, 1)[0], cores.threads(16, 1)[0]) == (1, 14)
     release.set()
     worker.join(5)
-    assert cores.threads(2) == 2
+    assert cores.threads(2, 1)[0] == 2
 
 
 def test_a_preempted_thread_halves_them_for_longer_while_it_recurs(
@@ -44,19 +45,28 @@ def test_a_preempted_thread_halves_them_for_longer_while_it_recurs(
     monkeypatch.setattr(cores.time, "monotonic", lambda: now[0])
     least, most = cores.CROWDED_S
     cores.crowded()
-    assert (cores.threads(2), cores.threads(16)) == (1, 8)
+    assert (cores.threads(2, 1)[0], cores.threads(16, 1)[0]) == (1, 8)
     now[0] += least
-    assert cores.threads(2) == 2
+    assert cores.threads(2, 1)[0] == 2
     cores.crowded()  # again on the first try: twice as long
     now[0] += least
-    assert cores.threads(2) == 1
+    assert cores.threads(2, 1)[0] == 1
     now[0] += least
-    assert cores.threads(2) == 2
+    assert cores.threads(2, 1)[0] == 2
     for _ in range(8):
         cores.crowded()
         now[0] += most
-    assert cores.threads(2) == 2  # never longer than the most
+    assert cores.threads(2, 1)[0] == 2  # never longer than the most
     now[0] += 10 * most
     cores.crowded()  # a lone preemption long after: the least again
     now[0] += least
-    assert cores.threads(2) == 2
+    assert cores.threads(2, 1)[0] == 2
+
+
+def test_several_conversations_keep_short_forwards_on_one_sleeping_thread() -> None:
+    with cores.conversation():
+        assert cores.threads(2, 1) == (2, True)  # one conversation: every core, spinning
+        with cores.conversation():
+            assert cores.threads(2, 1) == (1, False)
+            assert cores.threads(2, cores.SHARED_SOLO_ROWS + 1) == (2, False)
+        assert cores.threads(2, 1) == (2, True)

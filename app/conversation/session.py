@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dllm_voice import cores
 from dllm_voice.app.conversation import events
 from dllm_voice.app.conversation.actions import (
     Action,
@@ -154,15 +155,16 @@ class VoiceSession:
     async def run(self) -> None:
         """Consume the source to its end, finish the last turn, then release everything."""
         try:
-            self.tools.start()
-            self.warm_lm()
-            async for frame in self.source:
-                self._on_frame(np.asarray(frame))
-            for ev in self.vad.finish():  # the source ended mid-utterance: end the turn there
-                self.on_vad(ev.kind, ev.audio_ms, ev.detected_ms)
-            while not self.idle():
-                await asyncio.sleep(0.02)
-                self.responses.reap()
+            with cores.conversation():
+                self.tools.start()
+                self.warm_lm()
+                async for frame in self.source:
+                    self._on_frame(np.asarray(frame))
+                for ev in self.vad.finish():  # the source ended mid-utterance: end the turn
+                    self.on_vad(ev.kind, ev.audio_ms, ev.detected_ms)
+                while not self.idle():
+                    await asyncio.sleep(0.02)
+                    self.responses.reap()
         finally:
             await self.aclose()
 

@@ -104,14 +104,18 @@ def test_a_forward_gets_the_same_bits_on_one_thread_or_two(models, arch, qtype, 
     torch.set_num_threads(2)
     try:
         with cores.busy():  # another model's job: one thread of two
-            assert cores.threads(2) == 1
+            assert cores.threads(2, 1) == (1, True)
             one, k1, v1 = steps(model)
-        monkeypatch.setattr(cores, "threads", lambda most: most)
+        monkeypatch.setattr(cores, "threads", lambda most, rows: (most, True))
         two, k2, v2 = steps(model)
+        monkeypatch.setattr(cores, "threads", lambda most, rows: (most, False))
+        sleeping, k3, v3 = steps(model)  # OpenMP's own barriers
     finally:
         torch.set_num_threads(before)
     assert all(torch.equal(a, b) for a, b in zip(one, two, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(one, sleeping, strict=True))
     assert torch.equal(k1, k2) and torch.equal(v1, v2)
+    assert torch.equal(k1, k3) and torch.equal(v1, v3)
 
 
 @pytest.mark.parametrize(("arch", "qtype"), CASES)
