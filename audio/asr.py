@@ -436,28 +436,25 @@ class WhisperASR:
     def _long_pass(self, audio: FloatPCM) -> tuple[str, float | None]:
         """faster-whisper's 30 s windows; the log-probability is the last kept segment's."""
         with cores.busy():  # the segments are decoded as they are read
-            return self._long_segments(audio)
-
-    def _long_segments(self, audio: FloatPCM) -> tuple[str, float | None]:
-        segments, _ = self.model.transcribe(
-            audio,
-            language=self.tok.language_code,
-            beam_size=self.cfg.beam_size,
-            without_timestamps=True,
-            condition_on_previous_text=False,
-            initial_prompt=self.cfg.prompt or None,
-            vad_filter=False,
-            temperature=0.0,
-            no_speech_threshold=self.cfg.no_speech_threshold,
-            log_prob_threshold=self.cfg.logprob_threshold,
-            compression_ratio_threshold=self.cfg.compression_ratio_threshold,
-        )
-        kept = [
-            (s.text.strip(), s.avg_logprob)
-            for s in segments
-            if s.text.strip() and self._accept(s.text.strip(), s.no_speech_prob, s.avg_logprob)
-        ]
-        return " ".join(t for t, _ in kept), kept[-1][1] if kept else None
+            segments, _ = self.model.transcribe(
+                audio,
+                language=self.tok.language_code,
+                beam_size=self.cfg.beam_size,
+                without_timestamps=True,
+                condition_on_previous_text=False,
+                initial_prompt=self.cfg.prompt or None,
+                vad_filter=False,
+                temperature=0.0,
+                no_speech_threshold=self.cfg.no_speech_threshold,
+                log_prob_threshold=self.cfg.logprob_threshold,
+                compression_ratio_threshold=self.cfg.compression_ratio_threshold,
+            )
+            kept = [
+                (s.text.strip(), s.avg_logprob)
+                for s in segments
+                if s.text.strip() and self._accept(s.text.strip(), s.no_speech_prob, s.avg_logprob)
+            ]
+            return " ".join(t for t, _ in kept), kept[-1][1] if kept else None
 
 
 def windowed_pass(

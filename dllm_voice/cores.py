@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-# After a preempted thread: one thread for a while, then every core is tried again. The while
+# After a preempted thread: half the threads for a while, then every core is tried again. The while
 # doubles, up to the most, when the try meets the other process again soon after (each try
 # costs one slow forward), and starts over at the least after a lone preemption (a daemon's
 # wake-up: ~one each 10 s on an idle 2-core machine).
