@@ -7,6 +7,7 @@ import functools
 import re
 from typing import Any, Literal
 
+from dllm_voice.app.tools.builtin import sounds
 from dllm_voice.app.tools.builtin.numbers import say_number
 from dllm_voice.app.tools.builtin.places import Place, lookup, mention, named_place, the
 from dllm_voice.app.tools.registry import ToolError, tool
@@ -113,6 +114,62 @@ def _country_first(text: str) -> tuple[str, Place] | None:
     return found or first
 
 
+# Words of a question about a country that are no part of its name.
+_ASKING = frozenset(
+    """what whats how many much people persons inhabitants citizens residents live lives living
+    population populous capital city currency currencies money cash coins pay language languages
+    speak spoken tongue use uses used does do did is are was be tell me name official they
+    there who which where give say know please about roughly these days today now country
+    nation main national can could would will should may might you i explain for from
+    """.split()  # noqa: SIM905 - a word table
+)
+# Words a country's name follows: "the capital of", "live in", "what currency does".
+_CUES = frozenset({"of", "in", "for", "from", "does", "did"})
+
+
+@functools.cache
+def _country_sounds() -> dict[str, tuple[str, ...]]:
+    """Each country's names (``places``' keys) and how they are said, where the pronouncing
+    dictionary has every word and they are 4 phonemes or more: a heard "can" is 1 from "Mann"."""
+    from dllm_voice.app.tools.builtin.places import country_names
+
+    return {name: said for name in country_names() if len(said := sounds.said(name)) >= 4}
+
+
+def _country_by_sound(text: str) -> str | None:
+    """The one country that a run of up to 3 words where a country's name goes (after "of",
+    "in", "for", "does", before "'s") sounds like (``sounds.phrase_like``): Whisper's "bulk
+    area" for "Bulgaria", "hunger" for "Hungary"; None where none does or two runs sound like
+    different countries. Only there: "Python written in" is 1 phoneme from "Britain"."""
+    found: set[str] = set()
+
+    def heard(run: list[str]) -> None:
+        # A run that ends on a plural names things, not a country: "polar bears", "whales".
+        if not run or re.search(r"[^su]s$", run[-1]):
+            return
+        spans = [run[i:j] for i in range(len(run)) for j in range(i + 1, len(run) + 1)]
+        said = [" ".join(span) for span in spans if len(span) <= 3]
+        found.update(c for phrase in said if (c := sounds.phrase_like(phrase, _country_sounds())))
+
+    run: list[str] = []
+    cued = False
+    for word, owner in re.findall(r"([A-Za-z]+)('s)?", text):
+        if word.lower() in _ASKING or _NOT_A_NAME.fullmatch(word):
+            if cued:
+                heard(run)
+            run = []
+            cued = word.lower() in _CUES or (cued and word.lower() == "the")
+        else:
+            run.append(word)
+            if owner:  # "Hungry's capital"
+                heard(run)
+                run, cued = [], False
+    if cued:
+        heard(run)
+    place = lookup(found.pop()) if len(found) == 1 else None
+    return place.name if place is not None else None
+
+
 def parse_country_question(text: str) -> dict[str, object] | None:
     """A question about a country: "what is the capital of spain" -> {"country": "spain",
     "fact": "capital"}; a city counts for its country's languages and money ("what do they
@@ -124,6 +181,9 @@ def parse_country_question(text: str) -> dict[str, object] | None:
     fact = min(asked)[1]
     found = _country_first(text)
     if found is None:
+        by_sound = _country_by_sound(text)
+        if by_sound is not None:
+            return {"country": by_sound, "fact": fact}
         unknown = named_place(text, cue="of|in")
         # A name, not a phrase or a plural noun: "my house", "bacteria in the gut", "ants";
         # written as a name where the text is cased ("the capital of happiness" is no country).

@@ -211,6 +211,11 @@ def _add_countries(
         gaz.add(alias, by_name[country])
 
 
+def country_names() -> list[str]:
+    """Every name the gazetteer knows a country by, lower case ("bulgaria", "america")."""
+    return [key for key, place in _gazetteer().places.items() if place.kind == "country"]
+
+
 def lookup(name: str) -> Place | None:
     """The place called exactly ``name`` (any case, accents or punctuation), or None."""
     return _gazetteer().places.get(_key(name))

@@ -69,6 +69,32 @@ def distance(a: str, b: str) -> float:
 MOST = 1.0
 
 
+def said(phrase: str) -> tuple[str, ...]:
+    """The phonemes of ``phrase``, each word said its first way; () when a word is not in
+    the dictionary."""
+    ways = [phonemes(w) for w in re.findall(r"[a-z']+", phrase.lower())]
+    if not ways or not all(ways):
+        return ()
+    return tuple(p for way in ways for p in way[0])
+
+
+def phrase_like(heard: str, candidates: dict[str, tuple[str, ...]]) -> str | None:
+    """The one candidate phrase ``heard`` (one or a few words) is heard as, by their phonemes
+    (``said``), with ``sounds_like``'s limits: "bulk area" is 0.5 from "Bulgaria", "hunger" 1.0
+    from "Hungary"."""
+    sound = said(heard)
+    if not sound:
+        return None
+    ranked = sorted((_edit(sound, way), name) for name, way in candidates.items() if way)
+    if not ranked:
+        return None
+    best, name = ranked[0]
+    tied = len(ranked) > 1 and ranked[1][0] == best and ranked[1][1] != name
+    if best > MOST or best > len(candidates[name]) / 3 or tied:
+        return None
+    return name
+
+
 def sounds_like(word: str, candidates: list[str]) -> str | None:
     """The one candidate ``word`` is heard as: the nearest in sound, within ``MOST``, and
     nearer than any other; None when none is, or two are equally near ("free" is 0.5 from

@@ -319,6 +319,12 @@ def test_parse_conversion(text: str, args: tuple[float, str, str] | None) -> Non
         ("what money do they use in switzerland", ("switzerland", "currency")),
         ("what currency does japan use", ("japan", "currency")),
         ("what's the currency in the uk", ("uk", "currency")),
+        # A country Whisper wrote as words that sound like it, where a country's name goes.
+        ("What currency does hunger use?", ("Hungary", "currency")),
+        ("What language do they speak in bulk area?", ("Bulgaria", "languages")),
+        ("What language is Python written in?", None),  # "written": 1 from "Britain"
+        ("What's the population of polar bears?", None),  # "polar": 1 from "Palau"
+        ("Can you explain currencies?", None),  # "can you": 1 from "Kenya"
         ("what is the capital of narnia", ("narnia", "capital")),
         ("What is the capital of Narnia?", ("Narnia", "capital")),
         ("What's the capital of happiness?", None),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dllm_voice.app.tools.builtin.sounds import distance, sounds_like
+from dllm_voice.app.tools.builtin.sounds import distance, phrase_like, said, sounds_like
 
 NUMBERS = ["two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
 
@@ -29,3 +29,13 @@ def test_far_ties_and_unknown_words_give_none() -> None:
     assert sounds_like("qwzxv", NUMBERS) is None
     assert sounds_like("bat", ["pat", "bad"]) is None  # both half a phoneme away
     assert sounds_like("word", []) is None
+
+
+def test_a_phrase_is_heard_as_the_name_it_sounds_like() -> None:
+    names = {n: said(n) for n in ("bulgaria", "hungary", "algeria", "kenya")}
+    assert said("bulk area") == ("B", "AH", "L", "K", "EH", "R", "IY", "AH")
+    assert phrase_like("bulk area", names) == "bulgaria"  # k for g
+    assert phrase_like("hunger", names) == "hungary"
+    assert phrase_like("the market", names) is None
+    assert said("qwzxv area") == ()  # a word the dictionary lacks: no sound to compare
+    assert phrase_like("qwzxv area", names) is None
