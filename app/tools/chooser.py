@@ -13,7 +13,9 @@ plainly (``describes``: two of its content words) in the request.
 A spoken request may come with what else the recognizer heard (``alternatives``): when the best
 hearing gives no call, a parser that reads one of them in full makes it ("How great is it in
 Chicago now?" beside "How late is it in Chicago now?"), unless the head on the best hearing is
-sure the turn needs no tool ("Can parrots understand …" beside "Can Paris understand …").
+sure the turn needs no tool ("Can parrots understand …" beside "Can Paris understand …"). So
+does one whose parser knows the place or country where the best hearing's names none it knows
+(a ``Guess``: "the time in Barco" beside "in Baku").
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dllm_voice.app.tools.registry import Tool, ToolBox
+from dllm_voice.app.tools.registry import Guess, Tool, ToolBox
 
 HEAD_FILE = Path(__file__).with_name("chooser.npz")
 NONE = "none"
@@ -155,7 +157,8 @@ class ToolChooser:
         probs = self._probs(state)
         best = next((Choice(t, 1.0, "named") for t in untrained if says_name(t, text)), None)
         best = best or self._by_head(box, probs, text)
-        best = best or self._by_alternatives(box, probs, alternatives)
+        if best is None or isinstance(best.arguments, Guess):
+            best = self._by_alternatives(box, probs, alternatives, best) or best
         best = best or next(
             (Choice(t, 1.0, "named") for t in untrained if describes(t, text)), None
         )
@@ -193,16 +196,20 @@ class ToolChooser:
 
     @staticmethod
     def _by_alternatives(
-        box: ToolBox, probs: dict[str, float] | None, alternatives: tuple[str, ...]
+        box: ToolBox,
+        probs: dict[str, float] | None,
+        alternatives: tuple[str, ...],
+        guessed: Choice | None,
     ) -> Choice | None:
         """The first alternative hearing a parser reads, tools in the head's order on the best
-        hearing; none where the head is sure the turn needs no tool."""
+        hearing; none where the head is sure the turn needs no tool. Where the best hearing's
+        read ``guessed`` names what its tool does not know, only a read that is no guess."""
         if probs is None or probs.get(NONE, 0.0) >= SURE_NONE:
             return None
         for heard in alternatives:
             read = (
                 None if _ASKS_WHY.match(heard) else _parsed(box, probs, heard, "head+alternative")
             )
-            if read is not None:
+            if read is not None and not (guessed and isinstance(read.arguments, Guess)):
                 return read
         return None

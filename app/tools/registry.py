@@ -32,6 +32,12 @@ JSONSchema = dict[str, object]
 # Reads a call's arguments from the user's words; None when they are not there.
 Parser = Callable[[str], "dict[str, object] | None"]
 
+
+class Guess(dict[str, object]):
+    """A parser's arguments that name what its tool does not know ("the time in Barco"): the
+    call says so, unless another hearing of the turn reads one it knows ("Baku")."""
+
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 
 

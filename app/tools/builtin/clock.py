@@ -7,7 +7,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from dllm_voice.app.tools.builtin.places import mention, named_place, place_of
-from dllm_voice.app.tools.registry import ToolContext, tool
+from dllm_voice.app.tools.registry import Guess, ToolContext, tool
 
 # English whatever the process's locale (strftime's %A would follow it).
 _DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
@@ -69,9 +69,10 @@ def _parse(asked: re.Pattern[str], text: str) -> dict[str, object] | None:
     place = named_place(text)
     # A place no gazetteer knows is written as a name where the text is cased: "the time in
     # the song by Pink Floyd" is not a clock's question.
-    if place and text != text.lower() and not place[:1].isupper() and mention(text) is None:
+    known = mention(text) is not None
+    if place and text != text.lower() and not place[:1].isupper() and not known:
         return None
-    return {"place": place} if place else {}
+    return ({"place": place} if known else Guess(place=place)) if place else {}
 
 
 def parse_time(text: str) -> dict[str, object] | None:
@@ -87,7 +88,9 @@ def parse_date(text: str) -> dict[str, object] | None:
     """A question for the date: "what day is it in sydney" -> {"place": "sydney"}; "what's
     the date today" -> {}; None if it is not one."""
     found = _DATE_FOR_PLACE.search(text) and not _NOT_NOW.search(text) and named_place(text)
-    return {"place": found} if found else _parse(_DATE_ASKED, text)
+    if not found:
+        return _parse(_DATE_ASKED, text)
+    return {"place": found} if mention(text) is not None else Guess(place=found)
 
 
 def _now(ctx: ToolContext, place: str) -> tuple[datetime, str]:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from dllm_voice.app.tools.builtin import sounds
 from dllm_voice.app.tools.builtin.numbers import say_number
 from dllm_voice.app.tools.builtin.places import Place, lookup, mention, named_place, the
-from dllm_voice.app.tools.registry import ToolError, tool
+from dllm_voice.app.tools.registry import Guess, ToolError, tool
 
 Fact = Literal["capital", "population", "languages", "currency"]
 
@@ -193,7 +193,7 @@ def parse_country_question(text: str) -> dict[str, object] | None:
             return None
         if fact == "languages":  # of a region, a film's world, heaven: the LM's to answer
             return None
-        return {"country": unknown, "fact": fact}
+        return Guess(country=unknown, fact=fact)
     words, place = found
     if place.kind == "country":
         return {"country": words, "fact": fact}

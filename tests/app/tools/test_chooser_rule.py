@@ -10,7 +10,7 @@ from dllm_voice.app.tools.builtin.catalog import BUILTIN
 from dllm_voice.app.tools.chooser import NONE, Head, ToolChooser
 from dllm_voice.app.tools.registry import Tool, ToolBox
 
-LABELS = ("set_timer", "calculate", NONE, "weather")
+LABELS = ("set_timer", "calculate", NONE, "weather", "get_time", "country_info")
 
 
 def head_giving(probs: dict[str, float]) -> tuple[Head, np.ndarray]:
@@ -21,10 +21,12 @@ def head_giving(probs: dict[str, float]) -> tuple[Head, np.ndarray]:
     return Head(weight, np.zeros(len(LABELS), np.float32), LABELS, 0), np.log(p)
 
 
-def box() -> ToolBox:
+def box(*more: str) -> ToolBox:
     builtins = {t.name: t for tools in BUILTIN.values() for t in tools}
     weather = Tool("weather", "Tell the weather in a city.", {"type": "object"}, None)
-    return ToolBox.of([builtins["set_timer"], builtins["calculate"], weather])
+    return ToolBox.of(
+        [builtins["set_timer"], builtins["calculate"], weather, *map(builtins.get, more)]
+    )
 
 
 def test_a_parser_that_reads_the_words_is_called_whatever_the_head_gives_it():
@@ -66,6 +68,22 @@ def test_the_best_hearing_goes_before_its_alternatives():
         box(), state, "Set a timer for ten minutes.", ("Add ten and five.",)
     )
     assert choice is not None and choice.tool.name == "set_timer" and choice.how == "head+words"
+
+
+def test_a_known_place_in_an_alternative_goes_before_an_unknown_one_in_the_best_hearing():
+    tools = box("get_time", "country_info")
+    head, state = head_giving({"get_time": 0.8, NONE: 0.1})
+    text = "What time is it in Barco?"
+    choice = ToolChooser(head, 0.9).choose(tools, state, text, ("What time is it in Baku?",))
+    assert choice is not None and choice.arguments == {"place": "Baku"}
+    assert choice.how == "head+alternative"
+    # Where no hearing names a place the tool knows, the best one's call says so.
+    choice = ToolChooser(head, 0.9).choose(tools, state, text, ("What time is it in Parko?",))
+    assert choice is not None and choice.arguments == {"place": "Barco"}
+    head, state = head_giving({"country_info": 0.8, NONE: 0.1})
+    text, heard = "How many people live in Sultan?", ("How many people live in Sudan?",)
+    choice = ToolChooser(head, 0.9).choose(tools, state, text, heard)
+    assert choice is not None and choice.arguments == {"country": "Sudan", "fact": "population"}
 
 
 def test_no_alternative_is_read_where_the_head_is_sure_no_tool_is_needed():
