@@ -103,6 +103,14 @@ _NOT_A_NAME = re.compile(
 )
 
 
+# A question about another time than now, which the data (today's) does not answer: "What
+# currency did ancient Greece use?", "the capital of Germany before Berlin".
+_IN_THE_PAST = re.compile(
+    r"\b(?:ancient|medieval|former(?:ly)?|used to|before the|back (?:in|then)|historically"
+    r"|originally|empire|century|in (?:the )?(?:1[0-9]|20)\d\d(?:s)?)\b"
+)
+
+
 def _country_first(text: str) -> tuple[str, Place] | None:
     """The place ``mention`` finds, or a country named beside it ("Kenya's capital, is it
     Nairobi?")."""
@@ -176,7 +184,7 @@ def parse_country_question(text: str) -> dict[str, object] | None:
     speak in Barcelona"); None if it is not one."""
     lower = text.lower()
     asked = [(m.start(), fact) for fact, rx in _FACTS for m in [re.search(rx, lower)] if m]
-    if not asked:
+    if not asked or _IN_THE_PAST.search(lower):
         return None
     fact = min(asked)[1]
     found = _country_first(text)
