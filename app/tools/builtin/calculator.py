@@ -231,6 +231,14 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
         re.compile(rf"{_N}{_THING} (?:at|for) {_N}(?: each| apiece| a piece| per [a-z]+)"),
         r"\1 * \2",
     ),
+    # "a pizza costs 12 dollars and I buy 3, what's the total": a price times a count.
+    (
+        re.compile(
+            rf"\bcosts? {_N}(?: [a-z]+)?,? and (?:i|we) (?:buy|get|order|need) {_N}\b"
+            r"(?!.*\b(?:left|change|remain))"
+        ),
+        r"\1 * \2",
+    ),
     (re.compile(rf"\bdifference between {_N} and {_N}"), r"\1 - \2"),
     (re.compile(rf"\b(?:increase|raise|add) {_N} by {_N} ?(?:percent\b|%)"), r"\1 plus \2 percent"),
     (
@@ -254,7 +262,8 @@ _RATE_OF_AMOUNT = re.compile(
     r"\b(?:tip|tips|off|discount|discounted|save|saving|savings|tax|taxes|interest|commission"
     r"|bill|costs?|price|markup|raise|fee|deposit|how much)\b"
 )
-# "10 percent off": the price paid when asked for it, else the saving ("how much do I save").
+# "10 percent off": the price paid when asked for it or said as "10 percent off 50", else the
+# saving ("it's 10 percent off, how much do I save").
 _PAID = re.compile(
     r"\b(?:pay|paying|final|after|sale price|new price|price now|costs? now|come to|comes to)\b"
 )
@@ -287,7 +296,9 @@ def _percentage(words: str) -> str | None:
         return None  # said as an expression (kept in the user's words), or not an amount
     rate, amount = percents[0], next(n for n, p in numbers if not p)
     saving = re.search(r"\b(?:save|saving|savings)\b", words)
-    if re.search(r"\b(?:off|discount|discounted)\b", words) and _PAID.search(words) and not saving:
+    # "20 percent off (of) 50" names the price it leaves, as a shop's sign does.
+    price = _PAID.search(words) or re.search(r"(?:percent|%) off (?:of )?\d", words)
+    if re.search(r"\b(?:off|discount|discounted)\b", words) and price and not saving:
         return f"{amount} minus {rate} percent"
     return f"{rate} percent of {amount}"
 

@@ -313,6 +313,13 @@ def _parse_list(text: str) -> dict[str, object] | None:
         lower,
     ):
         return {}
+    # "How long until my tea is ready?": what is timed, not a date ("until Christmas").
+    if re.search(
+        r"\bhow (?:long|much longer|much time) (?:until|till|before) (?:the|my) [a-z]+"
+        r" (?:is|are|will be) (?:ready|done|finished)\W*$",
+        lower,
+    ):
+        return {}
     if not re.search(r"\b(?:timers?|alarms?)\b", lower) or _CANCEL.search(lower):
         return None
     topic = (
