@@ -342,8 +342,17 @@ def _parse_list(text: str) -> dict[str, object] | None:
     return {} if _ASKS.search(lower) or re.search(listing, lower) else None
 
 
+# "Cancel everything.", said alone: of what the agent keeps running, its timers and alarms.
+_CANCEL_ALL = re.compile(
+    r"^(?:(?:okay|ok|so|and|please|now),? )*(?:cancel|clear|delete|stop|remove|turn off|kill)"
+    r" (?:everything|all of (?:them|those|it)|them all|all that)(?:,? (?:please|now))*\W*$"
+)
+
+
 def _parse_cancel(text: str) -> dict[str, object] | None:
     words = digits(text)
+    if _CANCEL_ALL.match(words.strip()):
+        return {"label": "all"}
     if not _CANCEL.search(words) or not re.search(
         r"\b(?:timers?|alarms?|countdown|reminders?)\b", words
     ):

@@ -222,6 +222,10 @@ def test_parse_list_timers(text: str, args: dict[str, object] | None) -> None:
         ("cancel the timer for the pasta", {"label": "pasta"}),
         ("stop", None),
         ("set a timer for five minutes", None),
+        ("Cancel everything.", {"label": "all"}),
+        ("Okay, clear them all, please.", {"label": "all"}),
+        ("Should I cancel everything and move to Spain?", None),
+        ("stop everything you're doing", None),
     ],
 )
 def test_parse_cancel_timer(text: str, args: dict[str, object] | None) -> None:
