@@ -180,6 +180,8 @@ def _parse_set_timer(text: str) -> dict[str, object] | None:
     found = _seconds(words)
     if found is None or _ASKS.search(words) or re.search(r"\balarm\b", words):
         return None
+    if re.search(r"\b(?:negative|minus)\s+(?=\d)", words):  # the tool says it cannot
+        return {"seconds": -found[0]}
     reminder = _reminder(words, text)
     if reminder:
         return {"seconds": found[0], "reminder": reminder}

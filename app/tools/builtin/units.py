@@ -14,7 +14,7 @@ import pint
 
 from dllm_voice.app.tools.builtin import sounds
 from dllm_voice.app.tools.builtin.numbers import digits, say_number
-from dllm_voice.app.tools.registry import ToolError, tool
+from dllm_voice.app.tools.registry import Guess, ToolError, tool
 
 # Spoken names pint reads otherwise ("c" is the speed of light) or not at all.
 _ALIASES = {
@@ -292,7 +292,23 @@ def parse_conversion(text: str) -> dict[str, object] | None:
     mass, ...)."""
     tokens = _words_of(text)
     heard = _heard_as(tokens)
-    return (_read(heard) if heard != tokens else None) or _read(tokens)
+    return (_read(heard) if heard != tokens else None) or _read(tokens) or _asked_anyway(tokens)
+
+
+# "Convert 5 blargs to meters", "convert 10 kilograms to meters": a conversion asked for in so
+# many words that no unit pair reads, said back as what the tool does not know or cannot do.
+_CONVERT = re.compile(
+    r"^(?:(?:please|can you|could you|now|ok|okay|so)\s)*convert (-?\d+(?:\.\d+)?)"
+    r" ([a-z]+(?: [a-z]+)?) (?:to|into|in) ([a-z]+(?: [a-z]+)??)(?: please)?$"
+)
+
+
+def _asked_anyway(tokens: list[str]) -> Guess | None:
+    """The conversion ``_CONVERT`` finds where one of its two units is a known one."""
+    found = _CONVERT.match(" ".join(tokens))
+    if found is None or not any(_mentions(found[i].split()) for i in (2, 3)):
+        return None
+    return Guess(value=float(found[1]), from_unit=found[2], to_unit=found[3])
 
 
 # Units people say, the words a misheard one is matched against: pint's thousands of names

@@ -109,6 +109,7 @@ def test_parse_date(text: str, args: dict[str, object] | None) -> None:
         ("cancel the pasta timer", None),
         ("how much time is left on my timer", None),
         ("set an alarm for 7", None),
+        ("set a timer for negative five minutes", {"seconds": -300.0}),  # the tool refuses it
     ],
 )
 def test_parse_set_timer(text: str, args: dict[str, object] | None) -> None:
@@ -300,6 +301,10 @@ def test_parse_calculation(text: str, expression: str | None) -> None:
         ),
         ("convert two and a half gallons to litres", (2.5, "gallons", "litres")),
         ("convert ten euros to dollars", None),
+        # Asked in so many words: the tool says what it does not know or cannot do.
+        ("Convert five blargs to meters.", (5.0, "blargs", "meters")),
+        ("convert ten kilograms to meters", (10.0, "kilograms", "meters")),
+        ("convert 5 ideas into actions", None),
         ("what time is it in new york", None),
         ("what's 12 plus 29", None),
     ],
