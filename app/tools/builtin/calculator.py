@@ -39,6 +39,7 @@ _TO_PYTHON = [
     ),
     (r"\b(?:the )?square root of\b|√", " sqrt "),
     (r"\b(?:the )?cube root of\b", " cbrt "),
+    (r"\b(?:the )?factorial of (\d+(?:\.\d+)?)|\b(\d+(?:\.\d+)?) factorial\b", r" fact(\1\2) "),
     (r"\bsquared\b", " ** 2 "),
     (r"\bcubed\b", " ** 3 "),
     (r"\bto the (\d+)(?:st|nd|rd|th)? power\b", r" ** \1 "),
@@ -56,8 +57,20 @@ _TO_PYTHON = [
     (r"\bof\b", " * "),
     (r"\b(sqrt|cbrt)\s+(-\s*)?(\d+(?:\.\d+)?)", r"\1(\2\3)"),  # of the number after it
 ]
-_ONLY_ARITHMETIC = re.compile(r"^(?:[\d.\s+\-*/%()]|sqrt|cbrt)*$")
-_EVAL = simpleeval.SimpleEval(functions={"sqrt": math.sqrt, "cbrt": math.cbrt}, names={})
+_ONLY_ARITHMETIC = re.compile(r"^(?:[\d.\s+\-*/%()]|sqrt|cbrt|fact)*$")
+
+
+def _factorial(n: float) -> int:
+    if n != int(n) or n < 0:
+        raise ToolError("A factorial needs a whole number, zero or more.")
+    if n > 170:  # 171! is past a float
+        raise ToolError("That number is too big for me.")
+    return math.factorial(int(n))
+
+
+_EVAL = simpleeval.SimpleEval(
+    functions={"sqrt": math.sqrt, "cbrt": math.cbrt, "fact": _factorial}, names={}
+)
 
 
 def _rephrase(text: str) -> str:
@@ -140,6 +153,7 @@ _NUMBER_WORDS = frozenset(
 _OPERATORS = frozenset(
     """plus minus times x multiplied divided over power squared cubed square cube root percent
     mod modulo raised add subtract multiply divide sum product negative twice double triple
+    factorial
     + - * ** / ^ × ÷ % √
     """.split()  # noqa: SIM905 - a word table
 )

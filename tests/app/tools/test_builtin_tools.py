@@ -133,6 +133,8 @@ def test_clock_unknown_place(ctx: ToolContext) -> None:
         ("half of 90", "Half of 90 is 45."),
         ("a third of ninety", "A third of ninety is 30."),
         ("square root of 144", "Square root of 144 is 12."),
+        ("five factorial", "Five factorial is 120."),
+        ("the factorial of 6 minus 20", "Factorial of 6 minus 20 is 700."),
         ("square root of one forty-four", "Square root of one forty-four is 12."),
         ("two fifty times four", "Two fifty times four is 1000."),
         ("nineteen ninety-nine plus one", "Nineteen ninety-nine plus one is 2000."),
@@ -168,6 +170,8 @@ def test_calculate(expression: str, spoken: str) -> None:
         ("2 +", "I can't work out '2 +'."),
         ("__import__('os')", "I can't work out '__import__('os')'."),
         ("(-8) ** 0.5", "That has no real answer."),
+        ("factorial of 2.5", "A factorial needs a whole number, zero or more."),
+        ("500 factorial", "That number is too big for me."),
     ],
 )
 def test_calculate_errors(expression: str, error: str) -> None:

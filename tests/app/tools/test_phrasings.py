@@ -317,6 +317,8 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("whats 7 x 8", 56),
         ("negative 5 plus 8", 3),
         ("hey square 12", 144),
+        ("five factorial", 120),
+        ("what is the factorial of four", 24),
         ("what's forty times itself", 1600),
         ("90 take away 12", 78),
         ("how much is a third of 120", 40),
