@@ -85,7 +85,9 @@ def phrase_like(heard: str, candidates: dict[str, tuple[str, ...]]) -> str | Non
     sound = said(heard)
     if not sound:
         return None
-    ranked = sorted((_edit(sound, way), name) for name, way in candidates.items() if way)
+    # Each phoneme more or less costs one: only names within MOST of its length can match.
+    near = ((name, way) for name, way in candidates.items() if abs(len(way) - len(sound)) <= MOST)
+    ranked = sorted((_edit(sound, way), name) for name, way in near if way)
     if not ranked:
         return None
     best, name = ranked[0]
