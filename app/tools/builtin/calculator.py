@@ -245,6 +245,11 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
         re.compile(rf"{_N}{_THING} (?:at|for) {_N}(?: each| apiece| a piece| per [a-z]+)"),
         r"\1 * \2",
     ),
+    # "save 40 a week for 12 weeks": an amount each period times the periods.
+    (
+        re.compile(rf"{_N}(?: [a-z]+)? (?:a|an|per|each) (day|week|month|year) for {_N} \2s?\b"),
+        r"\1 * \3",
+    ),
     # "a pizza costs 12 dollars and I buy 3, what's the total": a price times a count.
     (
         re.compile(

@@ -15,7 +15,7 @@ _MONTHS = """January February March April May June July August September October
     December""".split()  # noqa: SIM905 - a word table
 
 _END = (
-    r"(?=\s+(?:in|at|over|for|now|right|there|currently|please|today)\b"
+    r"(?=\s+(?:in|at|over|for|now|right|there|currently|please|today|where)\b"
     r"|,? (?:thanks|thank you|by any chance)\W*$|\s*[?.!]?\s*$)"
 )
 _TIME_ASKED = re.compile(

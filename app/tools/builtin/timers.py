@@ -225,8 +225,14 @@ def _reminder(words: str, text: str, asked: re.Pattern[str] = _REMIND_IN) -> str
 
 
 def _what_lasts(words: str) -> str:
-    """The thing a length is said of: "a 25 minute nap" -> "nap"; else ""."""
+    """The thing a length is said of: "a 25 minute nap" -> "nap", "I'm making rice, set a
+    timer ..." -> "rice"; else ""."""
     thing = re.search(r"\b\d+(?:\.\d+)?[ -](?:hour|minute|second|min|sec) ([a-z]+)\b", words)
+    thing = thing or re.search(
+        r"\bi'?m (?:making|cooking|baking|boiling|roasting|steaming|frying|brewing|heating)"
+        r" (?:some |the |a |an |my )?(?!(?:for|in|now|it|this|that)\b)([a-z]+)\b",
+        words,
+    )
     return thing[1] if thing and thing[1] not in _NOT_LABEL else ""
 
 

@@ -340,7 +340,7 @@ def _said_units_of(registry: pint.UnitRegistry[Any]) -> list[tuple[str, pint.Uni
 # ("to", "for", "an": a ton).
 _PLAIN = frozenset(
     """a an the of to too for in into on at and than then once won its it my your what how
-    many much that this those these is are per""".split()  # noqa: SIM905 - a word table
+    many much that this those these is are per do does did i you we they have has""".split()  # noqa: SIM905 - a word table
 )
 
 

@@ -21,6 +21,7 @@ from tests.app.tools.builtin_helpers import tool_of
         ("tell me the time", {}),
         ("what time is it in new york", {"place": "new york"}),
         ("What time is it in Tokyo right now?", {"place": "Tokyo"}),
+        ("What time is it where my mom lives, in Chicago?", {"place": "Chicago"}),
         ("whats the time in london", {"place": "london"}),
         ("do you know what time it is in paris", {"place": "paris"}),
         ("current time in berlin", {"place": "berlin"}),
@@ -110,6 +111,11 @@ def test_parse_date(text: str, args: dict[str, object] | None) -> None:
         ("how much time is left on my timer", None),
         ("set an alarm for 7", None),
         ("set a timer for negative five minutes", {"seconds": -300.0}),  # the tool refuses it
+        (
+            "I'm making rice, set a timer for eighteen minutes.",
+            {"seconds": 1080.0, "label": "rice"},
+        ),
+        ("I'm baking for an hour, set a timer", {"seconds": 3600.0}),
     ],
 )
 def test_parse_set_timer(text: str, args: dict[str, object] | None) -> None:
@@ -305,6 +311,7 @@ def test_parse_calculation(text: str, expression: str | None) -> None:
         ("Convert five blargs to meters.", (5.0, "blargs", "meters")),
         ("convert ten kilograms to meters", (10.0, "kilograms", "meters")),
         ("convert 5 ideas into actions", None),
+        ("If I save 40 dollars a week for 12 weeks, how much do I have?", None),  # "do": no day
         ("what time is it in new york", None),
         ("what's 12 plus 29", None),
     ],

@@ -309,6 +309,7 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("how much is 30 dollars plus 15 dollars", 45),
         ("i bought 3 shirts at 20 dollars each how much did i spend", 60),
         ("if a pizza costs twelve dollars and i buy three what's the total", 36),
+        ("if i save 40 dollars a week for 12 weeks how much do i have", 480),
         ("a ticket costs 15 dollars and we need 4, how much is that", 60),
         ("what's the difference between 100 and 37", 63),
         ("what's the average of 4 8 and 12", 8),
