@@ -270,6 +270,7 @@ def test_parse_cancel_timer(text: str, args: dict[str, object] | None) -> None:
         ("what is minus ten plus four", "minus ten plus four"),
         ("What's the cube of four?", "4 ** 3"),
         ("what's ten plus ten in binary", None),
+        ("What's two plus two in a poem?", None),  # something to write
     ],
 )
 def test_parse_calculation(text: str, expression: str | None) -> None:
