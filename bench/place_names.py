@@ -22,6 +22,7 @@ import argparse
 import json
 import random
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -120,8 +121,7 @@ def main() -> int:
     text = json.dumps(result, indent=1)
     print(text)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
     return 0
 
 
