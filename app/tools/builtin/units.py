@@ -292,7 +292,41 @@ def parse_conversion(text: str) -> dict[str, object] | None:
     mass, ...)."""
     tokens = _words_of(text)
     heard = _heard_as(tokens)
-    return (_read(heard) if heard != tokens else None) or _read(tokens) or _asked_anyway(tokens)
+    read = (_read(heard) if heard != tokens else None) or _read(tokens)
+    return read or _money(text) or _asked_anyway(tokens)
+
+
+# Money in one currency asked for in another: no exchange rate is kept offline, so the call
+# says so where the LM would make one up. "pound" is money only beside another currency.
+_CURRENCY = (
+    r"(dollars?|bucks|euros?|pounds?|quid|yen|yuan|rupees?|pesos?|francs?|rubles?|roubles?"
+    r"|dirhams?|krona|kronor|krone|shekels?|baht|rand)"
+)
+_MONEY_IN = re.compile(
+    rf"(\d+(?:\.\d+)?) {_CURRENCY}\b.*?\b(?:to|into|in) (?:(?:us|american|canadian|australian"
+    rf"|british|japanese|indian|mexican|swiss) )?{_CURRENCY}\b"
+)
+_MONEY_HOW_MANY = re.compile(
+    rf"\bhow many {_CURRENCY} (?:is|are|for|in|make|do i get for|would i get for)"
+    rf" (?:a |an )?(\d+(?:\.\d+)?)? ?{_CURRENCY}\b"
+)
+
+
+def _money(text: str) -> Guess | None:
+    """A currency conversion ("100 dollars in euros", "how many yen for 50 euros"), read as
+    one the tool answers with what it cannot do."""
+    words = re.sub(r"\$\s?(\d[\d.]*)", r"\1 dollars", digits(text))
+    found = _MONEY_IN.search(words)
+    if found is not None:
+        value, source, target = float(found[1]), found[2], found[3]
+    else:
+        asked = _MONEY_HOW_MANY.search(words)
+        if asked is None:
+            return None
+        value, source, target = float(asked[2] or 1), asked[3], asked[1]
+    if source.rstrip("s") == target.rstrip("s"):
+        return None
+    return Guess(value=value, from_unit=source, to_unit=target)
 
 
 # "Convert 5 blargs to meters", "convert 10 kilograms to meters": a conversion asked for in so
@@ -385,6 +419,11 @@ def convert_units(value: float, from_unit: str, to_unit: str) -> str:
     time or area ("miles" to "kilometers", "degrees Fahrenheit" to "degrees Celsius")."""
     if not math.isfinite(value):
         raise ToolError("I need a number to convert.")
+    if all(re.fullmatch(_CURRENCY, unit.strip().lower()) for unit in (from_unit, to_unit)):
+        raise ToolError(
+            f"I have no exchange rates, so I can't convert {from_unit.strip()} to "
+            f"{to_unit.strip()}."
+        )
     source, target = _unit(from_unit), _unit(to_unit)
     source, target = _fluid(source, target), _fluid(target, source)
     try:

@@ -307,7 +307,11 @@ def test_parse_calculation(text: str, expression: str | None) -> None:
             (-40.0, "degrees celsius", "fahrenheit"),
         ),
         ("convert two and a half gallons to litres", (2.5, "gallons", "litres")),
-        ("convert ten euros to dollars", None),
+        # Money: read so that the tool says it has no exchange rates.
+        ("convert ten euros to dollars", (10.0, "euros", "dollars")),
+        ("How much is $50 in British pounds?", (50.0, "dollars", "pounds")),
+        ("how many yen for 20 euros", (20.0, "euros", "yen")),
+        ("I paid 20 dollars in cash", None),
         # Asked in so many words: the tool says what it does not know or cannot do.
         ("Convert five blargs to meters.", (5.0, "blargs", "meters")),
         ("convert ten kilograms to meters", (10.0, "kilograms", "meters")),

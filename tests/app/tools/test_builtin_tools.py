@@ -206,6 +206,7 @@ def test_convert_units(args: tuple[float, str, str], spoken: str) -> None:
     ("args", "error"),
     [
         ((3, "blorps", "miles"), "I don't know the unit 'blorps'."),
+        ((5, "dollars", "euros"), "I have no exchange rates, so I can't convert dollars to euros."),
         ((3, "miles", "1/0"), "I don't know the unit '1/0'."),
         ((1, "kilograms", "miles"), "I can't convert kilograms to miles."),
         ((1, "degrees celsius", "hours"), "I can't convert degrees celsius to hours."),
