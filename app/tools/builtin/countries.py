@@ -9,7 +9,14 @@ from typing import Any, Literal
 
 from dllm_voice.app.tools.builtin import sounds
 from dllm_voice.app.tools.builtin.numbers import say_number
-from dllm_voice.app.tools.builtin.places import Place, lookup, mention, named_place, the
+from dllm_voice.app.tools.builtin.places import (
+    Place,
+    country_names,
+    lookup,
+    mention,
+    named_place,
+    the,
+)
 from dllm_voice.app.tools.registry import Guess, ToolError, tool
 
 Fact = Literal["capital", "population", "languages", "currency"]
@@ -139,8 +146,6 @@ _CUES = frozenset({"of", "in", "for", "from", "does", "did"})
 def _country_sounds() -> dict[str, tuple[str, ...]]:
     """Each country's names (``places``' keys) and how they are said, where the pronouncing
     dictionary has every word and they are 4 phonemes or more: a heard "can" is 1 from "Mann"."""
-    from dllm_voice.app.tools.builtin.places import country_names
-
     return {name: said for name in country_names() if len(said := sounds.said(name)) >= 4}
 
 
