@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 # After a preempted thread: half the threads for a while, then every core is tried again. The while
 # doubles, up to the most, when the try meets the other process again soon after (each try
@@ -32,36 +32,39 @@ CROWDED_S = (0.25, 2.0)
 SHARED_SOLO_ROWS = 16
 
 _lock = threading.Lock()
-_running = 0
-_conversations = 0
 _crowded_until = 0.0
 _back_off = CROWDED_S[0]
 
 
-@contextmanager
-def busy() -> Iterator[None]:
+class _Count:
+    """How many marked spans are open now."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        with _lock:
+            self.n += 1
+        try:
+            yield
+        finally:
+            with _lock:
+                self.n -= 1
+
+
+_jobs = _Count()
+_conversations = _Count()
+
+
+def busy() -> AbstractContextManager[None]:
     """Marks one job of another model (an ASR pass, a TTS run) for as long as it runs."""
-    global _running
-    with _lock:
-        _running += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _running -= 1
+    return _jobs.held()
 
 
-@contextmanager
-def conversation() -> Iterator[None]:
+def conversation() -> AbstractContextManager[None]:
     """Marks a live conversation (a voice session) for as long as it runs."""
-    global _conversations
-    with _lock:
-        _conversations += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _conversations -= 1
+    return _conversations.held()
 
 
 def crowded() -> None:
@@ -77,9 +80,9 @@ def threads(most: int, rows: int) -> tuple[int, bool]:
     """How many of ``most`` threads a forward of ``rows`` rows may take now (at least one), and
     whether they spin at its barriers: not while several conversations are live, when only
     forwards of over SHARED_SOLO_ROWS rows take every core, and their threads sleep."""
-    if _conversations > 1:
+    if _conversations.n > 1:
         return (1 if rows <= SHARED_SOLO_ROWS else most), False
-    n = most - _running
+    n = most - _jobs.n
     if time.monotonic() < _crowded_until:
         n = min(n, most // 2)
     return max(1, n), True

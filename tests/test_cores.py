@@ -11,10 +11,10 @@ from dllm_voice import cores
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cores, "_running", 0)
+    monkeypatch.setattr(cores, "_jobs", cores._Count())
     monkeypatch.setattr(cores, "_crowded_until", 0.0)
     monkeypatch.setattr(cores, "_back_off", cores.CROWDED_S[0])
-    monkeypatch.setattr(cores, "_conversations", 0)
+    monkeypatch.setattr(cores, "_conversations", cores._Count())
 
 
 def test_one_core_less_for_each_job_another_model_runs() -> None:
