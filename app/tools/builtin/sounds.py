@@ -78,6 +78,16 @@ def said(phrase: str) -> tuple[str, ...]:
     return tuple(p for way in ways for p in way[0])
 
 
+def _one_nearest(ranked: list[tuple[float, str]], size: int) -> str | None:
+    """The first of ``ranked`` (distance, name), sorted, if it is within ``MOST`` and a third
+    of ``size`` (its phonemes) and no other name is as near."""
+    if not ranked:
+        return None
+    best, name = ranked[0]
+    tied = len(ranked) > 1 and ranked[1][0] == best and ranked[1][1] != name
+    return None if best > MOST or best > size / 3 or tied else name
+
+
 def phrase_like(heard: str, candidates: dict[str, tuple[str, ...]]) -> str | None:
     """The one candidate phrase ``heard`` (one or a few words) is heard as, by their phonemes
     (``said``), with ``sounds_like``'s limits: "bulk area" is 0.5 from "Bulgaria", "hunger" 1.0
@@ -88,13 +98,7 @@ def phrase_like(heard: str, candidates: dict[str, tuple[str, ...]]) -> str | Non
     # Each phoneme more or less costs one: only names within MOST of its length can match.
     near = ((name, way) for name, way in candidates.items() if abs(len(way) - len(sound)) <= MOST)
     ranked = sorted((_edit(sound, way), name) for name, way in near if way)
-    if not ranked:
-        return None
-    best, name = ranked[0]
-    tied = len(ranked) > 1 and ranked[1][0] == best and ranked[1][1] != name
-    if best > MOST or best > len(candidates[name]) / 3 or tied:
-        return None
-    return name
+    return _one_nearest(ranked, len(candidates[ranked[0][1]]) if ranked else 0)
 
 
 def sounds_like(word: str, candidates: list[str]) -> str | None:
@@ -104,10 +108,5 @@ def sounds_like(word: str, candidates: list[str]) -> str | None:
     if word in candidates:
         return word
     ranked = sorted((distance(word, c), c) for c in candidates)
-    if not ranked:
-        return None
-    best, name = ranked[0]
-    size = min((len(p) for p in phonemes(name)), default=0)
-    if best > MOST or best > size / 3 or (len(ranked) > 1 and ranked[1][0] == best):
-        return None
-    return name
+    size = min((len(p) for p in phonemes(ranked[0][1])), default=0) if ranked else 0
+    return _one_nearest(ranked, size)
