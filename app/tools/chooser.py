@@ -37,6 +37,11 @@ SURE_NONE = 0.9
 
 _WORD = re.compile(r"[a-z]+")
 _ASKS_WHY = re.compile(r"\W*(?:(?:so|and|but|okay|ok)\W+)?(?:why|how come)\b", re.IGNORECASE)
+# A request the user corrected as they said it ("a two minute warning... I mean set a two
+# minute timer"): what follows the last of these is read first, the whole turn if it reads none.
+_REPAIR = re.compile(
+    r"\b(?:i mean|i meant|no wait|wait no|or rather|scratch that|correction)\b\W*", re.IGNORECASE
+)
 # Words of a tool's name or description that say nothing of what it does.
 _FILLER = frozenset(
     _WORD.findall(
@@ -178,9 +183,11 @@ class ToolChooser:
         built-in tool were wrong in most of the benchmark's calls."""
         if probs is None or _ASKS_WHY.match(text):  # a reason: no clock, timer or table gives it
             return None
-        read = _parsed(box, probs, text, "head+words")
-        if read is not None:
-            return read
+        repaired = _REPAIR.split(text)[-1]
+        for said in dict.fromkeys((repaired, text) if repaired.strip() else (text,)):
+            read = _parsed(box, probs, said, "head+words")
+            if read is not None:
+                return read
         ranked = _ranked(probs, box)
         sure = bool(ranked) and probs[ranked[0]] >= self.threshold
         top = box.tools[ranked[0]] if ranked else None

@@ -236,6 +236,7 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
         r"\1 + \2",
     ),
     (re.compile(rf"\b{_SHARE} {_N}{_THING} {_N} ways\b"), r"\1 / \2"),
+    (re.compile(rf"{_N}(?: [a-z]+){{0,2}} {_SHARE} {_N} ways\b"), r"\1 / \2"),
     (re.compile(rf"{_N}(?: [a-z]+){{0,2}} {_SHARE} {_AMONG} {_N}"), r"\1 / \2"),
     (re.compile(rf"\b{_SHARE} {_N}{_THING} {_AMONG} {_N}"), r"\1 / \2"),
     # "on": Whisper's "of" after "product" and "sum" ("the product on 250 and four").

@@ -44,7 +44,7 @@ _DAY_NAMES = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|the w
 _DATE_ASKED = re.compile(
     r"\bwhat(?:'s| is|s)?(?: the)?(?: today's)? date\b(?!\s+(?:of|for|when|did|does|do)\b)"
     r"|\b(?:the|today's) date\b(?!\s+(?:of|for|when|did|does|do)\b)|\bdate today\b"
-    r"|\b(?:what|which) (?:day|date|month|year)(?: of the (?:week|month|year))?"
+    r"|\b(?:what|which) (?:day|weekday|date|month|year)(?: of the (?:week|month|year))?"
     r" (?:is (?:it|today)|it is|are we)\b"
     r"|\bwhat(?:'s| is|s) (?:the day )?today\b|\bthe day and (?:the )?date\b"
     r"|\bcheck the date\b|\bday of the week\b(?! (?:was|were|will|did)\b)"

@@ -195,11 +195,21 @@ _COMPARED = frozenset({"than", "over", "under", "above", "below", "exceed", "exc
 def _words_of(text: str) -> list[str]:
     """The request's words for reading a conversion: numbers in digits, lower case, a minus
     sign on negative numbers, "km/h" as "km per hour"."""
-    words = re.sub(r"\b(km|mi)/h\b", r"\1 per hour", digits(text))
+    raced = _RACE.sub(lambda m: f"{_RACES.get(m[0].lower()) or m[1] or m[2]} km", text)
+    words = re.sub(r"\b(km|mi)/h\b", r"\1 per hour", digits(raced))
     words = words.replace("/", " per ").replace("'", "")
     words = re.sub(r"\b(?:minus|negative) (?=\d)", "-", words)
     words = _FEET_INCHES.sub(lambda m: f"{12 * int(m[1]) + int(m[2])} inches", words)
     return _TOKEN.findall(words)
+
+
+# Races named by their distance: "a 10K run", "a 5k", "a half marathon" (42.195 km by the rules).
+_RACES = {"marathon": "42.195", "half marathon": "21.0975", "half-marathon": "21.0975"}
+_RACE = re.compile(
+    r"(?:(?<=\ba )|(?<=\bthe ))(\d+)k\b|\b(\d+)k(?= (?:run|race|walk|course)\b)"
+    r"|\bhalf[ -]marathon\b|(?<!half )(?<!half-)\bmarathon\b",
+    re.I,
+)
 
 
 # A height in two units, as people say one: "six feet two", "5 foot 10 inches" -> 74, 70 inches.
@@ -316,6 +326,7 @@ def _money(text: str) -> Guess | None:
     """A currency conversion ("100 dollars in euros", "how many yen for 50 euros"), read as
     one the tool answers with what it cannot do."""
     words = re.sub(r"\$\s?(\d[\d.]*)", r"\1 dollars", digits(text))
+    words = re.sub(r"\b(\d+)k\b", r"\g<1>000", words)  # "10k dollars"
     found = _MONEY_IN.search(words)
     if found is not None:
         value, source, target = float(found[1]), found[2], found[3]

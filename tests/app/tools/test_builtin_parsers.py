@@ -56,6 +56,7 @@ def test_parse_time(text: str, args: dict[str, object] | None) -> None:
         ("whats today", {}),
         ("which day is it today", {}),
         ("what year is it", {}),
+        ("Which weekday is today?", {}),
         ("tell me the date", {}),
         ("what day is it in sydney", {"place": "sydney"}),
         ("what's the date in tokyo", {"place": "tokyo"}),
@@ -307,10 +308,16 @@ def test_parse_calculation(text: str, expression: str | None) -> None:
             (-40.0, "degrees celsius", "fahrenheit"),
         ),
         ("convert two and a half gallons to litres", (2.5, "gallons", "litres")),
+        # Races by their distance.
+        ("How many miles is a 10K run?", (10.0, "km", "miles")),
+        ("how far is a 5k in miles", (5.0, "km", "miles")),
+        ("how long is a marathon in miles", (42.195, "km", "miles")),
+        ("a half marathon is how many miles", (21.0975, "km", "miles")),
         # Money: read so that the tool says it has no exchange rates.
         ("convert ten euros to dollars", (10.0, "euros", "dollars")),
         ("How much is $50 in British pounds?", (50.0, "dollars", "pounds")),
         ("how many yen for 20 euros", (20.0, "euros", "yen")),
+        ("Convert 10k dollars to euros.", (10000.0, "dollars", "euros")),
         ("I paid 20 dollars in cash", None),
         # Asked in so many words: the tool says what it does not know or cannot do.
         ("Convert five blargs to meters.", (5.0, "blargs", "meters")),

@@ -92,3 +92,14 @@ def test_no_alternative_is_read_where_the_head_is_sure_no_tool_is_needed():
     assert ToolChooser(head, 0.9).choose(box(), state, text, alternatives) is None
     head, state = head_giving({NONE: 0.7})
     assert ToolChooser(head, 0.9).choose(box(), state, text, alternatives) is not None
+
+
+def test_a_request_corrected_as_it_is_said_is_read_from_the_correction():
+    head, state = head_giving({"set_timer": 0.6, NONE: 0.3})
+    chooser = ToolChooser(head, 0.9)
+    said = "Give me a two minute warning... I mean set a two minute timer."
+    choice = chooser.choose(box(), state, said)
+    assert choice is not None and choice.arguments == {"seconds": 120.0}
+    # A correction that reads no call leaves the whole turn to be read.
+    choice = chooser.choose(box(), state, "Set a timer for five minutes, I mean, please.")
+    assert choice is not None and choice.arguments == {"seconds": 300.0}

@@ -260,6 +260,7 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("um what's a hundred divided by four", 25),
         ("cut three hundred and fifty in half", 175),
         ("split 120 three ways", 40),
+        ("I owe 60 dollars split three ways, how much each?", 20),
         ("halve 84", 42),
         ("double forty five", 90),
         ("triple 12", 36),
