@@ -147,7 +147,8 @@ _NUMBER_WORDS = frozenset(
     """zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
     fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty
     ninety hundred thousand million billion trillion point half quarter quarters dozen third
-    thirds fourth fourths fifth fifths tenth tenths
+    thirds fourth fourths fifth fifths sixth sixths seventh sevenths eighth eighths ninth ninths
+    tenth tenths
     """.split()  # noqa: SIM905 - a word table
 )
 _OPERATORS = frozenset(
@@ -159,7 +160,8 @@ _OPERATORS = frozenset(
 )
 _GLUE = frozenset({"by", "to", "the", "of", "from", "and", "a", "an"})
 _FRACTIONS = frozenset(
-    """half quarter quarters third thirds fourth fourths fifth fifths
+    """half quarter quarters third thirds fourth fourths fifth fifths sixth sixths seventh
+    sevenths eighth eighths ninth ninths tenth tenths
     """.split()  # noqa: SIM905 - a word table
 )
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*(?:st|nd|rd|th)?|[a-z]+(?:-[a-z]+)*|\*\*|[-+*/^()×÷%√]")
@@ -246,9 +248,13 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
         re.compile(rf"{_N}{_THING} (?:at|for) {_N}(?: each| apiece| a piece| per [a-z]+)"),
         r"\1 * \2",
     ),
-    # "save 40 a week for 12 weeks": an amount each period times the periods.
+    # "save 40 a week for 12 weeks", "25 dollars an hour for 8 hours": an amount each period
+    # times the periods.
     (
-        re.compile(rf"{_N}(?: [a-z]+)? (?:a|an|per|each) (day|week|month|year) for {_N} \2s?\b"),
+        re.compile(
+            rf"{_N}(?: [a-z]+)? (?:a|an|per|each) (minute|hour|night|day|week|month|year) for {_N}"
+            r" \2s?\b"
+        ),
         r"\1 * \3",
     ),
     # "a pizza costs 12 dollars and I buy 3, what's the total": a price times a count.
@@ -343,12 +349,17 @@ def _heard_operand(lower: str) -> str:
     return lower[: found.start(2)] + number + lower[found.end(2) :]
 
 
+# An amount by the hour or minute times so many of them: arithmetic, though it names time.
+_PAID_BY_TIME = re.compile(r"\b(?:an?|per|each) (hour|minute) for [\d.]+ \1s?\b")
+
+
 def parse_calculation(text: str) -> dict[str, object] | None:
     """The expression in the user's words: "What's twelve plus twenty-nine?" ->
     {"expression": "twelve plus twenty-nine"}; a task in digits: "cut three hundred and fifty
     in half" -> {"expression": "350 / 2"}; None if there is none."""
     lower = " ".join(_MONEY.sub(" ", text.lower()).split())
-    if re.search(r"\b(?:timers?|alarms?|convert|minutes?|hours?|seconds?)\b", lower):
+    timed = re.search(r"\b(?:timers?|alarms?|convert|minutes?|hours?|seconds?)\b", lower)
+    if timed and not _PAID_BY_TIME.search(digits(lower)):
         return None
     if re.search(r"\bin (?:binary|hex(?:adecimal)?|octal|roman numerals|base \w+)\b", lower):
         return None  # a number written another way: the LM's to answer

@@ -95,7 +95,8 @@ _FACTS: list[tuple[Fact, str]] = [
     ("capital", r"\bcapital\b"),
     (
         "population",
-        r"\bpopulation\b|\bpopulous\b|\bhow many (?:people|persons|inhabitants|citizens|residents)"
+        r"\bpopulation\b|\bpopulous\b|\bhow populated\b"
+        r"|\bhow many (?:people|persons|inhabitants|citizens|residents)"
         r"|\bpeople (?:live|are there)\b",
     ),
     ("languages", r"\blanguages?\b|\bspeak\b|\bspoken\b|\btongue\b"),

@@ -16,8 +16,8 @@ _AND_FRACTION = re.compile(rf"\b({_NUM}) and (?:an? |3 )(half|quarter|quarters)\
 _FRACTIONS = {"half": 0.5, "quarter": 0.25, "quarters": 0.75}
 _POINT = re.compile(r"\bpoint (\d+)\b")
 _UNIT_AND_HALF = re.compile(rf"\b(an?|{_NUM}) ([a-z]+) and an? half\b")  # "an hour and a half"
-_HALF = re.compile(r"\b(?:half an?|an? half|one half|half(?= of\b))\b")
-_QUARTER = re.compile(r"\b(?:an?|one) quarter\b(?! (?:past|to|after|till)\b)")
+_HALF = re.compile(r"\b(?:half an?|an? half|(?:one|1) half|half(?= of\b))\b")
+_QUARTER = re.compile(r"\b(?:an?|one|1) quarter\b(?! (?:past|to|after|till)\b)")
 _THREE_QUARTERS = re.compile(r"\b3 quarters\b(?! (?:past|to|after|till)\b)")
 _FRACTION_OF_ONE = re.compile(r"\b(0\.5|0\.25|0\.75) of an? (?=[a-z])")  # "half of a cup"
 _DOZEN = re.compile(rf"\b(an?|{_NUM}) dozen\b")

@@ -331,6 +331,10 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("i always forget what seven times it", 56),  # the last number heard by its sound
         ("what's nine times for", 36),
         ("what is 12 divided by sex", 2),
+        ("What is one half plus one quarter?", 0.75),
+        ("one third plus one sixth", 0.5),
+        ("three eighths of 64", 24),
+        ("If I earn 25 dollars an hour for 8 hours, how much do I make?", 200),
     ],
 )
 def test_calculation_phrasings(text: str, value: float) -> None:
@@ -427,6 +431,7 @@ def test_conversion_leaves_timers(text: str) -> None:
         ("could you tell me the capital of italy please", "italy", "capital"),
         ("what is kenya's capital", "kenya", "capital"),
         ("peru's capital is it lima", "peru", "capital"),
+        ("How populated is India?", "India", "population"),
     ],
 )
 def test_country_phrasings(text: str, country: str, fact: str) -> None:
@@ -462,6 +467,9 @@ NOT_TOOL_REQUESTS = [
     "tell me a joke about the number seven",
     "i'm twenty five years old",
     "what happened in 1969",
+    "what happened on the seventh of july",
+    "is it the eighth wonder of the world",
+    "I worked eight hours today",
     "i have two cats and three dogs",
     "what's the plus side of moving",
     "what is capital punishment",
