@@ -245,7 +245,11 @@ _PM = (
 _PAST = re.compile(  # "pass": Whisper's "half-pass six"
     r"\b(half|quarter|\d{1,2})(?: minutes?)? (past|pass|after|to|till|before) (\d{1,2})\b"
 )
-_CLOCK = re.compile(r"\b(\d{1,2})(?:[:. ]([0-5]\d))?(?: o'?clock)?\b(?! ?(?:minutes?|hours?))")
+# Not a number of a duration, nor the first of two said before one ("four twenty minutes").
+_CLOCK = re.compile(
+    r"\b(\d{1,2})(?:[:. ]([0-5]\d))?(?: o'?clock)?\b"
+    r"(?!(?:[ :.]\d+)? ?(?:minutes?|mins?|hours?|hrs?|seconds?|secs?)\b)"
+)
 
 
 def _clock_time(text: str) -> tuple[int, int, str] | None:
@@ -258,8 +262,10 @@ def _clock_time(text: str) -> tuple[int, int, str] | None:
         return 0, 0, ""
     half = "am" if re.search(_AM, t) else ("pm" if re.search(_PM, t) else "")
     t = re.sub(r"\b(\d{1,2}) oh (\d)\b", r"\1:0\2", t)  # "seven oh five"
-    t = re.sub(r"\b(\d{1,2})(\d{2})(?= hours\b| ?[ap]\.? ?m\b)", r"\1:\2", t)  # "1900 hours"
-    t = re.sub(r"\bat (\d{1,2})([0-5]\d)\b", r"at \1:\2", t)  # Whisper's "at 615" for 6:15
+    t = re.sub(r"\b(\d{1,2})(\d{2}) hours\b", r"\1:\2", t)  # "1900 hours"
+    t = re.sub(r"\b(\d{1,2})(\d{2})(?= ?[ap]\.? ?m\b)", r"\1:\2", t)  # "730 am"
+    # Whisper's "at 615" for 6:15, "for 1130" for 11:30 (not "for 2026").
+    t = re.sub(r"\b(at|for|to|by) ([1-9]|1[0-2])([0-5]\d)\b", r"\1 \2:\3", t)
     past = _PAST.search(t)
     if past:
         minutes = {"half": 30, "quarter": 15}.get(past[1]) or int(past[1])

@@ -155,6 +155,8 @@ def test_date_phrasings(text: str, place: str | None) -> None:
             "the potatoes need 25 minutes, time them for me",
             {"seconds": 1500.0, "label": "potatoes"},
         ),
+        # A number before a duration is no time of day for an alarm.
+        ("I want to have four twenty minutes wake me up after.", {"seconds": 1200.0}),
     ],
 )
 def test_set_timer_phrasings(text: str, args: dict[str, object]) -> None:
@@ -186,6 +188,8 @@ def test_set_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("set a wake up call for 6", "6:00 AM"),
         ("alarm for 21:30 tomorrow morning", "21:30"),
         ("could you make my phone ring at 730 tomorrow morning", "7:30 AM"),  # Whisper's digits
+        ("Please set an alarm for 645.", "6:45"),
+        ("set an alarm for 1130 pm", "11:30 PM"),
     ],
 )
 def test_set_alarm_phrasings(text: str, at: str) -> None:
