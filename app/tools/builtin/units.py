@@ -203,7 +203,7 @@ def _words_of(text: str) -> list[str]:
     return _TOKEN.findall(words)
 
 
-# Races named by their distance: "a 10K run", "a 5k", "a half marathon" (42.195 km by the rules).
+# Races named by their distance: "a 10K run", "a 5k", "a half marathon" (a marathon: 42.195 km).
 _RACES = {"marathon": "42.195", "half marathon": "21.0975", "half-marathon": "21.0975"}
 _RACE = re.compile(
     r"(?:(?<=\ba )|(?<=\bthe ))(\d+)k\b|\b(\d+)k(?= (?:run|race|walk|course)\b)"
