@@ -183,8 +183,9 @@ class ToolChooser:
         built-in tool were wrong in most of the benchmark's calls."""
         if probs is None or _ASKS_WHY.match(text):  # a reason: no clock, timer or table gives it
             return None
-        repaired = _REPAIR.split(text)[-1]
-        for said in dict.fromkeys((repaired, text) if repaired.strip() else (text,)):
+        corrected = _REPAIR.split(text)[-1]
+        tries = (corrected, text) if corrected.strip() and corrected != text else (text,)
+        for said in tries:
             read = _parsed(box, probs, said, "head+words")
             if read is not None:
                 return read

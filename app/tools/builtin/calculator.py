@@ -193,6 +193,11 @@ _AMONG = r"(?:among|amongst|between|by|into|across|with|for)"
 # Where a command starts: the first word, or after a filler or a subject ("hey, square 46",
 # "when you square 7").
 _COMMAND = r"(?:^|\b(?:you|i|we|please|now|then|hey|hi|um|uh|ok|okay|so|alright|oh) )"
+# "save 40 a week for 12 weeks", "25 dollars an hour for 8 hours": an amount each period times
+# the periods; arithmetic, though it may name time.
+_PER_PERIOD = re.compile(
+    rf"{_N}(?: [a-z]+)? (?:a|an|per|each) (minute|hour|night|day|week|month|year) for {_N} \2s?\b"
+)
 _TASKS: list[tuple[re.Pattern[str], str]] = [
     (
         re.compile(rf"\b(?:cut|split|divide|break|chop) {_N}{_THING} (?:in|into) (?:half|2)\b"),
@@ -248,15 +253,7 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
         re.compile(rf"{_N}{_THING} (?:at|for) {_N}(?: each| apiece| a piece| per [a-z]+)"),
         r"\1 * \2",
     ),
-    # "save 40 a week for 12 weeks", "25 dollars an hour for 8 hours": an amount each period
-    # times the periods.
-    (
-        re.compile(
-            rf"{_N}(?: [a-z]+)? (?:a|an|per|each) (minute|hour|night|day|week|month|year) for {_N}"
-            r" \2s?\b"
-        ),
-        r"\1 * \3",
-    ),
+    (_PER_PERIOD, r"\1 * \3"),
     # "a pizza costs 12 dollars and I buy 3, what's the total": a price times a count.
     (
         re.compile(
@@ -349,17 +346,13 @@ def _heard_operand(lower: str) -> str:
     return lower[: found.start(2)] + number + lower[found.end(2) :]
 
 
-# An amount by the hour or minute times so many of them: arithmetic, though it names time.
-_PAID_BY_TIME = re.compile(r"\b(?:an?|per|each) (hour|minute) for [\d.]+ \1s?\b")
-
-
 def parse_calculation(text: str) -> dict[str, object] | None:
     """The expression in the user's words: "What's twelve plus twenty-nine?" ->
     {"expression": "twelve plus twenty-nine"}; a task in digits: "cut three hundred and fifty
     in half" -> {"expression": "350 / 2"}; None if there is none."""
     lower = " ".join(_MONEY.sub(" ", text.lower()).split())
     timed = re.search(r"\b(?:timers?|alarms?|convert|minutes?|hours?|seconds?)\b", lower)
-    if timed and not _PAID_BY_TIME.search(digits(lower)):
+    if timed and not _PER_PERIOD.search(digits(lower)):
         return None
     if re.search(r"\bin (?:binary|hex(?:adecimal)?|octal|roman numerals|base \w+)\b", lower):
         return None  # a number written another way: the LM's to answer
