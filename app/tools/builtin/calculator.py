@@ -249,6 +249,11 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
     # "on": Whisper's "of" after "product" and "sum" ("the product on 250 and four").
     (re.compile(rf"\b(?:the )?product (?:of|on) {_N} (?:and|by|times|with) {_N}"), r"\1 * \2"),
     (re.compile(rf"\bmultiply {_N} (?:and|by|times|with) {_N}"), r"\1 * \2"),
+    # A price said as dollars and cents: "4 coffees at 3 50 each".
+    (
+        re.compile(rf"{_N}{_THING} (?:at|for) (\d+) ([1-9]\d)(?: each| apiece| a piece)"),
+        r"\1 * \2.\3",
+    ),
     (
         re.compile(rf"{_N}{_THING} (?:at|for) {_N}(?: each| apiece| a piece| per [a-z]+)"),
         r"\1 * \2",
@@ -361,7 +366,10 @@ def parse_calculation(text: str) -> dict[str, object] | None:
     ):
         return None  # something to write, the sum only its subject
     lower = _heard_operand(lower)
-    expression = _task(" ".join(re.sub(r"[^\w.%$+*/^×÷-]+", " ", digits(lower)).split()))
+    # The money words part the numbers around them ("a hundred and twenty dollars four ways"
+    # is 120 and 4, not 124) and then go.
+    parted = digits(_heard_operand(_MONEY.sub(" , ", text.lower())))
+    expression = _task(" ".join(re.sub(r"[^\w.%$+*/^×÷-]+", " ", parted).split()))
     expression = expression or _run(lower)
     if expression is None:
         return None

@@ -16,7 +16,7 @@ _MONTHS = """January February March April May June July August September October
 
 _END = (
     r"(?=\s+(?:in|at|over|for|now|right|there|currently|please|today|where)\b"
-    r"|,? (?:thanks|thank you|by any chance)\W*$|\s*[?.!]?\s*$)"
+    r"|,? (?:thanks|thank you|by any chance)\W*$|\s*[?.!]?\s*$|\s*[?.!;]\s)"
 )
 _TIME_ASKED = re.compile(
     rf"\bwhat(?:'s| is|s)?(?: the)?(?: current| local| right| exact| correct)? (?:time|hour)"
@@ -25,7 +25,7 @@ _TIME_ASKED = re.compile(
     r"|(?:^|[,.!?]\s*)(?:and |so )?(?:the )?time (?:in|at|over in)\b"
     r"|^(?:the )?time,? (?:please|now)\W*$"
     r"|^(?:[a-z']+,? ){0,4}time,? (?:right )?now(?: please)?\W*$"
-    r"|\bwhat o'?clock is it\b|\bwhat(?:'s| does) the clock say\b"
+    r"|\bwhat o'?clock is it\b|\bwhat(?:'s| does) the clock say\b|\bcheck the clock\b"
     r"|\bwhat time (?:would|will|could|might) it be\b|\bwhat time (?:have|has|do) (?:we|you) got\b"
     r"|\bhow late is it\b|\bwhat hour is it\b|\btime check\b"
     rf"|\bwhat time (?:do|does) (?:they|people|folks|you|it) (?:have|show|say){_END}",
@@ -41,6 +41,12 @@ _PART_OF_DAY = re.compile(
     re.I,
 )
 _DAY_NAMES = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|the weekend)"
+# A day of the month as said: "the 5th", "the fifth", "the twenty-first".
+_NTH = (
+    r"(?:\d{1,2}(?:st|nd|rd|th)|(?:twenty-|thirty-)?(?:first|second|third|fourth|fifth|sixth"
+    r"|seventh|eighth|ninth)|tenth|eleventh|twelfth|(?:thir|four|fif|six|seven|eigh|nine)teenth"
+    r"|twentieth|thirtieth)"
+)
 _DATE_ASKED = re.compile(
     r"\bwhat(?:'s| is|s)?(?: the)?(?: today's)? date\b(?!\s+(?:of|for|when|did|does|do)\b)"
     r"|\b(?:the|today's) date\b(?!\s+(?:of|for|when|did|does|do)\b)|\bdate today\b"
@@ -49,7 +55,8 @@ _DATE_ASKED = re.compile(
     r"|\bwhat(?:'s| is|s) (?:the day )?today\b|\bthe day and (?:the )?date\b"
     r"|\bcheck the date\b|\bday of the week\b(?! (?:was|were|will|did)\b)"
     rf"|\bis (?:it|today) (?:still |already )?{_DAY_NAMES}\b"
-    rf"|\bhas {_DAY_NAMES} (?:started|begun|come)\b",
+    rf"|\bhas {_DAY_NAMES} (?:started|begun|come)\b"
+    rf"|\bis today the {_NTH}\b|\bis it the {_NTH} (?:today|of (?:the|this) month)\b",
     re.I,
 )
 # The date "for" a place, written with a capital: "the date for the wedding" asks for another
@@ -62,9 +69,17 @@ _NOT_NOW = re.compile(
 )
 
 
+def _sentence(text: str, found: re.Match[str]) -> str:
+    """The sentence of ``text`` that holds ``found``: "I fly to Rome tomorrow; what's the time
+    there?" asks for now, though another sentence names another day."""
+    start = max(text.rfind(mark, 0, found.start()) for mark in ".;!?") + 1
+    ends = [i for i in (text.find(mark, found.end()) for mark in ".;!?") if i >= 0]
+    return text[start : min(ends, default=len(text))]
+
+
 def _parse(asked: re.Pattern[str], text: str) -> dict[str, object] | None:
     found = asked.search(text)
-    if found is None or _NOT_NOW.search(text):
+    if found is None or _NOT_NOW.search(_sentence(text, found)):
         return None
     place = named_place(text)
     # A place no gazetteer knows is written as a name where the text is cased: "the time in

@@ -252,8 +252,11 @@ def find_place(text: str) -> Place | None:
 _FILLER = re.compile(
     r"\s+(?:right now|now|currently|at the moment|please|today|tonight|then|there)\b.*$", re.I
 )
-# Where the user is: the local time.
-_HERE = {"here", "home", "the moment", "this moment", "the minute", "my place", "my location"}
+# Where the user is: the local time ("check the time for me").
+_HERE = {
+    "here", "home", "the moment", "this moment", "the minute", "my place", "my location", "me",
+    "us",
+}  # fmt: skip
 
 
 def named_place(text: str, cue: str = r"in|at|for") -> str | None:

@@ -72,6 +72,9 @@ PARSERS: dict[str, Parse] = {
         ("are they still awake in lisbon or is it the middle of the night", "lisbon"),
         ("what's the exact time in manila", "manila"),
         ("what is the correct time", None),
+        ("Can you check the clock for me?", None),
+        ("What time is it? I have a meeting tomorrow.", None),
+        ("I'm flying to Rome tomorrow; what's the time there now?", "Rome"),
     ],
 )
 def test_time_phrasings(text: str, place: str | None) -> None:
@@ -104,6 +107,8 @@ def test_time_phrasings(text: str, place: str | None) -> None:
         ("is it still friday in los angeles", "los angeles"),
         ("what's the date over in london", "london"),
         ("give me the current date for Toronto", "Toronto"),
+        ("Is today the fifth or the sixth?", None),
+        ("is it the 21st today", None),
     ],
 )
 def test_date_phrasings(text: str, place: str | None) -> None:
@@ -339,6 +344,8 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("one third plus one sixth", 0.5),
         ("three eighths of 64", 24),
         ("If I earn 25 dollars an hour for 8 hours, how much do I make?", 200),
+        ("Split a hundred and twenty dollars four ways.", 30),
+        ("If I buy four coffees at three fifty each, what's the total?", 14),
     ],
 )
 def test_calculation_phrasings(text: str, value: float) -> None:
@@ -511,6 +518,8 @@ NOT_TOOL_REQUESTS = [
     "and so on and so forth",
     "what is the right time to plant tomatoes",
     "we turned 2 rooms into offices",
+    "is it the first time you've heard this",
+    "what time will it be in tokyo tomorrow",
 ]
 
 
