@@ -35,13 +35,20 @@ _NEW_SUBJECT = re.compile(
     r"|change the subject)\b"
 )
 _CONTINUATIONS = ("and", "but", "so", "or", "why", "how", "really")
+# A tool's result as History.note_tool writes it into the user message of its turn.
+_NOTED = re.compile(r"\n\([\w.-]+ says: [^\n]*\)")
+
+
+def new_subject(text: str) -> bool:
+    """Whether a user turn says it leaves what came before ("Never mind, tell me a joke")."""
+    return bool(_NEW_SUBJECT.search(normalize(text)))
 
 
 def refers_back(text: str) -> bool:
     """Whether a user turn needs the conversation before it to be understood."""
     t = normalize(text)
     words = t.split()
-    if not words or _NEW_SUBJECT.search(t):
+    if not words or new_subject(text):
         return False
     return len(words) <= 2 or words[0] in _CONTINUATIONS or bool(_REFERS_BACK.search(t))
 
@@ -103,6 +110,18 @@ class History:
         if user is not None:
             user.content = f"{user.content}\n({name} says: {result})"
 
+    def cut_short(self) -> str:
+        """The words of the user's turn before this one when the user cut its answer and no
+        tool ran in it ("Two cups of milk," [its answer heard, then cut] "roughly how many
+        milliliters?"): what this turn may go on from; "" otherwise, or when this turn
+        changes the subject."""
+        past = self.messages
+        if past and past[-1].role == "user":
+            past = past[:-1]  # this turn, committed
+        if len(past) < 2 or past[-2].role != "user" or not past[-1].interrupted:
+            return ""
+        return "" if _NOTED.search(past[-2].content) else past[-2].content
+
     def add_assistant(self, text: str, interrupted: bool) -> None:
         if not text.strip():
             return
@@ -157,3 +176,15 @@ class History:
         chat += [m.as_chat() for m in self._context(past, pending)]
         chat.append(pending.as_chat())
         return chat
+
+
+def words_of_turn(text: str, messages: list[dict[str, str]]) -> str:
+    """What the user said in the turn whose last utterance is ``text`` and whose prompt is
+    ``messages``: the prompt's user message, which carries before ``text`` the words of an
+    earlier one no answer was heard to ("Two cups of milk," [its answer cut before a word]
+    "roughly how many milliliters?"), but not past a tool's result noted in it: that call has
+    run."""
+    last = messages[-1] if messages else None
+    if last is None or last["role"] != "user" or not last["content"].endswith(text):
+        return text
+    return _NOTED.split(last["content"])[-1].strip() or text

@@ -24,8 +24,10 @@ from dllm_voice.app.conversation.actions import (
     StartSpeculation,
 )
 from dllm_voice.app.conversation.answer import Answer
+from dllm_voice.app.conversation.history import new_subject, words_of_turn
 from dllm_voice.app.observe.trace import now_ms
 from dllm_voice.app.tools import calls
+from dllm_voice.app.tools.registry import Guess
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -89,7 +91,7 @@ class Responses:
         score = self.s.eot.scorer(a.gen, a.user_text) if a.score else None
         ans = Answer(
             self, a.gen, self.s.tm.turn, a.messages, speculative=True, end_score=score,
-            choose=self._chooser(a.user_text),
+            choose=self._chooser(a.user_text, a.messages),
         )  # fmt: skip
         self.answers[a.gen] = ans
         self._speculation_t[a.gen] = now_ms()
@@ -129,7 +131,7 @@ class Responses:
             self.s.trace("speculation", self.s.tm.turn, a.gen, result="none", saved_ms=0)
         ans = Answer(
             self, a.gen, self.s.tm.answer_turn, a.messages, speculative=False, drafts=drafts,
-            choose=self._chooser(a.user_text) if a.tools else None,
+            choose=self._chooser(a.user_text, a.messages) if a.tools else None,
         )  # fmt: skip
         self.answers[a.gen] = ans
         self._start_response(ans)
@@ -230,16 +232,30 @@ class Responses:
 
     # ---- tools ---------------------------------------------------------------------------------
 
-    def _chooser(self, text: str) -> Callable[[torch.Tensor | None], Choice | None] | None:
-        """What picks a tool for the turn ``text`` from its hidden state; None: no tools."""
+    def _chooser(
+        self, text: str, messages: list[dict[str, str]]
+    ) -> Callable[[torch.Tensor | None], Choice | None] | None:
+        """What picks a tool for the turn ending in ``text`` (its prompt ``messages``) from
+        its hidden state; None: no tools."""
         box, chooser = self.s.tools.box, self.s.tools.chooser
         if not len(box) or box.choice == "none":
             return None
-        alternatives = self.s.ears.alternatives(text)
+        said = words_of_turn(text, messages)
+        before = said[: len(said) - len(text)]
+        alternatives = tuple(before + heard for heard in self.s.ears.alternatives(text))
+        earlier = "" if before or new_subject(text) else self.s.tm.history.cut_short()
 
         def choose(state: torch.Tensor | None) -> Choice | None:
             row = None if state is None else state.float().cpu().numpy()
-            return chooser.choose(box, row, text, alternatives)
+            choice = chooser.choose(box, row, said, alternatives)
+            if choice is None and earlier:
+                # Words that go on from the turn the user cut: read as one request only
+                # where together they name every argument.
+                joined = chooser.choose(box, row, f"{earlier} {said}")
+                args = joined.arguments if joined is not None else None
+                if isinstance(args, dict) and not isinstance(args, Guess):
+                    return joined
+            return choice
 
         return choose
 

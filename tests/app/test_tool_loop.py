@@ -15,6 +15,7 @@ from dllm_voice.app.observe.trace import Tracer
 from dllm_voice.app.observe.trace_tools import summarize
 from dllm_voice.app.terminal.runner import Segment, TimelineSource, run_session
 from dllm_voice.app.tools import calls
+from dllm_voice.app.tools.builtin import units
 from dllm_voice.app.tools.chooser import Choice, ToolChooser
 from dllm_voice.app.tools.config import ToolsConfig
 from dllm_voice.app.tools.registry import ToolBox, ToolContext, ToolError, tool
@@ -270,3 +271,41 @@ def test_words_with_no_whole_call_wait_as_their_score_says():
     _, trace, _ = run(["Read the gauge for me"], [Segment(buzz(800))], toolset())
     (end,) = [e for e in trace if e["event"] == "end_of_turn"]
     assert not end["called"] and end["decision"] == "incomplete"
+
+
+class UnitReader(ToolChooser):
+    """The built-in parsers' way for convert_units alone; keeps the words it was given."""
+
+    def __init__(self) -> None:
+        super().__init__(None, 0.5)
+        self.read: list[str] = []
+
+    def choose(self, box, state, text, alternatives=()):
+        self.read.append(text)
+        args = units.parse_conversion(text)
+        return Choice(box.tools["convert_units"], 0.9, "head+words", args) if args else None
+
+
+def unit_tools() -> tuple[Toolset, UnitReader]:
+    reader = UnitReader()
+    return Toolset(ToolsConfig(), ToolBox.of([units.convert_units.__tool__]), reader), reader
+
+
+def test_a_turn_that_goes_on_from_one_the_user_cut_is_read_with_it():
+    # The first answer is heard, then cut by the rest of the user's request.
+    tools, reader = unit_tools()
+    _, trace, events = run(
+        ["Two cups of milk.", "Roughly how many milliliters?"],
+        [Segment(buzz(800)), Segment(buzz(900), barge_in_at_ms=300)],
+        tools,
+        ms_per_word=200,
+    )
+    first, second = done(events)
+    assert first["status"] == "cancelled" and first["heard_text"]
+    assert reader.read[-2:] == [
+        "Roughly how many milliliters?",
+        "Two cups of milk. Roughly how many milliliters?",
+    ]
+    call = next(e for e in trace if e["event"] == "tool_call")
+    assert call["arguments"] == {"value": 2.0, "from_unit": "cups", "to_unit": "milliliters"}
+    assert second["output_text"].startswith("2 cups is")

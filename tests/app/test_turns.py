@@ -31,7 +31,7 @@ from dllm_voice.app.conversation.end_of_turn import (
     silence_ms,
     takes_floor,
 )
-from dllm_voice.app.conversation.history import History
+from dllm_voice.app.conversation.history import History, new_subject, words_of_turn
 from dllm_voice.app.conversation.text import normalize
 from dllm_voice.app.conversation.turns import TurnManager
 
@@ -349,6 +349,34 @@ def test_revised_user_words_replace_the_newest_message_holding_them():
         "Wait. my dog Bob barks",
     ]
     assert not h.revise_user("not said", "anything") and not h.revise_user("", "x")
+
+
+def test_the_words_of_a_turn_carry_an_earlier_message_no_answer_was_heard_to():
+    h = History(budget_tokens=100)
+    h.add_user("Two cups of milk.")  # its answer cut before a word played
+    prompt = h.prompt("sys", "roughly how many milliliters?")
+    said = words_of_turn("roughly how many milliliters?", prompt)
+    assert said == "Two cups of milk. roughly how many milliliters?"
+    h.note_tool("set_timer", "Timer set for 5 minutes.")  # a call of that message ran
+    prompt = h.prompt("sys", "for the eggs")
+    assert words_of_turn("for the eggs", prompt) == "for the eggs"
+    assert words_of_turn("other words", prompt) == "other words"
+
+
+def test_a_turn_the_user_cut_is_what_the_next_may_go_on_from():
+    h = History(budget_tokens=100)
+    h.add_user("Two cups of milk.")
+    h.add_assistant("Milk is", interrupted=True)
+    assert h.cut_short() == "Two cups of milk."
+    h.add_user("roughly how many milliliters?")  # committed: still the turn before it
+    assert h.cut_short() == "Two cups of milk."
+    h.add_assistant("2 cups is 473.2 milliliters.", interrupted=False)
+    assert h.cut_short() == ""  # heard whole
+    h.add_user("Set a timer for five minutes.")
+    h.note_tool("set_timer", "Timer set for 5 minutes.")
+    h.add_assistant("Timer set", interrupted=True)
+    assert h.cut_short() == ""  # its call ran: never read again
+    assert new_subject("Never mind, tell me a joke.") and not new_subject("Roughly how much?")
 
 
 def test_history_budget_drops_oldest_whole_turns():
