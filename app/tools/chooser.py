@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dllm_voice.app.tools.builtin.numbers import digits
 from dllm_voice.app.tools.registry import Guess, Tool, ToolBox
 
 HEAD_FILE = Path(__file__).with_name("chooser.npz")
@@ -42,6 +43,36 @@ _ASKS_WHY = re.compile(r"\W*(?:(?:so|and|but|okay|ok)\W+)?(?:why|how come)\b", r
 _REPAIR = re.compile(
     r"\b(?:i mean|i meant|no wait|wait no|or rather|scratch that|correction)\b\W*", re.IGNORECASE
 )
+# A request amended by a new amount as it is said ("set a timer for five minutes, actually make
+# it ten"): the amount after the last of these takes the place of the one said before it.
+_MAKE_IT = re.compile(r"\W+(?:(?:no|oh|actually|sorry|wait|um|uh)\W+)*make (?:it|that)\s+", re.I)
+_NUMBER = r"\d+(?:[.:]\d+)?(?: [0-5]\d)?"  # "7 30" too: digits() of "seven thirty"
+_AMOUNT = re.compile(
+    rf"^({_NUMBER})(?: (?!instead|please|then|now)([a-z]+))?(?: (?:instead|please|then|now))*$"
+)
+
+
+def _amended(text: str) -> str | None:
+    """``text`` (in digits) with the amount after its last "make it" in place of the last one
+    said before it: of the same unit where one is named ("15 percent of 80, make it 20
+    percent"), else the last number (and its unit); None where the turn makes no such
+    amendment."""
+    found = list(_MAKE_IT.finditer(text))
+    new = _AMOUNT.match(digits(text[found[-1].end() :].lower()).strip(" .,!?")) if found else None
+    if new is None:
+        return None
+    head = digits(text[: found[-1].start()].lower())
+    number, unit = new[1], new[2]
+    olds = list(re.finditer(rf"{_NUMBER}(?= {unit}\b)", head)) if unit else []
+    said = number
+    if not olds:
+        olds = list(re.finditer(rf"{_NUMBER}(?: [a-z]+)?" if unit else _NUMBER, head))
+        said = f"{number} {unit}" if unit else number
+    if not olds:
+        return None
+    return f"{head[: olds[-1].start()]}{said}{head[olds[-1].end() :]}"
+
+
 # Words of a tool's name or description that say nothing of what it does.
 _FILLER = frozenset(
     _WORD.findall(
@@ -185,7 +216,8 @@ class ToolChooser:
             return None
         corrected = _REPAIR.split(text)[-1]
         tries = (corrected, text) if corrected.strip() and corrected != text else (text,)
-        for said in tries:
+        amended = _amended(text)
+        for said in (amended, *tries) if amended else tries:
             read = _parsed(box, probs, said, "head+words")
             if read is not None:
                 return read

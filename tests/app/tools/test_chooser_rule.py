@@ -103,3 +103,24 @@ def test_a_request_corrected_as_it_is_said_is_read_from_the_correction():
     # A correction that reads no call leaves the whole turn to be read.
     choice = chooser.choose(box(), state, "Set a timer for five minutes, I mean, please.")
     assert choice is not None and choice.arguments == {"seconds": 300.0}
+
+
+def test_a_request_amended_by_a_new_amount_is_read_with_it():
+    head, state = head_giving({"set_timer": 0.5, "calculate": 0.2, NONE: 0.2})
+    chooser = ToolChooser(head, 0.9)
+
+    def args(said: str) -> object:
+        choice = chooser.choose(box("convert_units"), state, said)
+        return choice.arguments if choice is not None else None
+
+    assert args("Set a timer for five minutes, actually make it ten.") == {"seconds": 600.0}
+    assert args("Set a pasta timer for 5 minutes. No, make that 8 please.") == {
+        "seconds": 480.0,
+        "label": "pasta",
+    }
+    assert args("Set a timer for five minutes, make it ten seconds") == {"seconds": 10.0}
+    assert args("What's fifteen percent of eighty? Make it twenty percent.") == {
+        "expression": "20 percent of 80"
+    }
+    # No amount after it: the turn as said.
+    assert args("Set a timer for ten minutes and make it loud.") == {"seconds": 600.0}
