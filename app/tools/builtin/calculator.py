@@ -187,6 +187,8 @@ _LOSE = (
 _GAIN = (
     r"(?:get|got|buy|bought|find|found|add|added|receive|received|earn|earned|win|won|make|made)"
 )
+# What one starts with: "I have 63 apples", "I got paid 900".
+_HOLD = r"(?:have|had|got(?: paid)?|was paid|earned|earn|start with|started with)"
 # "Divided by" alone is an operator the run of the words reads as said.
 _SHARE = r"(?:split|shared?|divided?(?! by))(?: up| out)?(?: evenly| equally)?"
 _AMONG = r"(?:among|amongst|between|by|into|across|with|for)"
@@ -232,13 +234,13 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
     ),
     (
         re.compile(
-            rf"\b(?:have|had|got|start with|started with) {_N}{_THING} and (?:then )?{_LOSE} {_N}"
+            rf"\b{_HOLD} {_N}{_THING} and (?:then )?{_LOSE} {_N}"
         ),
         r"\1 - \2",
     ),
     (
         re.compile(
-            rf"\b(?:have|had|got|start with|started with) {_N}{_THING} and (?:then )?{_GAIN} {_N}"
+            rf"\b{_HOLD} {_N}{_THING} and (?:then )?{_GAIN} {_N}"
         ),
         r"\1 + \2",
     ),

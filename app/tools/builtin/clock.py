@@ -20,7 +20,7 @@ _END = (
 )
 _TIME_ASKED = re.compile(
     rf"\bwhat(?:'s| is|s)?(?: the)?(?: current| local| right| exact| correct)? (?:time|hour)"
-    rf"(?: is it| it is|'s it| is)?{_END}"
+    rf"(?: is it| it is|'s it| is| like)?{_END}"
     rf"|\b(?:the|current|local) (?:time|hour){_END}"
     r"|(?:^|[,.!?]\s*)(?:and |so )?(?:the )?time (?:in|at|over in)\b"
     r"|^(?:the )?time,? (?:please|now)\W*$"

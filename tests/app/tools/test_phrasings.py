@@ -75,6 +75,7 @@ PARSERS: dict[str, Parse] = {
         ("Can you check the clock for me?", None),
         ("What time is it? I have a meeting tomorrow.", None),
         ("I'm flying to Rome tomorrow; what's the time there now?", "Rome"),
+        ("What's the time like in Istanbul?", "Istanbul"),
     ],
 )
 def test_time_phrasings(text: str, place: str | None) -> None:
@@ -346,6 +347,7 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("If I earn 25 dollars an hour for 8 hours, how much do I make?", 200),
         ("Split a hundred and twenty dollars four ways.", 30),
         ("If I buy four coffees at three fifty each, what's the total?", 14),
+        ("I got paid nine hundred and spent three hundred and twenty, what's left?", 580),
     ],
 )
 def test_calculation_phrasings(text: str, value: float) -> None:
