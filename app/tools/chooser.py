@@ -44,8 +44,13 @@ _REPAIR = re.compile(
     r"\b(?:i mean|i meant|no wait|wait no|or rather|scratch that|correction)\b\W*", re.IGNORECASE
 )
 # A request amended by a new amount as it is said ("set a timer for five minutes, actually make
-# it ten"): the amount after the last of these takes the place of the one said before it.
-_MAKE_IT = re.compile(r"\W+(?:(?:no|oh|actually|sorry|wait|um|uh)\W+)*make (?:it|that)\s+", re.I)
+# it ten", "three minutes, I mean four"): the amount after the last of these takes the place of
+# the one said before it.
+_MAKE_IT = re.compile(
+    r"\W+(?:(?:no|oh|actually|sorry|wait|um|uh)\W+)*"
+    r"(?:make (?:it|that)|i mean|i meant|or rather|no wait|wait no|correction)\W+",
+    re.I,
+)
 _NUMBER = r"\d+(?:[.:]\d+)?(?: [0-5]\d)?"  # "7 30" too: digits() of "seven thirty"
 _AMOUNT = re.compile(
     rf"^({_NUMBER})(?: (?!instead|please|then|now)([a-z]+))?(?: (?:instead|please|then|now))*$"

@@ -248,6 +248,14 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(rf"{_N}(?: [a-z]+){{0,2}} {_SHARE} {_N} ways\b"), r"\1 / \2"),
     (re.compile(rf"{_N}(?: [a-z]+){{0,2}} {_SHARE} {_AMONG} {_N}"), r"\1 / \2"),
     (re.compile(rf"\b{_SHARE} {_N}{_THING} {_AMONG} {_N}"), r"\1 / \2"),
+    # "3 people split a bill of 90": the amount over the sharers.
+    (
+        re.compile(
+            rf"\b(\d+) (?:people|persons|friends|guys|kids|roommates|colleagues|of us) "
+            rf"{_SHARE}(?: [a-z]+){{0,3}} {_N}"
+        ),
+        r"\2 / \1",
+    ),
     # "on": Whisper's "of" after "product" and "sum" ("the product on 250 and four").
     (re.compile(rf"\b(?:the )?product (?:of|on) {_N} (?:and|by|times|with) {_N}"), r"\1 * \2"),
     (re.compile(rf"\bmultiply {_N} (?:and|by|times|with) {_N}"), r"\1 * \2"),

@@ -119,6 +119,7 @@ def test_a_request_amended_by_a_new_amount_is_read_with_it():
         "label": "pasta",
     }
     assert args("Set a timer for five minutes, make it ten seconds") == {"seconds": 10.0}
+    assert args("Set a timer for three minutes, I mean four.") == {"seconds": 240.0}
     assert args("What's fifteen percent of eighty? Make it twenty percent.") == {
         "expression": "20 percent of 80"
     }

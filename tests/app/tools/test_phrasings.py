@@ -348,6 +348,7 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("Split a hundred and twenty dollars four ways.", 30),
         ("If I buy four coffees at three fifty each, what's the total?", 14),
         ("I got paid nine hundred and spent three hundred and twenty, what's left?", 580),
+        ("Three people split a bill of ninety dollars. How much does each pay?", 30),
     ],
 )
 def test_calculation_phrasings(text: str, value: float) -> None:
