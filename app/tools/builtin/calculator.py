@@ -233,15 +233,11 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
         r"\2 - \1",
     ),
     (
-        re.compile(
-            rf"\b{_HOLD} {_N}{_THING} and (?:then )?{_LOSE} {_N}"
-        ),
+        re.compile(rf"\b{_HOLD} {_N}{_THING} and (?:then )?{_LOSE} {_N}"),
         r"\1 - \2",
     ),
     (
-        re.compile(
-            rf"\b{_HOLD} {_N}{_THING} and (?:then )?{_GAIN} {_N}"
-        ),
+        re.compile(rf"\b{_HOLD} {_N}{_THING} and (?:then )?{_GAIN} {_N}"),
         r"\1 + \2",
     ),
     (re.compile(rf"\b{_SHARE} {_N}{_THING} {_N} ways\b"), r"\1 / \2"),
@@ -361,6 +357,27 @@ def _heard_operand(lower: str) -> str:
     return lower[: found.start(2)] + number + lower[found.end(2) :]
 
 
+# "Add it hundred and fifty to twelve hundred": a word before "hundred" or "thousand" that is
+# no number is read by its sound as one of one to nine ("it" is 0.5 from "eight"; "a" 1.5).
+_BEFORE_SCALE = re.compile(r"\b([a-z]+) (hundred|thousand)\b")
+_ONES = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+
+
+def _heard_scale(lower: str) -> str:
+    def read(found: re.Match[str]) -> str:
+        if _kind(found[1]):
+            return found[0]
+        number = sounds.sounds_like(found[1], _ONES)
+        return f"{number} {found[2]}" if number else found[0]
+
+    return _BEFORE_SCALE.sub(read, lower)
+
+
+def _heard(lower: str) -> str:
+    """``lower`` with the numbers Whisper wrote as other words read by their sound."""
+    return _heard_scale(_heard_operand(lower))
+
+
 def parse_calculation(text: str) -> dict[str, object] | None:
     """The expression in the user's words: "What's twelve plus twenty-nine?" ->
     {"expression": "twelve plus twenty-nine"}; a task in digits: "cut three hundred and fifty
@@ -375,10 +392,10 @@ def parse_calculation(text: str) -> dict[str, object] | None:
         r"\b(?:in|as|into) an? (?:poem|song|story|haiku|rhyme|riddle|joke|limerick)\b", lower
     ):
         return None  # something to write, the sum only its subject
-    lower = _heard_operand(lower)
+    lower = _heard(lower)
     # The money words part the numbers around them ("a hundred and twenty dollars four ways"
     # is 120 and 4, not 124) and then go.
-    parted = digits(_heard_operand(_MONEY.sub(" , ", text.lower())))
+    parted = digits(_heard(_MONEY.sub(" , ", text.lower())))
     expression = _task(" ".join(re.sub(r"[^\w.%$+*/^×÷-]+", " ", parted).split()))
     expression = expression or _run(lower)
     if expression is None:

@@ -341,6 +341,7 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("i always forget what seven times it", 56),  # the last number heard by its sound
         ("what's nine times for", 36),
         ("what is 12 divided by sex", 2),
+        ("Can you add it hundred and fifty to twelve hundred?", 2050),  # "eight" by its sound
         ("What is one half plus one quarter?", 0.75),
         ("one third plus one sixth", 0.5),
         ("three eighths of 64", 24),
@@ -521,6 +522,7 @@ NOT_TOOL_REQUESTS = [
     "and so on and so forth",
     "what is the right time to plant tomatoes",
     "we turned 2 rooms into offices",
+    "the top hundred songs of the year",
     "is it the first time you've heard this",
     "what time will it be in tokyo tomorrow",
 ]
