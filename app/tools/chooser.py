@@ -199,7 +199,7 @@ class ToolChooser:
         best = next((Choice(t, 1.0, "named") for t in untrained if says_name(t, text)), None)
         best = best or self._by_head(box, probs, text)
         if best is None or isinstance(best.arguments, Guess):
-            best = self._by_alternatives(box, probs, alternatives, best) or best
+            best = self._by_alternatives(box, probs, alternatives) or best
         best = best or next(
             (Choice(t, 1.0, "named") for t in untrained if describes(t, text)), None
         )
@@ -244,17 +244,17 @@ class ToolChooser:
         box: ToolBox,
         probs: dict[str, float] | None,
         alternatives: tuple[str, ...],
-        guessed: Choice | None,
     ) -> Choice | None:
-        """The first alternative hearing a parser reads, tools in the head's order on the best
-        hearing; none where the head is sure the turn needs no tool. Where the best hearing's
-        read ``guessed`` names what its tool does not know, only a read that is no guess."""
+        """The first alternative hearing a parser reads with arguments its tool knows (no
+        ``Guess``: "the time in a narrow beat" heard as "in I'll be" says nothing the user
+        asked), tools in the head's order on the best hearing; none where the head is sure the
+        turn needs no tool."""
         if probs is None or probs.get(NONE, 0.0) >= SURE_NONE:
             return None
         for heard in alternatives:
             read = (
                 None if _ASKS_WHY.match(heard) else _parsed(box, probs, heard, "head+alternative")
             )
-            if read is not None and not (guessed and isinstance(read.arguments, Guess)):
+            if read is not None and not isinstance(read.arguments, Guess):
                 return read
         return None

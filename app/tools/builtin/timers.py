@@ -255,7 +255,8 @@ _CLOCK = re.compile(
 def _clock_time(text: str) -> tuple[int, int, str] | None:
     """(hour, minute, "am"/"pm"/"") in ``text``: "7:30 am", "19:00", "seven thirty", "half past
     six", "quarter to eight", "noon"; None if there is none."""
-    t = digits(text)
+    # Whisper's "a quarter pass seven": read before the numbers, as "a quarter" alone is 0.25.
+    t = digits(re.sub(r"\b(half|quarter)[ -]pass\b", r"\1 past", text, flags=re.I))
     if re.search(r"\b(?:noon|midday)\b", t):
         return 12, 0, "pm"
     if re.search(r"\bmidnight\b", t):
@@ -340,6 +341,7 @@ def _parse_list(text: str) -> dict[str, object] | None:
         r"\b(?:about|for) (?:timers|alarms)\b|\balarm clocks?\b|\btimer apps?\b"
         r"|\b(?:timers?|alarms?) (?:look|looks|work|works|sound|sounds) like\b"
         r"|\bhow (?:does|do) (?:an? |the )?(?:timers?|alarms?) work\b"
+        r"|\b(?:name|call|rename) (?:my|our|the|a|an) (?:timers?|alarms?)\b"
     )
     if re.search(topic, lower):
         return None  # timers as a topic, not the user's

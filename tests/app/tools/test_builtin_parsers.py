@@ -130,6 +130,7 @@ def test_parse_set_timer(text: str, args: dict[str, object] | None) -> None:
         ("wake me up at seven thirty", "7:30 AM"),
         ("wake me at half past six", "6:30 AM"),
         ("Wake me at half-pass six.", "6:30 AM"),
+        ("Set an alarm for a quarter pass seven in the morning.", "7:15 AM"),
         ("set an alarm for eight tomorrow", "8:00 AM"),
         ("set an alarm for two tomorrow", "2:00"),
         ("wake me up at three", "3:00"),

@@ -86,6 +86,14 @@ def test_a_known_place_in_an_alternative_goes_before_an_unknown_one_in_the_best_
     assert choice is not None and choice.arguments == {"country": "Sudan", "fact": "population"}
 
 
+def test_an_alternative_read_as_a_guess_makes_no_call():
+    tools = box("get_time")
+    head, state = head_giving({"get_time": 0.5, NONE: 0.3})
+    text = "Can you tell me what time it is a narrow beat?"
+    choice = ToolChooser(head, 0.9).choose(tools, state, text, ("What time is it in I'll be?",))
+    assert choice is None
+
+
 def test_no_alternative_is_read_where_the_head_is_sure_no_tool_is_needed():
     head, state = head_giving({NONE: 0.95})
     text, alternatives = "Can parrots count to ten?", ("Can parrots count 2 + 10?",)

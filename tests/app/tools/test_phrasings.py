@@ -523,6 +523,7 @@ NOT_TOOL_REQUESTS = [
     "what is the right time to plant tomatoes",
     "we turned 2 rooms into offices",
     "the top hundred songs of the year",
+    "what should i name my timer at",  # Whisper's "timer app"
     "is it the first time you've heard this",
     "what time will it be in tokyo tomorrow",
 ]
