@@ -374,8 +374,9 @@ def _heard_scale(lower: str) -> str:
 
 
 def _heard(lower: str) -> str:
-    """``lower`` with the numbers Whisper wrote as other words read by their sound."""
-    return _heard_scale(_heard_operand(lower))
+    """``lower`` with the numbers Whisper wrote as other words read by their sound, and its
+    "on" for "of" after a percent ("fifteen percent on sixty")."""
+    return re.sub(r"(percent|%) on\b", r"\1 of", _heard_scale(_heard_operand(lower)))
 
 
 def parse_calculation(text: str) -> dict[str, object] | None:

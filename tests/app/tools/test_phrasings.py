@@ -342,6 +342,7 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("what's nine times for", 36),
         ("what is 12 divided by sex", 2),
         ("Can you add it hundred and fifty to twelve hundred?", 2050),  # "eight" by its sound
+        ("What's fifteen percent on sixty?", 9),  # Whisper's "on" for "of"
         ("What is one half plus one quarter?", 0.75),
         ("one third plus one sixth", 0.5),
         ("three eighths of 64", 24),
