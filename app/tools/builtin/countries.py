@@ -150,6 +150,11 @@ def _country_sounds() -> dict[str, tuple[str, ...]]:
     return {name: said for name in country_names() if len(said := sounds.said(name)) >= 4}
 
 
+# What a place is, which is no name to hear a country in: "the island of Crete" is 1 phoneme
+# from "Iceland".
+_KINDS = frozenset({"island", "city", "town", "village", "province", "region", "county"})
+
+
 def _country_by_sound(text: str) -> str | None:
     """The one country that a run of up to 3 words where a country's name goes (after "of",
     "in", "for", "does", before "'s") sounds like (``sounds.phrase_like``): Whisper's "bulk
@@ -168,7 +173,7 @@ def _country_by_sound(text: str) -> str | None:
     run: list[str] = []
     cued = False
     for word, owner in re.findall(r"([A-Za-z]+)('s)?", text):
-        if word.lower() in _ASKING or _NOT_A_NAME.fullmatch(word):
+        if word.lower() in _ASKING or _NOT_A_NAME.fullmatch(word) or word.lower() in _KINDS:
             if cued:
                 heard(run)
             run = []

@@ -35,6 +35,7 @@ class Place:
 # ("Of", "Bo", "Ufa") is treated the same way.
 _COMMON_WORDS = frozenset(
     """time date much most same come best police young along federal deal goes dig mach bank
+    island
     normal reading save nice opportunity officer green male central mission mobile sale rich
     spring springs mine university union split manage bear tank liberal colon bath hook forest
     salt pace marks bell airport superior begun holiday march fate lens independence drama mile
@@ -206,7 +207,8 @@ def _add_countries(
         by_name[_key(name)] = place
         for spelling in [name, *data.get("altSpellings", [])]:
             if re.search("[a-z]", spelling):  # not the ISO codes ("IT", "NO" are words)
-                gaz.add(_key(spelling), place)
+                key = _key(spelling)  # another name that is a word ("Island") only capitalized
+                gaz.add(key, place, proper_only=spelling != name and key in _COMMON_WORDS)
     for alias, country in _COUNTRY_ALIASES.items():
         gaz.add(alias, by_name[country])
 

@@ -525,6 +525,8 @@ NOT_TOOL_REQUESTS = [
     "we turned 2 rooms into offices",
     "the top hundred songs of the year",
     "what should i name my timer at",  # Whisper's "timer app"
+    "how many people live on the island",  # not Iceland ("Island" in the data)
+    "what is the population of the island of crete",  # nor Iceland by its sound
     "is it the first time you've heard this",
     "what time will it be in tokyo tomorrow",
 ]
