@@ -48,8 +48,8 @@ _NTH = (
     r"|twentieth|thirtieth)"
 )
 _DATE_ASKED = re.compile(
-    r"\bwhat(?:'s| is|s)?(?: the)?(?: today's)? date\b(?!\s+(?:of|for|when|did|does|do)\b)"
-    r"|\b(?:the|today's) date\b(?!\s+(?:of|for|when|did|does|do)\b)|\bdate today\b"
+    r"\bwhat(?:'s| is|s)?(?: the)?(?: today's)? date\b(?!\s+(?:of|for|when|did|does|do|palms?)\b)"
+    r"|\b(?:the|today's) date\b(?!\s+(?:of|for|when|did|does|do|palms?)\b)|\bdate today\b"
     r"|\b(?:what|which) (?:day|weekday|date|month|year)(?: of the (?:week|month|year))?"
     r" (?:is (?:it|today)|it is|are we)\b"
     r"|\bwhat(?:'s| is|s) (?:the day )?today\b|\bthe day and (?:the )?date\b"
@@ -77,9 +77,13 @@ def _sentence(text: str, found: re.Match[str]) -> str:
     return text[start : min(ends, default=len(text))]
 
 
+# The words of the question asked of someone else: "how do I say what time is it in Spanish".
+_SAYING = re.compile(r"\bhow (?:do|would|can|should) (?:i|you|we) (?:say|write|spell|ask)\b", re.I)
+
+
 def _parse(asked: re.Pattern[str], text: str) -> dict[str, object] | None:
     found = asked.search(text)
-    if found is None or _NOT_NOW.search(_sentence(text, found)):
+    if found is None or _NOT_NOW.search(_sentence(text, found)) or _SAYING.search(text):
         return None
     place = named_place(text)
     # A place no gazetteer knows is written as a name where the text is cased: "the time in

@@ -92,7 +92,7 @@ def _spoken_list(items: list[str]) -> str:
 
 
 _FACTS: list[tuple[Fact, str]] = [
-    ("capital", r"\bcapital\b"),
+    ("capital", r"\bcapital\b(?! (?:punishment|gains?|letters?|offen[cs]es?|crimes?))"),
     (
         "population",
         r"\bpopulation\b|\bpopulous\b|\bhow populated\b"

@@ -298,6 +298,10 @@ _RING_AT = re.compile(
 _MORNING = re.compile(r"\b(?:wake|waking|get me up|(?:be|get) up by|tomorrow)\b")
 
 
+# Advice asked, not an alarm: "What time should I go to bed if I wake up at six?"
+_ADVICE = re.compile(r"\b(?:what time|when|how early|how late) (?:should|must|would) (?:i|we)\b")
+
+
 def _parse_set_alarm(text: str) -> dict[str, object] | None:
     lower = text.lower()
     asked = re.search(
@@ -305,7 +309,7 @@ def _parse_set_alarm(text: str) -> dict[str, object] | None:
         r"|(?:need|have|got) to (?:be|get) up)\b",
         lower,
     ) or _RING_AT.search(digits(lower))
-    if not asked or _CANCEL.search(lower):
+    if not asked or _CANCEL.search(lower) or _ADVICE.search(lower):
         return None
     wanted = _clock_time(lower)
     if wanted is None or _ASKS.search(lower):
@@ -342,6 +346,7 @@ def _parse_list(text: str) -> dict[str, object] | None:
         r"|\b(?:timers?|alarms?) (?:look|looks|work|works|sound|sounds) like\b"
         r"|\bhow (?:does|do) (?:an? |the )?(?:timers?|alarms?) work\b"
         r"|\b(?:name|call|rename) (?:my|our|the|a|an) (?:timers?|alarms?)\b"
+        r"|\binvent(?:ed|ion|or)?\b|\bhistory\b"
     )
     if re.search(topic, lower):
         return None  # timers as a topic, not the user's

@@ -527,6 +527,11 @@ NOT_TOOL_REQUESTS = [
     "what should i name my timer at",  # Whisper's "timer app"
     "how many people live on the island",  # not Iceland ("Island" in the data)
     "what is the population of the island of crete",  # nor Iceland by its sound
+    "what time should i go to bed if i wake up at six",
+    "is it true that sweden has no capital punishment",
+    "what's the date palm tree",
+    "tell me about the first timer ever invented",
+    "how do i say what time is it in spanish",
     "is it the first time you've heard this",
     "what time will it be in tokyo tomorrow",
 ]
