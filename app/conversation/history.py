@@ -113,8 +113,7 @@ class History:
     def cut_short(self) -> str:
         """The words of the user's turn before this one when the user cut its answer and no
         tool ran in it ("Two cups of milk," [its answer heard, then cut] "roughly how many
-        milliliters?"): what this turn may go on from; "" otherwise, or when this turn
-        changes the subject."""
+        milliliters?"): what this turn may go on from; "" otherwise."""
         past = self.messages
         if past and past[-1].role == "user":
             past = past[:-1]  # this turn, committed

@@ -38,18 +38,15 @@ SURE_NONE = 0.9
 
 _WORD = re.compile(r"[a-z]+")
 _ASKS_WHY = re.compile(r"\W*(?:(?:so|and|but|okay|ok)\W+)?(?:why|how come)\b", re.IGNORECASE)
+_CORRECTS = r"i mean|i meant|no wait|wait no|or rather|correction"
 # A request the user corrected as they said it ("a two minute warning... I mean set a two
 # minute timer"): what follows the last of these is read first, the whole turn if it reads none.
-_REPAIR = re.compile(
-    r"\b(?:i mean|i meant|no wait|wait no|or rather|scratch that|correction)\b\W*", re.IGNORECASE
-)
+_REPAIR = re.compile(rf"\b(?:{_CORRECTS}|scratch that)\b\W*", re.IGNORECASE)
 # A request amended by a new amount as it is said ("set a timer for five minutes, actually make
 # it ten", "three minutes, I mean four"): the amount after the last of these takes the place of
 # the one said before it.
 _MAKE_IT = re.compile(
-    r"\W+(?:(?:no|oh|actually|sorry|wait|um|uh)\W+)*"
-    r"(?:make (?:it|that)|i mean|i meant|or rather|no wait|wait no|correction)\W+",
-    re.I,
+    rf"\W+(?:(?:no|oh|actually|sorry|wait|um|uh)\W+)*(?:make (?:it|that)|{_CORRECTS})\W+", re.I
 )
 _NUMBER = r"\d+(?:[.:]\d+)?(?: [0-5]\d)?"  # "7 30" too: digits() of "seven thirty"
 _AMOUNT = re.compile(
