@@ -44,7 +44,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pint
 import simpleeval
@@ -68,6 +68,9 @@ from testkit.tool_requests import (
     REQUESTS,
     ToolRequest,
 )
+
+if TYPE_CHECKING:
+    from dllm_voice.app.conversation.session import VoiceSession
 
 DEFAULTS = ("lm.max_new_tokens=48",)  # no-tool answers are not scored: short ones save time
 MODES = {"typed": ("typed",), "spoken": ("spoken",), "both": ("typed", "spoken")}
@@ -165,17 +168,24 @@ class RequestTimeline(TimelineSource):
         super().__init__(*args, **kw)
         self.requests = requests
 
+    def bind(self, session: VoiceSession) -> None:
+        super().bind(session)
+        self._fresh_tools(self.segments[0])  # the others', once the turn before is over
+
+    def _fresh_tools(self, seg: Segment) -> None:
+        if self.session is not None:
+            ctx = self.session.tools.ctx
+            ctx.close()
+            ctx.state.clear()
+            pending_timers(self.requests[seg.label], ctx)
+
     def _ready_for(self, seg: Segment) -> Any:
         ready = super()._ready_for(seg)
 
         def ready_with_fresh_tools() -> bool:
             if not ready():
                 return False
-            if self.session is not None:
-                ctx = self.session.tools.ctx
-                ctx.close()
-                ctx.state.clear()
-                pending_timers(self.requests[seg.label], ctx)
+            self._fresh_tools(seg)
             return True
 
         return ready_with_fresh_tools

@@ -281,8 +281,10 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
     ),
 ]
 _SUM = re.compile(
-    # "And 65 and 38.": Whisper's "add" at the start of a request of numbers alone.
-    rf"^and(?: up| together)? {_N}(?: and -?\d+(?:\.\d+)?)+(?: for me| please)?\W*$|"
+    # "And 65 and 38.", "And up 14 22 and 31.": Whisper's "add" at the start of a request of
+    # numbers alone.
+    rf"^and(?: up| together)? {_N}(?:,? (?:and )?-?\d+(?:\.\d+)?)*(?:,? and -?\d+(?:\.\d+)?)"
+    r"(?: for me| please)?\W*$|"
     rf"\b(?:add(?: up| together)?|sum(?: up)?|total(?: up)?|(?:the )?(?:sum|total) (?:of|on)) "
     rf"{_N}(?:,? (?:and |plus |to )?-?\d+(?:\.\d+)?)+"
 )
@@ -373,10 +375,16 @@ def _heard_scale(lower: str) -> str:
     return _BEFORE_SCALE.sub(read, lower)
 
 
+# Whisper's "on" for "of" after a percent or a fraction, before a number: "fifteen percent on
+# sixty", "half on three hundred".
+_ON_FOR_OF = re.compile(rf"\b((?:percent|{'|'.join(sorted(_FRACTIONS))})\b|%) on (?=([a-z0-9]+))")
+
+
 def _heard(lower: str) -> str:
     """``lower`` with the numbers Whisper wrote as other words read by their sound, and its
-    "on" for "of" after a percent ("fifteen percent on sixty")."""
-    return re.sub(r"(percent|%) on\b", r"\1 of", _heard_scale(_heard_operand(lower)))
+    "on" for "of" (``_ON_FOR_OF``)."""
+    lower = _heard_scale(_heard_operand(lower))
+    return _ON_FOR_OF.sub(lambda m: f"{m[1]} of " if _kind(m[2]) == "number" else m[0], lower)
 
 
 def parse_calculation(text: str) -> dict[str, object] | None:

@@ -50,10 +50,11 @@ _NTH = (
 _DATE_ASKED = re.compile(
     r"\bwhat(?:'s| is|s)?(?: the)?(?: today's)? date\b(?!\s+(?:of|for|when|did|does|do|palms?)\b)"
     r"|\b(?:the|today's) date\b(?!\s+(?:of|for|when|did|does|do|palms?)\b)|\bdate today\b"
-    r"|\b(?:what|which) (?:day|weekday|date|month|year)(?: of the (?:week|month|year))?"
+    r"|\b(?:what|which) (?:day|weekday|date|month|year)(?: o[fn] the (?:week|month|year))?"
     r" (?:is (?:it|today)|it is|are we)\b"
     r"|\bwhat(?:'s| is|s) (?:the day )?today\b|\bthe day and (?:the )?date\b"
-    r"|\bcheck the date\b|\bday of the week\b(?! (?:was|were|will|did)\b)"
+    r"|\bcheck the date\b|\bday o[fn] the week\b(?! (?:was|were|will|did)\b)"
+    r"(?! (?:is|does|do|falls?) (?!it\b|today\b))"  # "… is Christmas": another day's
     rf"|\bis (?:it|today) (?:still |already )?{_DAY_NAMES}\b"
     rf"|\bhas {_DAY_NAMES} (?:started|begun|come)\b"
     rf"|\bis today the {_NTH}\b|\bis it the {_NTH} (?:today|of (?:the|this) month)\b",

@@ -295,7 +295,7 @@ _RING_AT = re.compile(
 # A bare hour from 4 to 11 said with a wake-up or "tomorrow" is the morning's: "wake me at seven"
 # at 1 PM means 7 AM, where the tool reads a bare "7" as whichever 7 comes first. Earlier hours
 # are as likely a nap's or an afternoon's ("an alarm at two tomorrow").
-_MORNING = re.compile(r"\b(?:wake|waking|get me up|(?:be|get) up by|tomorrow)\b")
+_MORNING = re.compile(r"\b(?:wake|waking|get me up|(?:be|get) up|tomorrow)\b")
 
 
 # Advice asked, not an alarm: "What time should I go to bed if I wake up at six?"
@@ -306,7 +306,7 @@ def _parse_set_alarm(text: str) -> dict[str, object] | None:
     lower = text.lower()
     asked = re.search(
         r"\b(?:alarm|wake me|wake us|get me up|wake ?-?up call|wake up at|i'?m up"
-        r"|(?:need|have|got) to (?:be|get) up)\b",
+        r"|(?:need|have|got|want|wanna|'d like|would like) to (?:be|get) up|wanna (?:be|get) up)\b",
         lower,
     ) or _RING_AT.search(digits(lower))
     if not asked or _CANCEL.search(lower) or _ADVICE.search(lower):
@@ -370,13 +370,16 @@ _CANCEL_ALL = re.compile(
 )
 
 
+# "Cancelled the rice timer.": Whisper's "cancel the" said as one word, at the request's start.
+_CANCELLED = re.compile(r"^(?:(?:okay|ok|so|and|please|now),? )*cancell?ed (?:the|my|that|this)\b")
+
+
 def _parse_cancel(text: str) -> dict[str, object] | None:
     words = digits(text)
     if _CANCEL_ALL.match(words.strip()):
         return {"label": "all"}
-    if not _CANCEL.search(words) or not re.search(
-        r"\b(?:timers?|alarms?|countdown|reminders?)\b", words
-    ):
+    asked = _CANCEL.search(words) or _CANCELLED.match(words.strip().lower())
+    if not asked or not re.search(r"\b(?:timers?|alarms?|countdown|reminders?)\b", words):
         return None
     if re.search(r"\b(?:all|every|both)\b", words):
         return {"label": "all"}

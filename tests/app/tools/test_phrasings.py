@@ -110,6 +110,7 @@ def test_time_phrasings(text: str, place: str | None) -> None:
         ("give me the current date for Toronto", "Toronto"),
         ("Is today the fifth or the sixth?", None),
         ("is it the 21st today", None),
+        ("What day on the week is today?", None),  # Whisper's "on" for "of"
     ],
 )
 def test_date_phrasings(text: str, place: str | None) -> None:
@@ -196,6 +197,8 @@ def test_set_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("could you make my phone ring at 730 tomorrow morning", "7:30 AM"),  # Whisper's digits
         ("Please set an alarm for 645.", "6:45"),
         ("set an alarm for 1130 pm", "11:30 PM"),
+        ("I want to get up at five forty-five.", "5:45 AM"),
+        ("i'd like to be up at seven tomorrow", "7:00 AM"),
     ],
 )
 def test_set_alarm_phrasings(text: str, at: str) -> None:
@@ -257,6 +260,8 @@ def test_list_timers_phrasings(text: str) -> None:
         ("the rice is ready you can stop the timer", {"label": "rice"}),
         ("the laundry is out early so drop at timer", {"label": "laundry"}),  # "that timer"
         ("turn off timer", {}),
+        ("Cancelled the rice timer.", {"label": "rice"}),  # Whisper's "cancel the"
+        ("okay cancelled my alarm", {"label": "alarm"}),
     ],
 )
 def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
@@ -338,6 +343,8 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("one hundred forty four, take its square root", 12),
         ("27. now find the cube root", 3),
         ("and 19 and 23", 42),  # Whisper's "add" at the start of numbers alone
+        ("And up fourteen twenty-two and thirty-one.", 67),
+        ("How much is half on three hundred and fifty?", 175),  # "on" for "of"
         ("i always forget what seven times it", 56),  # the last number heard by its sound
         ("what's nine times for", 36),
         ("what is 12 divided by sex", 2),
@@ -534,6 +541,12 @@ NOT_TOOL_REQUESTS = [
     "how do i say what time is it in spanish",
     "is it the first time you've heard this",
     "what time will it be in tokyo tomorrow",
+    "i cancelled the rice timer yesterday",
+    "i want to get up earlier any tips",
+    "and then 3 and 4 more",
+    "what day of the week is christmas this year",
+    "what day of the week does my birthday fall on",
+    "put half on the table",
 ]
 
 
