@@ -181,7 +181,7 @@ def _kind(token: str) -> str:
 _N = r"(-?\d+(?:\.\d+)?)"
 _THING = r"(?: [a-z]+)?"  # what is counted: "63 apples"
 _LOSE = (
-    r"(?:eat|ate|lose|lost|spend|spent|use|used|sell|sold|drop|dropped|break|broke"
+    r"(?:eat|ate|lose|lost|spend|spent|pay|paid|use|used|sell|sold|drop|dropped|break|broke"
     r"|give away|gave away)"
 )
 _GAIN = (
@@ -270,6 +270,14 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
         re.compile(
             rf"\bcosts? {_N}(?: [a-z]+)?,? and (?:i|we) (?:buy|get|order|need) {_N}\b"
             r"(?!.*\b(?:left|change|remain))"
+        ),
+        r"\1 * \2",
+    ),
+    # "a ticket costs 14, how much are 5 tickets": the same, asked.
+    (
+        re.compile(
+            rf"\bcosts? {_N}(?: [a-z]+)?,? how much (?:are|is|for|would|will|do|does)"
+            rf"(?: [a-z]+)?? {_N}\b"
         ),
         r"\1 * \2",
     ),

@@ -58,6 +58,8 @@ PARSERS: dict[str, Parse] = {
         ("tell me the current time in london", "london"),
         ("what's the local time in sydney", "sydney"),
         ("could you tell me what time it is in paris", "paris"),
+        ("What time is it on the west coast, in Los Angeles?", "Los Angeles"),
+        ("what time is it, in tokyo", "tokyo"),
         ("time in berlin please", "berlin"),
         ("in dubai what time is it", "dubai"),
         ("do you know the time in mumbai", "mumbai"),
@@ -345,6 +347,8 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("and 19 and 23", 42),  # Whisper's "add" at the start of numbers alone
         ("And up fourteen twenty-two and thirty-one.", 67),
         ("How much is half on three hundred and fifty?", 175),  # "on" for "of"
+        ("If a ticket costs fourteen dollars, how much are five tickets?", 70),
+        ("I had two hundred dollars and paid seventy-five for groceries, what's left?", 125),
         ("i always forget what seven times it", 56),  # the last number heard by its sound
         ("what's nine times for", 36),
         ("what is 12 divided by sex", 2),
@@ -547,6 +551,7 @@ NOT_TOOL_REQUESTS = [
     "what day of the week is christmas this year",
     "what day of the week does my birthday fall on",
     "put half on the table",
+    "what time is it on mars",
 ]
 
 
