@@ -15,7 +15,8 @@ _MONTHS = """January February March April May June July August September October
     December""".split()  # noqa: SIM905 - a word table
 
 _END = (
-    r"(?=,?\s+(?:in|at|over|for|now|right|there|currently|please|today|where)\b"
+    r"(?=,?\s+(?:back(?: home)? (?:in|at)|in|at|over|for|now|right|there|currently|please"
+    r"|today|where)\b"
     r"|\s+on\b[^,.?!]*,? in\b"  # "on the west coast, in Los Angeles"
     r"|,? (?:thanks|thank you|by any chance)\W*$|\s*[?.!]?\s*$|\s*[?.!;]\s)"
 )

@@ -385,11 +385,15 @@ def _parse_cancel(text: str) -> dict[str, object] | None:
         return {"label": "all"}
     if re.search(r"\balarm\b", words):
         wanted = _clock_time(words)
-        if wanted is not None and wanted[2]:
-            hour, minute, half = wanted
-            at = datetime(2000, 1, 1, hour % 12 + (12 if half == "pm" else 0), minute)
-            return {"label": f"{spoken_time(at)} alarm"}
-        return {"label": "alarm"}
+        if wanted is None:
+            return {"label": "alarm"}
+        hour, minute, half = wanted
+        at = datetime(
+            2000, 1, 1, hour % 24 if hour > 12 else hour % 12 + 12 * (half == "pm"), minute
+        )
+        said = spoken_time(at)
+        # "the alarm for six thirty": either half of the day, as set_alarm names it too.
+        return {"label": f"{said if half or hour > 12 else said[:-3]} alarm"}
     found = _seconds(words)
     # "the reminder about the bank", "my reminder to call Bob": the last word names it.
     about = re.search(
@@ -458,7 +462,8 @@ def set_alarm(at: str, reminder: str = "", *, ctx: ToolContext) -> str:
     start = min(s if s > now else s + timedelta(days=1) for s in starts)
     when = spoken_time(start)
     day = " tomorrow" if start.date() != now.date() else ""
-    names = {"alarm", when.lower(), f"{when.lower()} alarm"}
+    # "the alarm for six thirty" names it without its half of the day.
+    names = {"alarm", when.lower(), f"{when.lower()} alarm", when.lower()[:-3]}
     todo = " ".join(reminder.split()).strip(" ,.!?")
     if todo:
         key = ctx.schedule(start.timestamp() - ctx.now(), f"It's {when}. Time to {todo}.")

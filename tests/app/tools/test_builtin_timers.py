@@ -109,6 +109,16 @@ def test_alarms(ctx: ToolContext) -> None:  # it is 12:41 PM, local time UTC
     )
 
 
+def test_an_alarm_named_without_its_half_of_the_day(ctx: ToolContext) -> None:
+    """ "Cancel the alarm for six thirty" cancels the 6:30 PM alarm, not the newest one."""
+    timers.set_alarm("6:30 pm", ctx=ctx)
+    timers.set_alarm("7 am", ctx=ctx)
+    args = timers._parse_cancel("Cancel the alarm for six thirty.")
+    assert args == {"label": "6:30 alarm"}
+    assert timers.cancel_timer(str(args["label"]), ctx=ctx) == "Canceled your 6:30 PM alarm."
+    assert timers.cancel_timer("7 alarm", ctx=ctx) == "Canceled your 7 AM alarm."
+
+
 def test_an_alarm_as_a_reminder(ctx: ToolContext) -> None:  # it is 12:41 PM, local time UTC
     said = timers.set_alarm("5 PM", reminder="call Bob", ctx=ctx)
     assert said == "I'll remind you to call Bob at 5 PM."

@@ -60,6 +60,7 @@ PARSERS: dict[str, Parse] = {
         ("could you tell me what time it is in paris", "paris"),
         ("What time is it on the west coast, in Los Angeles?", "Los Angeles"),
         ("what time is it, in tokyo", "tokyo"),
+        ("What time is it back home in Manila?", "Manila"),
         ("time in berlin please", "berlin"),
         ("in dubai what time is it", "dubai"),
         ("do you know the time in mumbai", "mumbai"),
@@ -257,6 +258,8 @@ def test_list_timers_phrasings(text: str) -> None:
         ("clear every alarm", {"label": "all"}),
         ("can you cancel the five minute timer", {"label": "5 minutes"}),
         ("get rid of my 7 am alarm", {"label": "7 AM alarm"}),
+        ("cancel the alarm for six thirty", {"label": "6:30 alarm"}),  # either half of the day
+        ("turn off the 18:30 alarm", {"label": "6:30 PM alarm"}),
         ("please cancel the tea timer", {"label": "tea"}),
         ("the eggs are done so drop the timer", {"label": "eggs"}),
         ("the rice is ready you can stop the timer", {"label": "rice"}),
