@@ -85,3 +85,27 @@ def test_tune_writes_a_lossless_profile_that_lm_load_then_uses(
     assert session.cfg.draft_len == data["settings"]["draft_len"]
     assert LM.load(LMConfig(profile="none")).profile is None
     path.unlink()
+
+
+def test_tune_keeps_the_untuned_settings_unless_a_finalist_beats_them_head_to_head(
+    lm: LM, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A finalist whose prompt-by-prompt gain over the untuned settings is within MARGIN is
+    noise: the untuned settings are written instead, whatever its first timing said."""
+    monkeypatch.setattr(tune, "space", lambda lm, costs: {"draft_len": (4, 8)})
+    gains: list[dict] = []
+
+    def versus(self: tune.Search, settings: dict, base: dict, rounds: int) -> float:
+        gains.append(settings)
+        return 1.0 + tune.MARGIN / 2
+
+    monkeypatch.setattr(tune.Search, "versus", versus)
+    out = tmp_path / "profile.json"
+    report, log = io.StringIO(), io.StringIO()
+    assert (
+        tune.run(lm.cfg, n_prompts=2, max_new=8, rounds=1, out=str(out), report=report, log=log)
+        == 0
+    )
+    data = json.loads(out.read_text())
+    assert gains and all(g["draft_len"] != data["settings"]["draft_len"] for g in gains)
+    assert data["settings"]["draft_len"] == LMConfig.draft_len and data["paired_vs_untuned"] == 1.0
