@@ -370,6 +370,16 @@ _CANCEL_ALL = re.compile(
 )
 
 
+def _hour_of_day(hour: int, half: str) -> int:
+    """0-23 from ``_clock_time``'s hour and half ("" where the hour says it or none was said)."""
+    return hour if hour > 12 else hour % 12 + (12 if half == "pm" else 0)
+
+
+def _without_half(spoken: str) -> str:
+    """``spoken_time``'s "6:30 PM" as "6:30"."""
+    return spoken.removesuffix(" AM").removesuffix(" PM")
+
+
 # "Cancelled the rice timer.": Whisper's "cancel the" said as one word, at the request's start.
 _CANCELLED = re.compile(r"^(?:(?:okay|ok|so|and|please|now),? )*cancell?ed (?:the|my|that|this)\b")
 
@@ -388,12 +398,9 @@ def _parse_cancel(text: str) -> dict[str, object] | None:
         if wanted is None:
             return {"label": "alarm"}
         hour, minute, half = wanted
-        at = datetime(
-            2000, 1, 1, hour % 24 if hour > 12 else hour % 12 + 12 * (half == "pm"), minute
-        )
-        said = spoken_time(at)
+        said = spoken_time(datetime(2000, 1, 1, _hour_of_day(hour, half), minute))
         # "the alarm for six thirty": either half of the day, as set_alarm names it too.
-        return {"label": f"{said if half or hour > 12 else said[:-3]} alarm"}
+        return {"label": f"{said if half or hour > 12 else _without_half(said)} alarm"}
     found = _seconds(words)
     # "the reminder about the bank", "my reminder to call Bob": the last word names it.
     about = re.search(
@@ -454,7 +461,7 @@ def set_alarm(at: str, reminder: str = "", *, ctx: ToolContext) -> str:
     if hour > 12 or hour == 0:
         hours = [hour]
     elif half:
-        hours = [hour % 12 + (12 if half == "pm" else 0)]
+        hours = [_hour_of_day(hour, half)]
     else:  # "7": whichever of 7 AM and 7 PM comes first
         hours = [hour % 12, hour % 12 + 12]
     now = datetime.fromtimestamp(ctx.now())  # local and naive: timestamp() then follows DST
@@ -463,7 +470,7 @@ def set_alarm(at: str, reminder: str = "", *, ctx: ToolContext) -> str:
     when = spoken_time(start)
     day = " tomorrow" if start.date() != now.date() else ""
     # "the alarm for six thirty" names it without its half of the day.
-    names = {"alarm", when.lower(), f"{when.lower()} alarm", when.lower()[:-3]}
+    names = {"alarm", when.lower(), f"{when.lower()} alarm", _without_half(when).lower()}
     todo = " ".join(reminder.split()).strip(" ,.!?")
     if todo:
         key = ctx.schedule(start.timestamp() - ctx.now(), f"It's {when}. Time to {todo}.")
