@@ -115,9 +115,12 @@ def test_interruption_stops_the_agent_over_a_real_echo(tmp_path) -> None:
     finally:
         live.close()
     assert first_answer["status"] == "cancelled", first_answer
-    # The echo paused nothing before the user spoke.
+    # The echo paused nothing before the user spoke: no hold before paplay began playing the
+    # interruption. Not its measured onset: where paplay stalls inside the clip on a busy CPU,
+    # the clip's best match (the onset) lands after the stall, 80 ms after the "s" of "Stop"
+    # the agent rightly paused on.
     held = [e["t_ms"] / 1000 for e in events if e["event"] == "barge_in_hold"]
-    assert held and min(held) >= onset, (held, onset)
+    assert held and min(held) >= said, (held, said, onset)
     print(f"agent silent {stop_ms:.0f} ms after the interruption's onset (sound server)")
     # p50 89 ms, p95 187 at -10 dB with the double-talk detector (BENCHMARKS.md); the VAD and
     # the echo guard alone took 750-1067 ms at p95 (the first answer of a session, whose echo
