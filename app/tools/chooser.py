@@ -15,7 +15,8 @@ hearing gives no call, a parser that reads one of them in full makes it ("How gr
 Chicago now?" beside "How late is it in Chicago now?"), unless the head on the best hearing is
 sure the turn needs no tool ("Can parrots understand …" beside "Can Paris understand …"). So
 does one whose parser knows the place or country where the best hearing's names none it knows
-(a ``Guess``: "the time in Barco" beside "in Baku").
+(a ``Guess``: "the time in Barco" beside "in Baku"), as a call of the same tool with every
+argument the guess names (not the local time of "What time is it?").
 """
 
 from __future__ import annotations
@@ -196,7 +197,7 @@ class ToolChooser:
         best = next((Choice(t, 1.0, "named") for t in untrained if says_name(t, text)), None)
         best = best or self._by_head(box, probs, text)
         if best is None or isinstance(best.arguments, Guess):
-            best = self._by_alternatives(box, probs, alternatives) or best
+            best = self._by_alternatives(box, probs, alternatives, best) or best
         best = best or next(
             (Choice(t, 1.0, "named") for t in untrained if describes(t, text)), None
         )
@@ -241,17 +242,23 @@ class ToolChooser:
         box: ToolBox,
         probs: dict[str, float] | None,
         alternatives: tuple[str, ...],
+        guess: Choice | None,
     ) -> Choice | None:
         """The first alternative hearing a parser reads with arguments its tool knows (no
         ``Guess``: "the time in a narrow beat" heard as "in I'll be" says nothing the user
         asked), tools in the head's order on the best hearing; none where the head is sure the
-        turn needs no tool."""
+        turn needs no tool. Where the best hearing's call is a ``guess``, only a call of its
+        tool that names every argument the guess does ("in Baku" for "in Barco", not the local
+        time of "What time is it?")."""
         if probs is None or probs.get(NONE, 0.0) >= SURE_NONE:
             return None
         for heard in alternatives:
             read = (
                 None if _ASKS_WHY.match(heard) else _parsed(box, probs, heard, "head+alternative")
             )
-            if read is not None and not isinstance(read.arguments, Guess):
+            if read is None or isinstance(read.arguments, Guess):
+                continue
+            named = set(read.arguments or {})
+            if guess is None or (read.tool is guess.tool and set(guess.arguments or {}) <= named):
                 return read
         return None

@@ -133,3 +133,16 @@ def test_a_request_amended_by_a_new_amount_is_read_with_it():
     }
     # No amount after it: the turn as said.
     assert args("Set a timer for ten minutes and make it loud.") == {"seconds": 600.0}
+
+
+def test_an_alternative_that_drops_the_unknown_place_of_the_best_hearing_is_not_read():
+    # "The time in Barco" heard again as "What time is it?" would answer with the local time:
+    # the user asked about a place.
+    tools = box("get_time", "country_info")
+    head, state = head_giving({"get_time": 0.8, NONE: 0.1})
+    text = "What time is it in Barco?"
+    choice = ToolChooser(head, 0.9).choose(tools, state, text, ("What time is it?",))
+    assert choice is not None and choice.arguments == {"place": "Barco"}
+    # Nor one that reads another tool's words ("the time in Barco" as "two times ten").
+    choice = ToolChooser(head, 0.9).choose(tools, state, text, ("What's two times ten?",))
+    assert choice is not None and choice.arguments == {"place": "Barco"}
