@@ -139,6 +139,31 @@ _NOT_LABEL = frozenset(
     nothing something anything everything
     """.split()  # noqa: SIM905 - a word table
 )
+_LAST_NAME = re.compile(r",\s*(?:the |my )?([a-z]+(?: [a-z]+){0,2})[.!]?\s*$")
+# What ends a request without naming the timer ("…, thank you.", "…, go.").
+_SIGN_OFF = frozenset(
+    (
+        "please",
+        "thanks",
+        "thank",
+        "okay",
+        "ok",
+        "right",
+        "alright",
+        "so",
+        "then",
+        "go",
+        "begin",
+        "starting",
+        "quick",
+        "quickly",
+        "yes",
+        "yeah",
+        "cheers",
+        "bye",
+        "mate",
+    )
+)
 _NAMED = re.compile(
     r"\b(?:called|named|labell?ed|for)\s+(?:the |my |a |an )?"
     r"((?!(?:for|called|named|labell?ed)\b)[a-z][a-z']*"
@@ -170,6 +195,10 @@ def _label(text: str) -> str:
     for thing in re.finditer(r"\b(?:the|my|our)\s+([a-z]+)(?:'s)?\b", text):
         if thing[1] not in _NOT_LABEL:
             return thing[1]
+    # The name said last, on its own: "timer, 8 minutes, soft boiled eggs".
+    last = _LAST_NAME.search(text)
+    if last and not set(last[1].split()) & (_NOT_LABEL | _SIGN_OFF):
+        return last[1]
     return ""
 
 

@@ -195,7 +195,15 @@ _COMPARED = frozenset({"than", "over", "under", "above", "below", "exceed", "exc
 def _words_of(text: str) -> list[str]:
     """The request's words for reading a conversion: numbers in digits, lower case, a minus
     sign on negative numbers, "km/h" as "km per hour"."""
-    raced = _RACE.sub(lambda m: f"{_RACES.get(m[0].lower()) or m[1] or m[2]} km", text)
+    # A race named by its name gives its distance where the request says no number of its own
+    # ("a marathon of 42 kilometers" is 42).
+    named = not re.search(r"\d", digits(_RACE.sub("", text)))
+    raced = _RACE.sub(
+        lambda m: (
+            f"{_RACES.get(m[0].lower()) or m[1] or m[2]} km" if named or m[1] or m[2] else m[0]
+        ),
+        text,
+    )
     words = re.sub(r"\b(km|mi)/h\b", r"\1 per hour", digits(raced))
     words = words.replace("/", " per ").replace("'", "")
     words = re.sub(r"\b(?:minus|negative) (?=\d)", "-", words)

@@ -314,6 +314,8 @@ def test_parse_calculation(text: str, expression: str | None) -> None:
         ("how far is a 5k in miles", (5.0, "km", "miles")),
         ("how long is a marathon in miles", (42.195, "km", "miles")),
         ("a half marathon is how many miles", (21.0975, "km", "miles")),
+        # A distance said with the race is the one asked about.
+        ("How many miles is a marathon of forty-two kilometers?", (42.0, "kilometers", "miles")),
         # Money: read so that the tool says it has no exchange rates.
         ("convert ten euros to dollars", (10.0, "euros", "dollars")),
         ("How much is $50 in British pounds?", (50.0, "dollars", "pounds")),

@@ -167,6 +167,13 @@ def test_date_phrasings(text: str, place: str | None) -> None:
         ),
         # A number before a duration is no time of day for an alarm.
         ("I want to have four twenty minutes wake me up after.", {"seconds": 1200.0}),
+        # The name said last, on its own; not a sign-off.
+        ("Timer, nine minutes, hard boiled eggs.", {"seconds": 540.0, "label": "hard boiled eggs"}),
+        ("Fifteen minute timer, laundry.", {"seconds": 900.0, "label": "laundry"}),
+        ("Set a timer for ten minutes, thank you.", {"seconds": 600.0}),
+        ("Start a three minute timer, okay?", {"seconds": 180.0}),
+        ("Two minute timer, go.", {"seconds": 120.0}),
+        ("Time six minutes for me, I'm heading out.", {"seconds": 360.0}),
     ],
 )
 def test_set_timer_phrasings(text: str, args: dict[str, object]) -> None:
