@@ -442,7 +442,7 @@ def _run(lower: str) -> str | None:
             run
             and _kind(run[0]) == "glue"
             and run[0] != "("
-            and not (run[0] in ("a", "an") and len(run) > 1 and run[1] in _FRACTIONS)
+            and not (run[0] in ("a", "an") and len(run) > 1 and run[1] in _FRACTIONS | {"dozen"})
         ):
             run.pop(0)
             first += 1

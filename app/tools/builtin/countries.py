@@ -130,6 +130,36 @@ def _country_first(text: str) -> tuple[str, Place] | None:
     return found or first
 
 
+@functools.cache
+def _demonyms() -> dict[str, str]:
+    """Each people's name ("canadian", "french") to its country; where countryinfo gives one
+    name to several, the most populous (the French of France, not of Martinique)."""
+    from countryinfo import all_countries
+
+    best: dict[str, tuple[int, str]] = {}
+    for c in all_countries():
+        said, people = str(c.demonym() or "").lower(), int(c.population() or 0)
+        if said and people >= best.get(said, (-1, ""))[0]:
+            best[said] = (people, str(c.name()))
+    return {said: name for said, (_, name) in best.items()}
+
+
+# A people named where its country would be: "what languages do Canadians speak", "what money
+# do the Japanese use" (not "do you speak French").
+_PEOPLE = re.compile(
+    r"\b(?:do|does) (?:the )?([a-z]+(?: [a-z]+)??)(?: people)? (?:speak|use|pay|spend)\b"
+)
+
+
+def _country_of_people(lower: str) -> str | None:
+    found = _PEOPLE.search(lower)
+    if found is None:
+        return None
+    said = found[1]
+    names = _demonyms()
+    return names.get(said) or (names.get(said[:-1]) if said.endswith("s") else None)
+
+
 # Words of a question about a country that are no part of its name.
 _ASKING = frozenset(
     """what whats how many much people persons inhabitants citizens residents live lives living
@@ -198,6 +228,9 @@ def parse_country_question(text: str) -> dict[str, object] | None:
     if not asked or _IN_THE_PAST.search(lower):
         return None
     fact = min(asked)[1]
+    people = _country_of_people(lower)  # before the gazetteer, whose "New" is New City
+    if people is not None:
+        return {"country": people, "fact": fact}
     found = _country_first(text)
     if found is None:
         by_sound = _country_by_sound(text)

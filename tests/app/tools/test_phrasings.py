@@ -372,6 +372,7 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("If I buy four coffees at three fifty each, what's the total?", 14),
         ("I got paid nine hundred and spent three hundred and twenty, what's left?", 580),
         ("Three people split a bill of ninety dollars. How much does each pay?", 30),
+        ("What's a dozen times eight?", 96),
     ],
 )
 def test_calculation_phrasings(text: str, value: float) -> None:
@@ -469,6 +470,10 @@ def test_conversion_leaves_timers(text: str) -> None:
         ("what is kenya's capital", "kenya", "capital"),
         ("peru's capital is it lima", "peru", "capital"),
         ("How populated is India?", "India", "population"),
+        # A people named for its country; the most populous one of a shared name.
+        ("What languages do Austrians speak?", "Austria", "languages"),
+        ("What money do the Chinese use?", "China", "currency"),
+        ("which language do new zealanders speak", "New Zealand", "languages"),
     ],
 )
 def test_country_phrasings(text: str, country: str, fact: str) -> None:
@@ -481,6 +486,8 @@ NOT_TOOL_REQUESTS = [
     "what time does the store close",
     "tell me about the history of time zones",
     "how much time do i need to boil an egg",
+    "do you speak french",
+    "what languages do programmers speak",
     "what's a good time to visit japan",
     "what time did the titanic sink",
     "how many people live near me",
