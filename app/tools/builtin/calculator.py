@@ -273,6 +273,22 @@ _TASKS: list[tuple[re.Pattern[str], str]] = [
         ),
         r"\1 * \2",
     ),
+    # "a pizza costs 18 dollars and I have 50, how much change": the money given less the price.
+    (
+        re.compile(
+            rf"\bcosts? {_N}(?: [a-z]+)?,? and (?:i|we) (?:have|pay with|paid with"
+            rf"|(?:give|gave|hand|handed)(?: over)?(?: the [a-z]+| him| her| them)?) {_N}\b"
+            r"(?=.*\b(?:change|left)\b)"
+        ),
+        r"\2 - \1",
+    ),
+    (
+        re.compile(
+            rf"\b(?:pay|paid|give|gave|hand over|handed over)(?: with)? {_N}(?: [a-z]+)? for "
+            rf"(?:[a-z]+ ){{1,4}}(?:that |which )?costs? {_N}\b(?=.*\bchange\b)"
+        ),
+        r"\1 - \2",
+    ),
     # "a ticket costs 14, how much are 5 tickets": the same, asked.
     (
         re.compile(

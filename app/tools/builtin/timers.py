@@ -122,6 +122,12 @@ _ASKS = re.compile(
 )
 # Asked to be told when a time is up, in other words than "timer": "remind me in 10 minutes",
 # "the eggs need 6 minutes, let me know", "can you time 4 minutes".
+_COOKING = r"(?:making|cooking|baking|boiling|roasting|steaming|frying|brewing|heating)"
+# A length said on its own after what is cooking: "I'm baking cookies, 12 minutes please".
+_COOKING_FOR = re.compile(
+    rf"\bi'?m {_COOKING}\b.*, (?:for |about )?\d+(?:\.\d+)? ?(?:hours?|minutes?|mins?|seconds?"
+    r"|secs?)(?: please)?\W*$"
+)
 _NOTIFY = re.compile(
     r"\b(?:timer|reminder|countdown|count(?:ing)? (?:me )?down|"
     r"(?:remind|buzz|ping|alert|nudge|notify|beep|ring|wake|signal|call) (?:me|us)|"
@@ -204,7 +210,7 @@ def _label(text: str) -> str:
 
 def _parse_set_timer(text: str) -> dict[str, object] | None:
     words = digits(text)
-    if not _NOTIFY.search(words) or _CANCEL.search(words):
+    if not (_NOTIFY.search(words) or _COOKING_FOR.search(words)) or _CANCEL.search(words):
         return None
     found = _seconds(words)
     if found is None or _ASKS.search(words) or re.search(r"\balarm\b", words):
@@ -258,8 +264,7 @@ def _what_lasts(words: str) -> str:
     timer ..." -> "rice"; else ""."""
     thing = re.search(r"\b\d+(?:\.\d+)?[ -](?:hour|minute|second|min|sec) ([a-z]+)\b", words)
     thing = thing or re.search(
-        r"\bi'?m (?:making|cooking|baking|boiling|roasting|steaming|frying|brewing|heating)"
-        r" (?:some |the |a |an |my )?(?!(?:for|in|now|it|this|that)\b)([a-z]+)\b",
+        rf"\bi'?m {_COOKING} (?:some |the |a |an |my )?(?!(?:for|in|now|it|this|that)\b)([a-z]+)\b",
         words,
     )
     return thing[1] if thing and thing[1] not in _NOT_LABEL else ""

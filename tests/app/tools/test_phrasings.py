@@ -173,6 +173,8 @@ def test_date_phrasings(text: str, place: str | None) -> None:
         ("Set a timer for ten minutes, thank you.", {"seconds": 600.0}),
         ("Start a three minute timer, okay?", {"seconds": 180.0}),
         ("Two minute timer, go.", {"seconds": 120.0}),
+        # A length on its own after what is cooking.
+        ("I'm roasting peppers, fifteen minutes please.", {"seconds": 900.0, "label": "peppers"}),
         ("Time six minutes for me, I'm heading out.", {"seconds": 360.0}),
     ],
 )
@@ -373,6 +375,8 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("I got paid nine hundred and spent three hundred and twenty, what's left?", 580),
         ("Three people split a bill of ninety dollars. How much does each pay?", 30),
         ("What's a dozen times eight?", 96),
+        ("A taxi costs thirty-two dollars and I give the driver forty, what's my change?", 8),
+        ("I pay with 100 dollars for shoes that cost 64, how much change?", 36),
     ],
 )
 def test_calculation_phrasings(text: str, value: float) -> None:
@@ -487,6 +491,8 @@ NOT_TOOL_REQUESTS = [
     "tell me about the history of time zones",
     "how much time do i need to boil an egg",
     "do you speak french",
+    "i'm cooking dinner, it takes 30 minutes, any tips?",
+    "a coffee costs four dollars and i have ten, can i buy two?",
     "what languages do programmers speak",
     "what's a good time to visit japan",
     "what time did the titanic sink",
