@@ -422,7 +422,8 @@ def parse_calculation(text: str) -> dict[str, object] | None:
     if re.search(r"\bin (?:binary|hex(?:adecimal)?|octal|roman numerals|base \w+)\b", lower):
         return None  # a number written another way: the LM's to answer
     if re.search(
-        r"\b(?:in|as|into) an? (?:poem|song|story|haiku|rhyme|riddle|joke|limerick)\b", lower
+        r"\b(?:in|as|into) an? (?:[a-z]+ )?(?:poem|song|story|haiku|rhyme|riddle|joke|limerick)\b",
+        lower,
     ):
         return None  # something to write, the sum only its subject
     lower = _heard(lower)

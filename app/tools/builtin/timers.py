@@ -132,7 +132,8 @@ _NOTIFY = re.compile(
     r"\b(?:timer|reminder|countdown|count(?:ing)? (?:me )?down|"
     r"(?:remind|buzz|ping|alert|nudge|notify|beep|ring|wake|signal|call) (?:me|us)|"
     r"tell (?:me|us)(?: when\b|\W*$)|let (?:me|us) know|keep track|"
-    r"time (?:me|it|this|that|them|these|those|my|the|\d+)|start timing|go(?:es)? off in)\b"
+    r"time (?:me|it|this|that|them|these|those|my|the|\d+)|start (?:timing|the clock)"
+    r"|go(?:es)? off in)\b"
 )
 _UNIT = r"(hours?|hrs?|h|minutes?|mins?|m|seconds?|secs?|s)\b"
 # "an hour", but not the "a m" of "7 a m": an article takes a unit's whole word.

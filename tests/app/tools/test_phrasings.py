@@ -175,6 +175,7 @@ def test_date_phrasings(text: str, place: str | None) -> None:
         ("Two minute timer, go.", {"seconds": 120.0}),
         # A length on its own after what is cooking.
         ("I'm roasting peppers, fifteen minutes please.", {"seconds": 900.0, "label": "peppers"}),
+        ("Start the clock, five minutes.", {"seconds": 300.0}),
         ("Time six minutes for me, I'm heading out.", {"seconds": 360.0}),
     ],
 )
@@ -491,6 +492,7 @@ NOT_TOOL_REQUESTS = [
     "tell me about the history of time zones",
     "how much time do i need to boil an egg",
     "do you speak french",
+    "what's two plus two in a math joke",
     "i'm cooking dinner, it takes 30 minutes, any tips?",
     "a coffee costs four dollars and i have ten, can i buy two?",
     "what languages do programmers speak",
