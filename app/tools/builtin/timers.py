@@ -125,8 +125,8 @@ _ASKS = re.compile(
 _COOKING = r"(?:making|cooking|baking|boiling|roasting|steaming|frying|brewing|heating)"
 # A length said on its own after what is cooking: "I'm baking cookies, 12 minutes please".
 _COOKING_FOR = re.compile(
-    rf"\bi'?m {_COOKING}\b.*, (?:for |about )?\d+(?:\.\d+)? ?(?:hours?|minutes?|mins?|seconds?"
-    r"|secs?)(?: please)?\W*$"
+    rf"\bi'?m {_COOKING}\b.*[,.] (?:for |about )?\d+(?:\.\d+)? ?(?:hours?|minutes?|mins?|seconds?"
+    r"|secs?)(?:,? please)?\W*$"
 )
 _NOTIFY = re.compile(
     r"\b(?:timer|reminder|countdown|count(?:ing)? (?:me )?down|"

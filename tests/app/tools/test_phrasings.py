@@ -176,6 +176,10 @@ def test_date_phrasings(text: str, place: str | None) -> None:
         # A length on its own after what is cooking.
         ("I'm roasting peppers, fifteen minutes please.", {"seconds": 900.0, "label": "peppers"}),
         ("Start the clock, five minutes.", {"seconds": 300.0}),
+        (
+            "Okay, so I'm making cookies. 12 minutes, please.",
+            {"seconds": 720.0, "label": "cookies"},
+        ),
         ("Time six minutes for me, I'm heading out.", {"seconds": 360.0}),
     ],
 )
