@@ -21,7 +21,9 @@ _END = (
     r"|,? (?:thanks|thank you|by any chance)\W*$|\s*[?.!]?\s*$|\s*[?.!;]\s)"
 )
 _TIME_ASKED = re.compile(
-    rf"\bwhat(?:'s| is|s)?(?: the)?(?: current| local| right| exact| correct)? (?:time|hour)"
+    # "What is time?" asks what time is, not what time it is.
+    rf"\bwhat(?!(?:'s| is|s) (?:time|hour)(?:\W*$| for\b))(?:'s| is|s)?(?: the)?"
+    rf"(?: current| local| right| exact| correct)? (?:time|hour)"
     rf"(?: is it| it is|'s it| is| like)?{_END}"
     rf"|\b(?:the|current|local) (?:time|hour){_END}"
     r"|(?:^|[,.!?]\s*)(?:and |so )?(?:the )?time (?:in|at|over in)\b"
