@@ -388,12 +388,15 @@ def _parse_list(text: str) -> dict[str, object] | None:
     setting = r"(?<!did i )(?<!have i )\b(?:set|start|make) (?:a|an|the|my|up|me)\b|\bwake me\b"
     if re.search(setting, lower):
         return None
-    # "what" and "which" of the timers themselves, not of "a good alarm sound".
+    # "what" and "which" of the timers themselves, not of "a good alarm sound" or "what alarm
+    # tone is least annoying".
+    kind = r"(?! (?:sounds?|tones?|ringtones?|songs?|noises?|music|clocks?|apps?|types?|brands?))"
     listing = (
         r"\b(?:list|show|check|read|tell me|any|do i have|how(?:'s| is)|is there|"
         r"are there|did i set|status|how far along|run ?down|overview|summary|recap|go over)\b"
         r"|\b(?:what|which)\b(?:'s| is| are)?(?: [a-z']+){0,3}? (?:my|our|the)(?: [a-z]+)?"
-        r" (?:timers?|alarms?)\b|\b(?:what|which)(?:'s| is| are)? (?:timers?|alarms?)\b"
+        rf" (?:timers?|alarms?)\b{kind}"
+        rf"|\b(?:what|which)(?:'s| is| are)? (?:timers?|alarms?)\b{kind}"
     )
     return {} if _ASKS.search(lower) or re.search(listing, lower) else None
 

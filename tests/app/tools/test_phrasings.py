@@ -497,6 +497,7 @@ NOT_TOOL_REQUESTS = [
     "how much time do i need to boil an egg",
     "do you speak french",
     "what is time",
+    "what alarm sound is the least annoying",
     "what's two plus two in a math joke",
     "i'm cooking dinner, it takes 30 minutes, any tips?",
     "a coffee costs four dollars and i have ten, can i buy two?",
