@@ -209,7 +209,7 @@ class ToolChooser:
 
     def _by_head(self, box: ToolBox, probs: dict[str, float] | None, text: str) -> Choice | None:
         """The likeliest tool whose parser reads its arguments in ``text``, whatever the head
-        gives it: the built-in parsers read 3 of 1498 generated requests that need no tool, so
+        gives it: the built-in parsers read 2 of 1498 generated requests that need no tool, so
         the head only orders them ("cut 350 in half" was a timer to it). Else the likeliest
         tool if the head is sure of it (``threshold``) and it has no parser, its arguments
         left to the LM. A parser that refuses its own tool's turn means no call: built-in
