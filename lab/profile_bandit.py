@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     chats = conversations("unseen")[: a.prompts]
     test = Search(lm, chats, a.max_new_tokens, log)
     test.warm()
-    fixed = {"untuned": test._lm(first), "fastest arm": test._lm(arms[0])}
-    arm_lms = [test._lm(s) for s in arms]
+    fixed = {"untuned": test.lm_for(first), "fastest arm": test.lm_for(arms[0])}
+    arm_lms = [test.lm_for(s) for s in arms]
     names = ["ar", *fixed, "bandit"]
     ratios: dict[str, list[float]] = {n: [] for n in names[1:]}
     exact = dict.fromkeys(names[1:], True)

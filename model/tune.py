@@ -179,7 +179,7 @@ class Search:
     def time(self, settings: Settings) -> Trial:
         """Time the settings against ar, prompt by prompt; a new trial or one more timing."""
         trial = self.trials.setdefault(_key(settings), Trial(dict(settings)))
-        lm = self._lm(settings)
+        lm = self.lm_for(settings)
         ar_s = own_s = 0.0
         tokens = forwards = 0
         for chat, want in zip(self.chats, self.reference, strict=True):
@@ -203,7 +203,7 @@ class Search:
         """The median, over the prompts and ``rounds`` passes, of ``base``'s time over
         ``settings``' time on the same prompt, the two decoded in turn (which goes first
         alternating); 0.0 where ``settings`` changes an answer."""
-        lms = [self._lm(settings), self._lm(base)]
+        lms = [self.lm_for(settings), self.lm_for(base)]
         ratios = []
         for r in range(rounds):
             for i, (chat, want) in enumerate(zip(self.chats, self.reference, strict=True)):
@@ -219,7 +219,8 @@ class Search:
         )
         return gain
 
-    def _lm(self, settings: Settings) -> LM:
+    def lm_for(self, settings: Settings) -> LM:
+        """An LM on the same weights decoding with ``settings``."""
         return LM(self.lm.model, self.lm.tokenizer, dataclasses.replace(self.base, **settings))
 
     def score(self, settings: Settings) -> float:

@@ -19,6 +19,6 @@ BUILTIN: dict[str, list[Tool]] = {
 # first question about a city or a country waited ~0.8 s for the gazetteer.
 WARM: dict[str, Callable[[], None]] = {
     "clock": places.warm,
-    "countries": places.warm,
+    "countries": countries.warm,
     "units": units.warm,
 }

@@ -7,7 +7,7 @@ import functools
 import re
 from typing import Any, Literal
 
-from dllm_voice.app.tools.builtin import sounds
+from dllm_voice.app.tools.builtin import places, sounds
 from dllm_voice.app.tools.builtin.numbers import say_number
 from dllm_voice.app.tools.builtin.places import (
     Place,
@@ -128,6 +128,12 @@ def _country_first(text: str) -> tuple[str, Place] | None:
         rest = rest.replace(found[0], " ")
         found = mention(rest)
     return found or first
+
+
+def warm() -> None:
+    """Load the gazetteer and the peoples' names now rather than on the first question."""
+    places.warm()
+    _demonyms()
 
 
 @functools.cache

@@ -120,14 +120,14 @@ _ASKS = re.compile(
     r"\b(?:how (?:much|long|many)|time left|left on|remaining|what timers|any timers|"
     r"when (?:does|do|will|is|are)|still (?:going|running|on|set)|how much longer)\b"
 )
-# Asked to be told when a time is up, in other words than "timer": "remind me in 10 minutes",
-# "the eggs need 6 minutes, let me know", "can you time 4 minutes".
 _COOKING = r"(?:making|cooking|baking|boiling|roasting|steaming|frying|brewing|heating)"
 # A length said on its own after what is cooking: "I'm baking cookies, 12 minutes please".
 _COOKING_FOR = re.compile(
     rf"\bi'?m {_COOKING}\b.*[,.] (?:for |about )?\d+(?:\.\d+)? ?(?:hours?|minutes?|mins?|seconds?"
     r"|secs?)(?:,? please)?\W*$"
 )
+# Asked to be told when a time is up, in other words than "timer": "remind me in 10 minutes",
+# "the eggs need 6 minutes, let me know", "can you time 4 minutes".
 _NOTIFY = re.compile(
     r"\b(?:timer|reminder|countdown|count(?:ing)? (?:me )?down|"
     r"(?:remind|buzz|ping|alert|nudge|notify|beep|ring|wake|signal|call) (?:me|us)|"
@@ -149,27 +149,9 @@ _NOT_LABEL = frozenset(
 _LAST_NAME = re.compile(r",\s*(?:the |my )?([a-z]+(?: [a-z]+){0,2})[.!]?\s*$")
 # What ends a request without naming the timer ("…, thank you.", "…, go.").
 _SIGN_OFF = frozenset(
-    (
-        "please",
-        "thanks",
-        "thank",
-        "okay",
-        "ok",
-        "right",
-        "alright",
-        "so",
-        "then",
-        "go",
-        "begin",
-        "starting",
-        "quick",
-        "quickly",
-        "yes",
-        "yeah",
-        "cheers",
-        "bye",
-        "mate",
-    )
+    """please thanks thank okay ok right alright so then go begin starting quick quickly yes
+    yeah cheers bye mate
+    """.split()  # noqa: SIM905 - a word table
 )
 _NAMED = re.compile(
     r"\b(?:called|named|labell?ed|for)\s+(?:the |my |a |an )?"
