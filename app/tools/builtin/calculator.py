@@ -404,10 +404,21 @@ def _heard_scale(lower: str) -> str:
 _ON_FOR_OF = re.compile(rf"\b((?:percent|{'|'.join(sorted(_FRACTIONS))})\b|%) on (?=([a-z0-9]+))")
 
 
+# Whisper's "What's eight cubes?" for "... cubed": a number's power asked, as a noun ("I have
+# eight cubes" asks nothing).
+_POWER_NOUN = re.compile(
+    r"^((?:what(?:'s| is)|how much is|calculate|compute|work out) (?:[a-z]+ )?)?([a-z0-9-]+) "
+    r"(square|cube)s?(?=\W*$)"
+)
+
+
 def _heard(lower: str) -> str:
-    """``lower`` with the numbers Whisper wrote as other words read by their sound, and its
-    "on" for "of" (``_ON_FOR_OF``)."""
+    """``lower`` with the numbers Whisper wrote as other words read by their sound, its "on"
+    for "of" (``_ON_FOR_OF``) and a power as a noun (``_POWER_NOUN``)."""
     lower = _heard_scale(_heard_operand(lower))
+    power = _POWER_NOUN.search(lower)
+    if power and power[1] and _kind(power[2]) == "number":
+        lower = f"{power[1]}{power[2]} {power[3]}d" + lower[power.end() :]
     return _ON_FOR_OF.sub(lambda m: f"{m[1]} of " if _kind(m[2]) == "number" else m[0], lower)
 
 

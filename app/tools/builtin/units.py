@@ -51,6 +51,7 @@ def _normal(name: str) -> str:
     feet" -> "feet ** 2", "miles an hour" -> "miles / hour"."""
     text = " ".join(name.lower().replace(".", " ").split())
     text = re.sub(r"^(?:a|an|one|the) ", "", text)
+    text = re.sub(r"gramme(s?)\b", r"gram\1", text)  # British spelling; pint knows "litre"
     text = re.sub(r"\bdegrees? (?=[a-z])", "", text)
     text = re.sub(r"\b(?:square|sq) ([a-z]+)", r"\1 ** 2", text)
     text = re.sub(r"\bcubic ([a-z]+)", r"\1 ** 3", text)

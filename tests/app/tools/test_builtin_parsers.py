@@ -271,6 +271,10 @@ def test_parse_cancel_timer(text: str, args: dict[str, object] | None) -> None:
         ("minus ten cells is in fahrenheit", None),
         ("what is minus ten plus four", "minus ten plus four"),
         ("What's the cube of four?", "4 ** 3"),
+        ("What's eight cubes?", "eight cubed"),  # Whisper's hearing of "cubed"
+        ("what is 9 square", "9 squared"),
+        ("I have eight cubes.", None),
+        ("Give me two squares.", None),
         ("what's ten plus ten in binary", None),
         ("What's two plus two in a poem?", None),  # something to write
     ],
@@ -309,6 +313,7 @@ def test_parse_calculation(text: str, expression: str | None) -> None:
             (-40.0, "degrees celsius", "fahrenheit"),
         ),
         ("convert two and a half gallons to litres", (2.5, "gallons", "litres")),
+        ("How many kilogrammes is twelve pounds?", (12.0, "pounds", "kilogrammes")),
         # Races by their distance.
         ("How many miles is a 10K run?", (10.0, "km", "miles")),
         ("how far is a 5k in miles", (5.0, "km", "miles")),

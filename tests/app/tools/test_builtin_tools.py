@@ -196,6 +196,7 @@ def test_calculate_errors(expression: str, error: str) -> None:
         ((1, "acre", "square feet"), "1 acre is 43560.2 square feet."),
         ((5, "feet", "inches"), "5 feet is 60 inches."),
         ((2.5, "gallons", "litres"), "2.5 gallons is 9.46 liters."),
+        ((500, "grammes", "ounces"), "500 grams is 17.6 ounces."),
     ],
 )
 def test_convert_units(args: tuple[float, str, str], spoken: str) -> None:
