@@ -19,7 +19,10 @@ _UNIT_AND_HALF = re.compile(rf"\b(an?|{_NUM}) ([a-z]+) and an? half\b")  # "an h
 _HALF = re.compile(r"\b(?:half an?|an? half|(?:one|1) half|half(?= of\b))\b")
 _QUARTER = re.compile(r"\b(?:an?|one|1) quarter\b(?! (?:past|to|after|till)\b)")
 _THREE_QUARTERS = re.compile(r"\b3 quarters\b(?! (?:past|to|after|till)\b)")
-_FRACTION_OF_ONE = re.compile(r"\b(0\.5|0\.25|0\.75) of an? (?=[a-z])")  # "half of a cup"
+# "half of a cup"; "a quarter in an hour" is Whisper's hearing of "a quarter of an hour".
+_FRACTION_OF_ONE = re.compile(
+    r"\b(0\.5|0\.25|0\.75) (?:of an? (?=[a-z])|(?:in|on) an? (?=(?:hour|minute|day)s?\b))"
+)
 _DOZEN = re.compile(rf"\b(an?|{_NUM}) dozen\b")
 _COUPLE = re.compile(r"\ba couple(?: of)?\b")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")

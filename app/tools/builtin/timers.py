@@ -127,8 +127,10 @@ _COOKING_FOR = re.compile(
     r"|secs?)(?:,? please)?\W*$"
 )
 # Asked to be told when a time is up, in other words than "timer": "remind me in 10 minutes",
-# "the eggs need 6 minutes, let me know", "can you time 4 minutes".
+# "the eggs need 6 minutes, let me know", "can you time 4 minutes"; a request that starts
+# "time for" a length is Whisper's "timer for" ("Time for 1 hour 20 minutes, please.").
 _NOTIFY = re.compile(
+    r"^time for (?=\d|an? (?:hour|minute)\b)|"
     r"\b(?:timer|reminder|countdown|count(?:ing)? (?:me )?down|"
     r"(?:remind|buzz|ping|alert|nudge|notify|beep|ring|wake|signal|call) (?:me|us)|"
     r"tell (?:me|us)(?: when\b|\W*$)|let (?:me|us) know|keep track|"

@@ -43,6 +43,8 @@ def ctx() -> Iterator[ToolContext]:
         ("half an hour", "0.5 hour"),
         ("an hour and a half", "1.5 hour"),
         ("a quarter of an hour", "0.25 hour"),
+        ("a quarter in a hour", "0.25 hour"),  # Whisper's "in" for "of"
+        ("half in a cup", "half in a cup"),
         ("twelve plus twenty-nine", "12 plus 29"),
         ("two point five miles", "2.5 miles"),
         ("1,000 plus 2", "1000 plus 2"),

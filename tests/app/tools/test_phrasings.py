@@ -181,6 +181,8 @@ def test_date_phrasings(text: str, place: str | None) -> None:
             {"seconds": 720.0, "label": "cookies"},
         ),
         ("Time six minutes for me, I'm heading out.", {"seconds": 360.0}),
+        ("Time for one hour twenty minutes, please.", {"seconds": 4800.0}),  # Whisper's "timer"
+        ("Set a timer for a quarter in a hour.", {"seconds": 900.0}),  # Whisper's "in" for "of"
     ],
 )
 def test_set_timer_phrasings(text: str, args: dict[str, object]) -> None:
@@ -583,6 +585,10 @@ NOT_TOOL_REQUESTS = [
     "what day of the week does my birthday fall on",
     "put half on the table",
     "what time is it on mars",
+    "time for a break in ten minutes",
+    "is it time for bed",
+    "i have eight cubes",
+    "give me two squares",
 ]
 
 
