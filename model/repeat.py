@@ -7,7 +7,10 @@ part is at least one whole period and the periodic run covers LOOP_WORDS words; 
 ends at the last sentence end before the repetition began. Loops with variation ("The original
 text is: X. The correct sentence is: X. The original text was: X.") are caught by their
 phrases: a NGRAM-word phrase (case and punctuation aside) said a third time ends the answer at
-the last sentence end before that third time.
+the last sentence end before that third time. A list that goes round ("Africa, Antarctica,
+Australia, Antarctica, Antarctica, Australia") is caught by its items: within one sentence, two
+items in a row that were said before, or one said a third time, end the answer before the first
+of them, the list closed with a full stop.
 
 While a repetition is forming (two or more words equal to the words ``p`` before them) its text
 is held back, so a confirmed loop is dropped before anything downstream has seen it; a repeat
@@ -27,6 +30,9 @@ NGRAM_TIMES = 3
 _WORD = re.compile(r"\S+")
 _PUNCT = re.compile(r"[^\w']+")
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)|\n")
+ITEM_WORDS = 4  # a list item: "North and South America"; longer parts are clauses
+_ITEM_END = re.compile(r"[,;:](?=\s|$)")
+_LEADING_JOIN = re.compile(r"^(?:and|or) ")
 
 
 class RepeatGuard:
@@ -34,6 +40,7 @@ class RepeatGuard:
 
     def __init__(self) -> None:
         self.loop = False
+        self._in_list = False  # the loop went round a list: kept() closes the list
         self._last: tuple[str, int] = ("", 0)  # the engine checks each new text twice
         # The text grows a token at a time: its words, and the complete words' NGRAM-word
         # phrases, are kept between calls (rescanning them cost ~5 % of ar's tokens/s).
@@ -81,7 +88,11 @@ class RepeatGuard:
             self.loop = True
             self._loop_at = words[third].start()
             return self._loop_at
-        return hold_from
+        held, looped = _list_repeat(text)
+        if looped is not None:
+            self.loop, self._loop_at, self._in_list = True, looped, True
+            return looped
+        return hold_from if held is None else min(hold_from, held)
 
     def _phrase_again(self, complete: int) -> int | None:
         """Counts the NGRAM-word phrases the words up to ``complete`` end (case and punctuation
@@ -101,5 +112,45 @@ class RepeatGuard:
         """The answer to keep after a loop: up to the last sentence end before the repetition
         (the text before it when no sentence ended there)."""
         head = text[: self._loop_at]
+        if self._in_list:
+            return head.rstrip().rstrip(",;:") + "."
         ends = [m.end() for m in _SENTENCE_END.finditer(head)]
         return head[: ends[-1]].rstrip() if ends else head.rstrip()
+
+
+def _list_repeat(text: str) -> tuple[int | None, int | None]:
+    """Where the last sentence's list repeats its items: (where to hold back from: the item
+    being said, or the last one, was said before, so the list may be going round; where the
+    loop starts: two such items in a row, or an item said a third time), None for each where it
+    does not. Both fall on the separator before the item, so that the answer kept ("…,
+    Sunday." for "…, Sunday, Monday, Tuesday") goes on from what was let out."""
+    ends = [m.end() for m in _SENTENCE_END.finditer(text)]
+    start = ends[-1] if ends else 0
+    seen: dict[str, int] = {}
+    held: int | None = None
+    repeat_at: int | None = None  # where the item before begins, when it was a repeat
+    cut = start  # the separator before the item being read
+    for end in _ITEM_END.finditer(text, start):
+        item = _item(text[start : end.start()])
+        at, cut, start = cut, end.start(), end.end()
+        if not re.search(r"[a-z]", item) or len(item.split()) > ITEM_WORDS:
+            repeat_at = None
+            continue
+        seen[item] = seen.get(item, 0) + 1
+        if seen[item] == 1:
+            repeat_at = held = None
+            continue
+        if repeat_at is not None or seen[item] >= 3:
+            return held, repeat_at if repeat_at is not None else at
+        repeat_at = held = at
+    # In a list, the item being said is held while it may be one said before ("…, Sunday,
+    # Mon" may be "Monday" again), and so is a separator until the next item begins.
+    said = _item(text[start:])
+    if held is None and len(seen) >= 2 and (not said or any(i.startswith(said) for i in seen)):
+        held = cut
+    return held, None
+
+
+def _item(raw: str) -> str:
+    """A list item's words, lower case without punctuation or a leading "and" / "or"."""
+    return _LEADING_JOIN.sub("", " ".join(_PUNCT.sub(" ", raw.lower()).split()))

@@ -30,10 +30,37 @@ def test_word_loop_ends_at_the_sentence_before_it() -> None:
 
 
 def test_repeated_sentence_without_a_sentence_end_before_keeps_what_came_first() -> None:
+    guard, acc, _ = stream("I think that I think that I think that I think that")
+    assert guard.loop and guard.kept(acc) == "I think that"
+
+
+def test_a_list_that_goes_round_ends_before_its_first_repeat() -> None:
     guard, acc, _ = stream(
-        "Monday, Tuesday, Wednesday, Monday, Tuesday, Wednesday, Monday, Tuesday,"
+        "There are 7 continents: Africa, Antarctica, Australia, North and South America, "
+        "Antarctica, Antarctica, Antarctica, Antarctica, Australia, South America"
     )
-    assert guard.loop and guard.kept(acc) == "Monday, Tuesday, Wednesday,"
+    assert guard.loop
+    assert guard.kept(acc) == (
+        "There are 7 continents: Africa, Antarctica, Australia, North and South America."
+    )
+    guard, acc, _ = stream("Monday, Tuesday, Wednesday, Monday, Tuesday, Wednesday, Monday,")
+    assert guard.loop and guard.kept(acc) == "Monday, Tuesday, Wednesday."
+    guard, acc, _ = stream("Red, blue, green, red, yellow, red, white.")  # red a third time
+    assert guard.loop and guard.kept(acc) == "Red, blue, green, red, yellow."
+
+
+def test_a_list_item_said_again_is_held_and_released_when_the_list_goes_on() -> None:
+    text = "Yes, yes, I know. Mix red, blue, red, and green."
+    guard, acc, safe = stream(text)
+    assert not guard.loop and safe == len(text)
+    guard = RepeatGuard()
+    # held from the separator before it, so that a list cut there ends "Colors: red, blue."
+    assert guard.check("Colors: red, blue, red, ") == len("Colors: red, blue")
+    assert guard.check("Colors: red, blue, red, gr") == len("Colors: red, blue")
+    assert guard.check("Colors: red, blue, red, green,") == len("Colors: red, blue, red, green")
+    text = "Colors: red, blue, red, green, w"
+    assert guard.check(text) == len(text)
+    assert not guard.loop
 
 
 def test_ordinary_text_is_not_a_loop_and_short_repeats_are_released() -> None:
