@@ -74,6 +74,41 @@ def digits(text: str) -> str:
     return _COUPLE.sub("2", out)
 
 
+# A value said again to correct it: "for twenty minutes, sorry, twenty-five minutes", "seven,
+# no, eight in the morning", "three meters, I mean four meters": the corrected value (a number,
+# its unit or two words) before the marker, the new one (with at most three words) ending the
+# request. A sum or anything else after the marker is left to the parsers ("5 plus 3, no, 5
+# plus 4" is not a value said again).
+CORRECTION = (
+    r"(?:no|nope|sorry|oops|wait|actually|i mean|rather|or rather|make (?:it|that)|scratch that)"
+)
+_VALUE = r"-?\d+(?:[:.]\d+)*(?: \d+(?:[:.]\d+)*)*"
+# A new value of two parts is a length ("1 hour 20 minutes"), not a sum ("5 plus 4").
+_OPERATOR = r"(?:plus|minus|times|x|divided|over|and|by)"
+_SAID_AGAIN = re.compile(
+    rf"{_VALUE}((?: [a-z]+){{0,2}})[,.;!?]? (?:{CORRECTION}[,.;!]? )+"
+    rf"(?={_VALUE}((?: (?!{_OPERATOR}\b)[a-z]+){{0,3}})(?: {_VALUE}(?: [a-z]+){{0,3}})?"
+    r"(?:,? please)?\W*$)"
+)
+
+
+def corrected(text: str) -> str:
+    """``text`` with a value the user corrected replaced by the one said after it, in digits and
+    lower case ("set a timer for 25 minutes."); ``text`` itself where nothing was corrected. The
+    new value keeps the old one's words where it has none ("10 minutes. No, make it 12.")."""
+    words = digits(text)
+    found = _SAID_AGAIN.search(words)
+    if found is None:
+        return text
+    rest = words[found.end() :]
+    if found[1] and not found[2]:
+        value = re.match(_VALUE, rest)
+        assert value is not None  # the lookahead matched one there
+        rest = rest[: value.end()] + found[1] + rest[value.end() :]
+    cased = {w.lower(): w for w in re.findall(r"[A-Za-z']+", text) if not w.islower()}
+    return re.sub(r"[a-z']+", lambda w: cased.get(w[0], w[0]), words[: found.start()] + rest)
+
+
 def _hundreds_and(m: re.Match[str]) -> str:
     if _TWO_OPERANDS.search(m.string[: m.start()]):
         return m[0]

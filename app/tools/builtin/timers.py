@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from dllm_voice.app.tools.builtin import sounds
 from dllm_voice.app.tools.builtin.clock import spoken_time
-from dllm_voice.app.tools.builtin.numbers import digits, say_number
+from dllm_voice.app.tools.builtin.numbers import CORRECTION, corrected, digits, say_number
 from dllm_voice.app.tools.registry import ToolContext, ToolError, tool
 
 _DAY_S = 24 * 3600.0
@@ -162,9 +162,17 @@ _NAMED = re.compile(
 )
 
 
+# A length corrected with words between ("five minutes for the pasta, no, eight minutes"): the
+# lengths said after the correction are the timer's, not added to the one before.
+_CORRECTED = re.compile(rf"[,.;!?] (?:{CORRECTION}[,.;!]? )+")
+
+
 def _seconds(text: str) -> tuple[float, str] | None:
     """The duration in ``text`` (in digits) and ``text`` without it; None if there is none."""
     found = list(_DURATION.finditer(text))
+    fixed = [m.end() for m in _CORRECTED.finditer(text)]
+    if fixed and any(m.start() < fixed[-1] for m in found) and found[-1].start() >= fixed[-1]:
+        found = [m for m in found if m.start() >= fixed[-1]]
     if not found:
         return None
     units = {"h": 3600, "m": 60, "s": 1}
@@ -194,6 +202,7 @@ def _label(text: str) -> str:
 
 
 def _parse_set_timer(text: str) -> dict[str, object] | None:
+    text = corrected(text)
     words = digits(text)
     if not (_NOTIFY.search(words) or _COOKING_FOR.search(words)) or _CANCEL.search(words):
         return None
@@ -322,6 +331,7 @@ _ADVICE = re.compile(r"\b(?:what time|when|how early|how late) (?:should|must|wo
 
 
 def _parse_set_alarm(text: str) -> dict[str, object] | None:
+    text = corrected(text)
     lower = text.lower()
     asked = re.search(
         r"\b(?:alarm|wake me|wake us|get me up|wake ?-?up call|wake up at|i'?m up"

@@ -13,7 +13,7 @@ from typing import Any
 import pint
 
 from dllm_voice.app.tools.builtin import sounds
-from dllm_voice.app.tools.builtin.numbers import digits, say_number
+from dllm_voice.app.tools.builtin.numbers import corrected, digits, say_number
 from dllm_voice.app.tools.registry import Guess, ToolError, tool
 
 # Spoken names pint reads otherwise ("c" is the speed of light) or not at all.
@@ -309,6 +309,7 @@ def parse_conversion(text: str) -> dict[str, object] | None:
     recognizer wrote for a unit or a number that sounds like it ("five gallons into
     leaders": ``_heard_as``). None unless both units are known ones of one kind (length,
     mass, ...)."""
+    text = corrected(text)
     tokens = _words_of(text)
     heard = _heard_as(tokens)
     read = (_read(heard) if heard != tokens else None) or _read(tokens)

@@ -63,6 +63,29 @@ def test_digits(words: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "Set a timer for twenty minutes, sorry, twenty-five minutes.",
+            "Set a timer for 25 minutes.",
+        ),
+        (
+            "Set a timer for 10 minutes. No, make it 12, please.",
+            "Set a timer for 12 minutes, please.",
+        ),
+        ("Set an alarm for seven, no, eight in the morning.", "Set an alarm for 8 in the morning."),
+        ("Remind Bob in 5 minutes, I mean 6 minutes.", "Remind Bob in 6 minutes."),
+        # Not a value said again: left as said.
+        ("What is 5 plus 3, no, 5 plus 4?", "What is 5 plus 3, no, 5 plus 4?"),
+        ("Set a timer for 5 minutes, no more.", "Set a timer for 5 minutes, no more."),
+        ("What time is it in Paris, no, in Rome?", "What time is it in Paris, no, in Rome?"),
+    ],
+)
+def test_a_corrected_value_replaces_the_one_before(text: str, expected: str) -> None:
+    assert numbers.corrected(text) == expected
+
+
+@pytest.mark.parametrize(
     ("x", "spoken"),
     [
         (46507760, "46.5 million"),

@@ -183,6 +183,18 @@ def test_date_phrasings(text: str, place: str | None) -> None:
         ("Time six minutes for me, I'm heading out.", {"seconds": 360.0}),
         ("Time for one hour twenty minutes, please.", {"seconds": 4800.0}),  # Whisper's "timer"
         ("Set a timer for a quarter in a hour.", {"seconds": 900.0}),  # Whisper's "in" for "of"
+        # A length corrected as it is said replaces the one before.
+        ("Set a timer for twenty minutes, sorry, twenty-five minutes.", {"seconds": 1500.0}),
+        ("Set a timer for 10 minutes. No, make it 12.", {"seconds": 720.0}),
+        ("Timer for one hour, no, one hour twenty minutes.", {"seconds": 4800.0}),
+        (
+            "Set a timer for five minutes for the pasta, no, eight minutes.",
+            {"seconds": 480.0, "label": "pasta"},
+        ),
+        (
+            "Remind me to call Bob in 10 minutes, no, 15 minutes.",
+            {"seconds": 900.0, "reminder": "call Bob"},
+        ),
     ],
 )
 def test_set_timer_phrasings(text: str, args: dict[str, object]) -> None:
@@ -218,6 +230,8 @@ def test_set_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("set an alarm for 1130 pm", "11:30 PM"),
         ("I want to get up at five forty-five.", "5:45 AM"),
         ("i'd like to be up at seven tomorrow", "7:00 AM"),
+        ("Set an alarm for seven, no, eight in the morning.", "8:00 AM"),
+        ("wake me at 6:30, no wait, 6:45", "6:45 AM"),
     ],
 )
 def test_set_alarm_phrasings(text: str, at: str) -> None:
@@ -413,6 +427,8 @@ def test_calculation_phrasings(text: str, value: float) -> None:
         ("two pounds in kilograms", 2.0, "pound", "kilogram"),
         ("what is 30 miles per hour in kilometers per hour", 30.0, "mph", "kph"),
         ("how many ounces in a cup", 1.0, "cup", "fluid_ounce"),
+        ("How many feet in 3 meters, no, 4 meters?", 4.0, "meter", "foot"),
+        ("Convert 10 miles, no wait, 12 miles to kilometers.", 12.0, "mile", "kilometer"),
         ("how far is 5 kilometers in miles", 5.0, "kilometer", "mile"),
         ("how hot is 40 celsius in fahrenheit", 40.0, "degC", "degF"),
         ("i ran 10 kilometers how many miles is that", 10.0, "kilometer", "mile"),
