@@ -87,7 +87,7 @@ _VALUE = r"-?\d+(?:[:.]\d+)*(?: \d+(?:[:.]\d+)*)*"
 _OPERATOR = r"(?:plus|minus|times|x|divided|over|and|by)"
 _SAID_AGAIN = re.compile(
     rf"{_VALUE}((?: [a-z]+){{0,2}})[,.;!?]? (?:{CORRECTION}[,.;!]? )+"
-    rf"(?={_VALUE}((?: (?!{_OPERATOR}\b)[a-z]+){{0,3}})(?: {_VALUE}(?: [a-z]+){{0,3}})?"
+    rf"(?={_VALUE}((?:,? (?!{_OPERATOR}\b|please\b)[a-z]+){{0,4}})(?: {_VALUE}(?: [a-z]+){{0,3}})?"
     r"(?:,? please)?\W*$)"
 )
 

@@ -326,8 +326,12 @@ _RING_AT = re.compile(
 _MORNING = re.compile(r"\b(?:wake|waking|get me up|(?:be|get) up|tomorrow)\b")
 
 
-# Advice asked, not an alarm: "What time should I go to bed if I wake up at six?"
-_ADVICE = re.compile(r"\b(?:what time|when|how early|how late) (?:should|must|would) (?:i|we)\b")
+# Advice asked, not an alarm: "What time should I go to bed if I wake up at six?"; an alarm
+# told of, not asked for: "My alarm went off at six, no joke."
+_ADVICE = re.compile(
+    r"\b(?:what time|when|how early|how late) (?:should|must|would) (?:i|we)\b"
+    r"|\b(?:went off|rang|(?:did ?n[o']?t|never) (?:go off|ring))\b"
+)
 
 
 def _parse_set_alarm(text: str) -> dict[str, object] | None:

@@ -232,6 +232,7 @@ def test_set_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("i'd like to be up at seven tomorrow", "7:00 AM"),
         ("Set an alarm for seven, no, eight in the morning.", "8:00 AM"),
         ("wake me at 6:30, no wait, 6:45", "6:45 AM"),
+        ("Alarm for seven fifteen, I mean seven forty-five, in the morning.", "7:45 AM"),
     ],
 )
 def test_set_alarm_phrasings(text: str, at: str) -> None:
@@ -429,6 +430,12 @@ def test_calculation_phrasings(text: str, value: float) -> None:
         ("how many ounces in a cup", 1.0, "cup", "fluid_ounce"),
         ("How many feet in 3 meters, no, 4 meters?", 4.0, "meter", "foot"),
         ("Convert 10 miles, no wait, 12 miles to kilometers.", 12.0, "mile", "kilometer"),
+        (
+            "What's fifty degrees Fahrenheit, no, sixty degrees Fahrenheit in Celsius?",
+            60.0,
+            "degF",
+            "degC",
+        ),
         ("how far is 5 kilometers in miles", 5.0, "kilometer", "mile"),
         ("how hot is 40 celsius in fahrenheit", 40.0, "degC", "degF"),
         ("i ran 10 kilometers how many miles is that", 10.0, "kilometer", "mile"),
@@ -602,6 +609,8 @@ NOT_TOOL_REQUESTS = [
     "put half on the table",
     "what time is it on mars",
     "time for a break in ten minutes",
+    "my alarm went off at six, no joke",
+    "my alarm didnt go off at 7 this morning",
     "is it time for bed",
     "i have eight cubes",
     "give me two squares",
