@@ -399,6 +399,12 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("What's a dozen times eight?", 96),
         ("A taxi costs thirty-two dollars and I give the driver forty, what's my change?", 8),
         ("I pay with 100 dollars for shoes that cost 64, how much change?", 36),
+        # A sum corrected as it is said: the restatement, or the number said again.
+        ("What's twelve times seven, no, twelve times eight?", 96),
+        ("What's 15 percent of 80, sorry, of 90?", 13.5),
+        ("what is ten plus five, no wait, plus six", 16),
+        ("What is seven times eight, no, nine?", 63),
+        ("What is two plus two, no kidding?", 4),
     ],
 )
 def test_calculation_phrasings(text: str, value: float) -> None:
