@@ -11,7 +11,7 @@ import re
 import simpleeval
 
 from dllm_voice.app.tools.builtin import sounds
-from dllm_voice.app.tools.builtin.numbers import CORRECTION, corrected, digits, say_number
+from dllm_voice.app.tools.builtin.numbers import CORRECTED, corrected, digits, say_number
 from dllm_voice.app.tools.registry import ToolError, tool
 
 # "add 5 and 3" -> "5 plus 3": the verb forms become the operator forms, for the sum and for
@@ -422,17 +422,13 @@ def _heard(lower: str) -> str:
     return _ON_FOR_OF.sub(lambda m: f"{m[1]} of " if _kind(m[2]) == "number" else m[0], lower)
 
 
-# A sum corrected as it is said, restated from one of its words: "twelve times seven, no, twelve
-# times eight", "15 percent of 80, sorry, of 90".
-_RESTATED = re.compile(rf"[,.;!?] (?:{CORRECTION}[,.;!]? )+(?=[a-z0-9])", re.I)
-
-
 def _restated(text: str) -> str:
     """``text`` with a corrected sum replaced by its restatement, from the last place the
-    correction's first word was said before it; else with a number said again in its place
+    correction's first word was said before it ("twelve times seven, no, twelve times eight",
+    "15 percent of 80, sorry, of 90"); else with a number said again in its place
     (``corrected``)."""
-    found = _RESTATED.search(text)
-    if found is None:
+    found = CORRECTED.search(text)
+    if found is None or not re.match(r"[a-z0-9]", text[found.end() :], re.I):
         return text
     before, after = text[: found.start()], text[found.end() :]
     first = re.escape(after.split()[0].strip(",.;!?").lower())

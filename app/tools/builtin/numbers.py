@@ -79,14 +79,17 @@ def digits(text: str) -> str:
 # its unit or two words) before the marker, the new one (with at most three words) ending the
 # request. A sum or anything else after the marker is left to the parsers ("5 plus 3, no, 5
 # plus 4" is not a value said again).
-CORRECTION = (
-    r"(?:no|nope|sorry|oops|wait|actually|i mean|rather|or rather|make (?:it|that)|scratch that)"
+_MARKERS = (
+    r"(?:(?:no|nope|sorry|oops|wait|actually|i mean|rather|or rather|make (?:it|that)"
+    r"|scratch that)[,.;!]? )+"
 )
+# Where a correction begins, after the words it corrects: "…, no, ", "…. Sorry, I mean ".
+CORRECTED = re.compile(rf"[,.;!?] {_MARKERS}", re.I)
 _VALUE = r"-?\d+(?:[:.]\d+)*(?: \d+(?:[:.]\d+)*)*"
 # A new value of two parts is a length ("1 hour 20 minutes"), not a sum ("5 plus 4").
 _OPERATOR = r"(?:plus|minus|times|x|divided|over|and|by)"
 _SAID_AGAIN = re.compile(
-    rf"{_VALUE}((?: [a-z]+){{0,2}})[,.;!?]? (?:{CORRECTION}[,.;!]? )+"
+    rf"{_VALUE}((?: [a-z]+){{0,2}})[,.;!?]? {_MARKERS}"
     rf"(?={_VALUE}((?:,? (?!{_OPERATOR}\b|please\b)[a-z]+){{0,4}})(?: {_VALUE}(?: [a-z]+){{0,3}})?"
     r"(?:,? please)?\W*$)"
 )

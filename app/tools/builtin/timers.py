@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from dllm_voice.app.tools.builtin import sounds
 from dllm_voice.app.tools.builtin.clock import spoken_time
-from dllm_voice.app.tools.builtin.numbers import CORRECTION, corrected, digits, say_number
+from dllm_voice.app.tools.builtin.numbers import CORRECTED, corrected, digits, say_number
 from dllm_voice.app.tools.registry import ToolContext, ToolError, tool
 
 _DAY_S = 24 * 3600.0
@@ -162,15 +162,12 @@ _NAMED = re.compile(
 )
 
 
-# A length corrected with words between ("five minutes for the pasta, no, eight minutes"): the
-# lengths said after the correction are the timer's, not added to the one before.
-_CORRECTED = re.compile(rf"[,.;!?] (?:{CORRECTION}[,.;!]? )+")
-
-
 def _seconds(text: str) -> tuple[float, str] | None:
-    """The duration in ``text`` (in digits) and ``text`` without it; None if there is none."""
+    """The duration in ``text`` (in digits) and ``text`` without it; None if there is none.
+    A length corrected with words between ("five minutes for the pasta, no, eight minutes"):
+    the lengths said after the correction are the timer's, not added to the one before."""
     found = list(_DURATION.finditer(text))
-    fixed = [m.end() for m in _CORRECTED.finditer(text)]
+    fixed = [m.end() for m in CORRECTED.finditer(text)]
     if fixed and any(m.start() < fixed[-1] for m in found) and found[-1].start() >= fixed[-1]:
         found = [m for m in found if m.start() >= fixed[-1]]
     if not found:
