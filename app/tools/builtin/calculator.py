@@ -387,16 +387,25 @@ def _heard_operand(lower: str) -> str:
 # no number is read by its sound as one of one to nine ("it" is 0.5 from "eight"; "a" 1.5).
 _BEFORE_SCALE = re.compile(r"\b([a-z]+) (hundred|thousand)\b")
 _ONES = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+# "Take 48 from 100 and free": the word after a hundred's "and" that is no number, read as one
+# under a hundred by its sound ("free" is 0.5 from "three").
+_AFTER_SCALE = re.compile(r"\b(hundred|thousand|\d+00) and ([a-z]+)\b")
 
 
 def _heard_scale(lower: str) -> str:
-    def read(found: re.Match[str]) -> str:
+    def before(found: re.Match[str]) -> str:
         if _kind(found[1]):
             return found[0]
         number = sounds.sounds_like(found[1], _ONES)
         return f"{number} {found[2]}" if number else found[0]
 
-    return _BEFORE_SCALE.sub(read, lower)
+    def after(found: re.Match[str]) -> str:
+        if _kind(found[2]):
+            return found[0]
+        number = sounds.sounds_like(found[2], _SAID_DIGITS)
+        return f"{found[1]} and {number}" if number else found[0]
+
+    return _AFTER_SCALE.sub(after, _BEFORE_SCALE.sub(before, lower))
 
 
 # Whisper's "on" for "of" after a percent or a fraction, before a number: "fifteen percent on

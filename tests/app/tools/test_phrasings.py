@@ -387,6 +387,9 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("what's nine times for", 36),
         ("what is 12 divided by sex", 2),
         ("Can you add it hundred and fifty to twelve hundred?", 2050),  # "eight" by its sound
+        ("Take 48 from 100 and free.", 55),  # "three" by its sound
+        ("What's two hundred and sex minus six?", 200),
+        ("Add a hundred and ten to a hundred and fifty.", 260),
         ("What's fifteen percent on sixty?", 9),  # Whisper's "on" for "of"
         ("What is one half plus one quarter?", 0.75),
         ("one third plus one sixth", 0.5),
