@@ -100,6 +100,7 @@ class EchoCanceller:
         )
         self.near_end = False
         self._slipped = False  # set from the audio thread, acted on in process()
+        self._opened = False  # the mic's first frame came
         log.info("echo: mode %s", mode)
 
     def push_far(self, pcm: PCM, rate_hz: int) -> None:
@@ -144,6 +145,9 @@ class EchoCanceller:
     def process(self, frame: PCM) -> PCM16:
         """One mic frame (int16, 16 kHz) -> the frame with the speaker echo removed."""
         near = to_int16(np.asarray(frame).reshape(-1))
+        if not self._opened:
+            self._opened = True
+            self._drop_waiting()
         far = self._take_far(len(near))
         self.far_dbfs = rms_dbfs(far)
         if self.double_talk is not None:
@@ -180,6 +184,19 @@ class EchoCanceller:
         mic overflowed (it lost samples): the echo no longer comes after the delay the
         double-talk detector measured (a callback was seen waiting up to 436 ms for the GIL)."""
         self._slipped = True
+
+    def _drop_waiting(self) -> None:
+        """At the mic's first frame: the reference the speaker reported before the mic opened
+        (its stream starts first, up to 1 s of it kept) is no reference for any mic frame. Left
+        in the FIFO it paired each frame with reference that much older, the echo reached the
+        mic before its paired reference (280 ms in a run on a busy CPU), and the agent's first
+        syllables were taken for the user. Whatever of it still plays, the detector covers."""
+        with self._lock:
+            waiting = np.concatenate(self._far) if self._far else np.zeros(0, np.int16)
+            self._far.clear()
+            self._far_n = 0
+        if self.double_talk is not None:
+            self.double_talk.unpaired(waiting)
 
 
 class FrameSource(Protocol):
@@ -391,6 +408,15 @@ class DoubleTalkDetector:
         self.held = np.zeros(self.bins.count, int)  # consecutive blocks each bin was above
         self.calm = 0  # blocks since one counted
         self.share = 0.0  # share of bins above the echo in the latest block
+
+    def unpaired(self, far: PCM16) -> None:
+        """Reference that went to the speaker and will be paired with no mic frame: while the
+        delay is unknown its echo is predicted with the newest reference's (for 540 ms)."""
+        n = self.bins.n
+        whole = len(far) // n * n
+        if whole:
+            far_db = self.bins.spectra(np.zeros(n), far[:whole].astype(np.float64))
+            self.levels.far_db[0] = np.maximum(self.levels.far_db[0], far_db.max(axis=0))
 
     def update(self, far: PCM16, near: PCM16) -> bool:
         """A mic frame and its reference (whole 10 ms blocks); True when the user talks."""

@@ -37,10 +37,14 @@ def near_end_times(
     mode: str = "guard",
     at_ms: float | None = None,
     then: str = "",
+    before: np.ndarray | None = None,
 ) -> list[float]:
     """The frames (their end, audio ms) the canceller's double-talk detector calls the user's;
-    `then` ("reset" or "slipped") is told to the canceller at `at_ms`."""
+    `then` ("reset" or "slipped") is told to the canceller at `at_ms`; the speaker reported
+    `before` ahead of the mic's first frame."""
     ec = EchoCanceller(EchoConfig(mode=mode))
+    if before is not None:
+        ec.push_far(before, 16000)
     times = []
     for i in range(0, len(mic) - 479, 480):
         if at_ms is not None and i == 16 * at_ms:
@@ -145,8 +149,24 @@ def test_an_underrun_makes_the_detector_measure_the_delay_again(agent: np.ndarra
     assert near_end_times(agent, mic, at_ms=4500, then="slipped") == []
 
 
+def test_reference_reported_before_the_mic_opened_is_no_reference(agent: np.ndarray) -> None:
+    # The speaker's stream starts before the mic's and reports its first 300 ms: paired with the
+    # mic's first frames, every frame would get reference 300 ms older than its own, and the
+    # echo (150 ms late) would reach the mic before its paired reference.
+    mic = room(agent, 0.0)
+    assert near_end_times(agent, mic, before=agent[:4800]) == []
+    clip = user()
+    onset = 8000 + first_sound(clip) / 16
+    mic[16 * 8000 : 16 * 8000 + len(clip)] += clip[: len(mic) - 16 * 8000]
+    heard = near_end_times(agent, mic, before=agent[:4800])
+    assert heard and onset <= heard[0] <= onset + 200, (onset, heard)
+
+
 def test_canceller_reference_fifo_and_rates() -> None:
     ec = EchoCanceller(EchoConfig(mode="guard"))
+    ec.push_far(np.full(480, 8000, np.int16), 16000)
+    ec.process(np.zeros(480, np.int16))
+    assert ec.far_dbfs == -120.0  # reported before the mic's first frame: no reference for it
     ec.push_far(np.full(1440, 8000, np.int16), 48000)  # 30 ms at 48 kHz -> 480 samples
     out = ec.process(np.full(480, 5, np.int16))
     assert np.array_equal(out, np.full(480, 5, np.int16))  # guard mode: unchanged
