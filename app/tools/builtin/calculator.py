@@ -190,8 +190,11 @@ _GAIN = (
 # What one starts with: "I have 63 apples", "I got paid 900".
 _HOLD = r"(?:have|had|got(?: paid)?|was paid|earned|earn|start with|started with)"
 # "Divided by" alone is an operator the run of the words reads as said.
-_SHARE = r"(?:split|shared?|divided?(?! by))(?: up| out)?(?: evenly| equally)?"
-_AMONG = r"(?:among|amongst|between|by|into|across|with|for)"
+_SHARE = (
+    r"(?:split|shared?|divided?(?! by)|deal|dealt|distributed?|hand(?:ed)? out|give out)"
+    r"(?: them| it)?(?: up| out)?(?: evenly| equally)?"
+)
+_AMONG = r"(?:among|amongst|between|by|into|across|with|for|to)"
 # Where a command starts: the first word, or after a filler or a subject ("hey, square 46",
 # "when you square 7").
 _COMMAND = r"(?:^|\b(?:you|i|we|please|now|then|hey|hi|um|uh|ok|okay|so|alright|oh) )"

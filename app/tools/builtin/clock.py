@@ -39,7 +39,8 @@ _TIME_ASKED = re.compile(
 # Sydney"): only with a place, as "is it too late" is not a question for the clock.
 _PART_OF_DAY = re.compile(
     r"\bis it (?:still |already |yet )?(?:too )?(?:late|early|night|nighttime|night time|"
-    r"morning|afternoon|evening|daytime|day time|dark|light|bedtime|lunchtime|midnight|"
+    r"morning|afternoon|evening|daytime|day time|dark|light|bedtime|midnight|"
+    r"(?:breakfast|lunch|dinner|supper) ?time|(?:office|business|working) hours|"
     r"the middle of the night)\b(?! to\b)|\b(?:are|is) (?:they|he|she|people|everyone) "
     r"(?:still )?(?:awake|asleep|up)\b",
     re.I,

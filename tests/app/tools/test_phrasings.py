@@ -72,6 +72,8 @@ PARSERS: dict[str, Parse] = {
         ("my brother lives in denver is it late there", "denver"),
         ("is it night time in seoul right now", "seoul"),
         ("is it morning yet in new zealand", "new zealand"),
+        ("My sister lives in Madrid, is it dinner time there yet?", "Madrid"),
+        ("is it still business hours in singapore", "singapore"),
         ("are they still awake in lisbon or is it the middle of the night", "lisbon"),
         ("what's the exact time in manila", "manila"),
         ("what is the correct time", None),
@@ -396,6 +398,8 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("three eighths of 64", 24),
         ("If I earn 25 dollars an hour for 8 hours, how much do I make?", 200),
         ("Split a hundred and twenty dollars four ways.", 30),
+        ("I have 52 cards, deal them equally among 4 people, how many each?", 13),
+        ("If I hand out thirty sweets to six kids, how many does each get?", 5),
         ("If I buy four coffees at three fifty each, what's the total?", 14),
         ("I got paid nine hundred and spent three hundred and twenty, what's left?", 580),
         ("Three people split a bill of ninety dollars. How much does each pay?", 30),
@@ -623,6 +627,11 @@ NOT_TOOL_REQUESTS = [
     "is it time for bed",
     "i have eight cubes",
     "give me two squares",
+    "is it better to set one alarm or many",
+    "should i set three alarms or just one",
+    "is it dinner time yet",
+    "how do i deal with 3 kids",
+    "i dealt cards to 4 players",
 ]
 
 
