@@ -133,7 +133,7 @@ _NOTIFY = re.compile(
     r"^time for (?=\d|an? (?:hour|minute)\b)|"
     r"\b(?:timer|reminder|countdown|count(?:ing)? (?:me )?down|"
     r"(?:remind|buzz|ping|alert|nudge|notify|beep|ring|wake|signal|call) (?:me|us)|"
-    r"tell (?:me|us)(?: when\b|\W*$)|let (?:me|us) know|keep track|"
+    r"tell (?:me|us)(?: when\b|(?=\W*$))|let (?:me|us) know|keep track|"
     r"time (?:me|it|this|that|them|these|those|my|the|\d+)|start (?:timing|the clock)"
     r"|go(?:es)? off in)\b"
 )

@@ -157,6 +157,7 @@ def test_date_phrasings(text: str, place: str | None) -> None:
         ("twelve minute timer for the pasta please", {"seconds": 720.0, "label": "pasta"}),
         ("the eggs need six minutes let me know", {"seconds": 360.0, "label": "eggs"}),
         ("give the rice 18 minutes and tell me", {"seconds": 1080.0, "label": "rice"}),
+        ("Give it ten minutes and tell me.", {"seconds": 600.0}),  # Whisper's full stop
         ("my bread needs forty minutes can you keep track", {"seconds": 2400.0, "label": "bread"}),
         (
             "i'm putting the cookies in now remind me in twelve minutes",
