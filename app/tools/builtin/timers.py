@@ -121,9 +121,11 @@ _ASKS = re.compile(
     r"when (?:does|do|will|is|are)|still (?:going|running|on|set)|how much longer)\b"
 )
 _COOKING = r"(?:making|cooking|baking|boiling|roasting|steaming|frying|brewing|heating)"
-# A length said on its own after what is cooking: "I'm baking cookies, 12 minutes please".
+# A length said on its own after what is cooking: "I'm baking cookies, 12 minutes please",
+# "I'm boiling eggs, give me seven minutes".
 _COOKING_FOR = re.compile(
-    rf"\bi'?m {_COOKING}\b.*[,.] (?:for |about )?\d+(?:\.\d+)? ?(?:hours?|minutes?|mins?|seconds?"
+    rf"\bi'?m {_COOKING}\b.*[,.] (?:give (?:me|it|them) )?(?:for |about )?\d+(?:\.\d+)? ?"
+    r"(?:hours?|minutes?|mins?|seconds?"
     r"|secs?)(?:,? please)?\W*$"
 )
 # Asked to be told when a time is up, in other words than "timer": "remind me in 10 minutes",

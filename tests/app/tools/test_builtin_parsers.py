@@ -40,6 +40,13 @@ from tests.app.tools.builtin_helpers import tool_of
         ("what time is it tomorrow in tokyo", None),
         ("What's the time in the song by Pink Floyd?", None),
         ("What time is it in Narnia?", {"place": "Narnia"}),
+        # A known name's start is not the place where the name goes on: Whisper's "La Robino"
+        # for Nairobi is not LA.
+        ("If I called my friend in La Robino, what time would it be?", {"place": "La Robino"}),
+        ("What time is it in San Robino?", {"place": "San Robino"}),
+        ("What time is it in Sydney Australia?", {"place": "Australia"}),
+        ("What time is it in Paris? Tell me.", {"place": "Paris"}),
+        ("What time is it at Home?", {}),
         ("how much time is left on my timer", None),
     ],
 )

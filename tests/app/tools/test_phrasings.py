@@ -158,6 +158,7 @@ def test_date_phrasings(text: str, place: str | None) -> None:
         ("the eggs need six minutes let me know", {"seconds": 360.0, "label": "eggs"}),
         ("give the rice 18 minutes and tell me", {"seconds": 1080.0, "label": "rice"}),
         ("Give it ten minutes and tell me.", {"seconds": 600.0}),  # Whisper's full stop
+        ("I'm boiling eggs, give me seven minutes.", {"seconds": 420.0, "label": "eggs"}),
         ("my bread needs forty minutes can you keep track", {"seconds": 2400.0, "label": "bread"}),
         (
             "i'm putting the cookies in now remind me in twelve minutes",
@@ -632,6 +633,7 @@ NOT_TOOL_REQUESTS = [
     "should i set three alarms or just one",
     "is it dinner time yet",
     "how do i deal with 3 kids",
+    "give me seven minutes",
     "i dealt cards to 4 players",
 ]
 
