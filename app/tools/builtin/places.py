@@ -240,17 +240,23 @@ def mention(text: str) -> tuple[str, Place] | None:
                 continue
             if key in gaz.proper_only and (i == 0 or not words[i][0].isupper()):
                 continue
-            if _name_goes_on(text, words[i : i + n], gaz.places):
+            # "New" of "New York State", whose "New York" was turned down: not New City.
+            longer = i + n < len(words) and " ".join(lower[i : i + n + 1]) in gaz.places
+            if longer or _name_goes_on(text, words[i : i + n], gaz.places):
                 continue
             return " ".join(words[i : i + n]), place
     return None
 
 
-# Capitalized words that start a sentence whose stop Whisper left out, not a name's next word.
+# Capitalized words that start a sentence whose stop Whisper left out, or say what kind of
+# place a name is ("Quebec City", "New York State"): not a name's next word.
 _STARTS = frozenset(
     """i please thanks thank now today tonight tomorrow and or but so then also too okay ok yes
     no what when where which who why how is are can could would will do does did tell
     """.split()  # noqa: SIM905 - a word table
+)
+_KINDS = frozenset(
+    "state city province county island islands region territory district prefecture".split()
 )
 
 
@@ -262,7 +268,7 @@ def _name_goes_on(text: str, name: list[str], places: dict[str, Place]) -> bool:
     joined = r"\W+".join(map(re.escape, name))
     for after in re.finditer(rf"(?<![A-Za-z]){joined}(?:'s)? ([A-Z][A-Za-z]*)", plain):
         word = after[1].lower()
-        if word not in _STARTS and word not in places:
+        if word not in _STARTS and word not in _KINDS and word not in places:
             return True
     return False
 

@@ -47,6 +47,8 @@ from tests.app.tools.builtin_helpers import tool_of
         ("What time is it in Sydney Australia?", {"place": "Australia"}),
         ("What time is it in Paris? Tell me.", {"place": "Paris"}),
         ("What time is it at Home?", {}),
+        ("What time is it in New York State?", {"place": "New York"}),
+        ("What time is it in Quebec City?", {"place": "Quebec"}),
         ("how much time is left on my timer", None),
     ],
 )
