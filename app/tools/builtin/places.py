@@ -256,7 +256,8 @@ _STARTS = frozenset(
     """.split()  # noqa: SIM905 - a word table
 )
 _KINDS = frozenset(
-    "state city province county island islands region territory district prefecture".split()
+    ("state", "city", "province", "county", "island", "islands", "region", "territory")
+    + ("district", "prefecture")
 )
 
 
