@@ -189,7 +189,7 @@ class EchoCanceller:
         """At the mic's first frame: the reference the speaker reported before the mic opened
         (its stream starts first, up to 1 s of it kept) is no reference for any mic frame. Left
         in the FIFO it paired each frame with reference that much older, the echo reached the
-        mic before its paired reference (280 ms in a run on a busy CPU), and the agent's first
+        mic before its paired reference (259 ms of it in a run on a busy CPU), and the agent's first
         syllables were taken for the user. Whatever of it still plays, the detector covers."""
         with self._lock:
             waiting = np.concatenate(self._far) if self._far else np.zeros(0, np.int16)

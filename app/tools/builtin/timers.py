@@ -272,9 +272,9 @@ _PM = (
 _PAST = re.compile(  # "pass": Whisper's "half-pass six"
     r"\b(half|quarter|\d{1,2})(?: minutes?)? (past|pass|after|to|till|before) (\d{1,2})\b"
 )
-# Not a number of a duration, nor the first of two said before one ("four twenty minutes").
-# A time of day; not a length ("7 minutes") nor, a bare number, a count of alarms ("set one
-# alarm or many?"; "the 18:30 alarm" is a time).
+# A time of day: not a number of a duration, nor the first of two said before one ("four
+# twenty minutes"), nor, a bare number, a count of alarms ("set one alarm or many?"; "the 18:30
+# alarm" is a time).
 _CLOCK = re.compile(
     r"\b(\d{1,2})(?:[:. ]([0-5]\d))?( o'?clock)?\b"
     r"(?!(?:[ :.]\d+)? ?(?:minutes?|mins?|hours?|hrs?|seconds?|secs?)\b)"
