@@ -464,6 +464,10 @@ def parse_calculation(text: str) -> dict[str, object] | None:
         lower,
     ):
         return None  # something to write, the sum only its subject
+    if re.search(r"\b(?:is|it's|are) called\W*$|^what(?:'s| is) [^?]* called\W*$", lower) or (
+        re.search(r"\bwhat (?:do|does|would) (?:you|we|they|people|mathematicians) call\b", lower)
+    ):
+        return None  # the name of a number ("the square root of minus one"), not its value
     lower = _heard(lower)
     # The money words part the numbers around them ("a hundred and twenty dollars four ways"
     # is 120 and 4, not 124) and then go.

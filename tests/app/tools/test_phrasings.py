@@ -634,6 +634,8 @@ NOT_TOOL_REQUESTS = [
     "is it dinner time yet",
     "how do i deal with 3 kids",
     "give me seven minutes",
+    "What's the square root of negative one called?",
+    "what do you call ten to the power of a hundred",
     "i dealt cards to 4 players",
 ]
 
