@@ -448,6 +448,13 @@ def _restated(text: str) -> str:
     return before[: at[-1]] + after if at else corrected(text)
 
 
+# The name of a number asked ("What's the square root of negative one called?"), not its value.
+_NAME_ASKED = re.compile(
+    r"\b(?:is|it's|are) called\W*$|^what(?:'s| is) [^?]* called\W*$"
+    r"|\bwhat (?:do|does|would) (?:you|we|they|people|mathematicians) call\b"
+)
+
+
 def parse_calculation(text: str) -> dict[str, object] | None:
     """The expression in the user's words: "What's twelve plus twenty-nine?" ->
     {"expression": "twelve plus twenty-nine"}; a task in digits: "cut three hundred and fifty
@@ -464,10 +471,8 @@ def parse_calculation(text: str) -> dict[str, object] | None:
         lower,
     ):
         return None  # something to write, the sum only its subject
-    if re.search(r"\b(?:is|it's|are) called\W*$|^what(?:'s| is) [^?]* called\W*$", lower) or (
-        re.search(r"\bwhat (?:do|does|would) (?:you|we|they|people|mathematicians) call\b", lower)
-    ):
-        return None  # the name of a number ("the square root of minus one"), not its value
+    if _NAME_ASKED.search(lower):
+        return None
     lower = _heard(lower)
     # The money words part the numbers around them ("a hundred and twenty dollars four ways"
     # is 120 and 4, not 124) and then go.
