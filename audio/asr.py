@@ -9,23 +9,24 @@ avg_logprob, the compression ratio). One turn's streaming state is transcriber.p
 """
 
 import difflib
+import functools
 import logging
 import re
 import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, TypedDict, overload
 
 import numpy as np
 
 from dllm_voice import cores
 from dllm_voice.audio.config import ASRConfig
 from dllm_voice.audio.errors import AudioFormatError, ModelLoadError
-from dllm_voice.audio.resample import PCM, PCM16, FloatPCM, to_float32, to_int16
+from dllm_voice.audio.resample import PCM, PCM16, FloatPCM, resample, to_float32, to_int16
 from dllm_voice.audio.vad import SileroGate, rms_dbfs, webrtc_classifier
 
 if TYPE_CHECKING:
@@ -40,6 +41,12 @@ _SMALL_WINDOW_S = 8  # up to 6 s: 13% less CPU than 10 s; shorter windows made t
 # far under the best's. On the tool benchmark's 66 spoken requests the right hearing of a
 # misheard one stood 0.01-0.12 under the best.
 ALT_MARGIN = 0.15
+# Speeds a short pass's audio is heard again at (``Transcript.slower``), its pitch lowered with
+# it: Whisper tiny.en's slips move with the speed. Over 612 spoken tool requests in 12 voices
+# (bench/tools.py's sets and 126 fresh ones), a parser read the right call in one of these
+# hearings for 32 that no hearing at full speed gave (455 -> 487), with no new call on 337
+# requests that need none; 0.85 alone: 24.
+SLOWER = (0.9, 0.8)
 MAX_SHORT_S = 9.0  # longer audio -> faster-whisper chunked transcribe
 FRAME = 480  # 30 ms, for energy checks
 _MERGE_WORDS = 12  # longest repeat merge_overlap() looks for (1 s of speech is ~3 words)
@@ -64,6 +71,10 @@ class Transcript:
     # ALT_MARGIN of the best, each in full (a tool's parser reads them when the best names no
     # call: "How great is it in Chicago now?" beside "How late is it …").
     alternatives: tuple[str, ...] = ()
+    # The same audio heard again, played slower (SLOWER), on demand: what it could also be when
+    # neither the best hearing nor its alternatives make sense of it (a tool's parser reads
+    # none). ~75 ms of a core at each call; None where no single short pass heard the turn.
+    slower: Callable[[], tuple[str, ...]] | None = field(default=None, compare=False, repr=False)
 
 
 EMPTY = Transcript("", "", False, 0.0, 0.0)
@@ -92,10 +103,15 @@ class _Generation(Protocol):  # ctranslate2.models.WhisperGenerationResult
     def no_speech_prob(self) -> float: ...
 
 
+class _Pending(Protocol):  # ctranslate2.models.AsyncWhisperGenerationResult
+    def result(self) -> _Generation: ...
+
+
 class _Decoder(Protocol):  # ctranslate2.models.Whisper
     @property
     def is_multilingual(self) -> bool: ...
 
+    @overload
     def generate(
         self,
         features: object,  # a ctranslate2.StorageView, (batch, mels, frames)
@@ -107,6 +123,20 @@ class _Decoder(Protocol):  # ctranslate2.models.Whisper
         return_scores: bool,
         return_no_speech_prob: bool,
     ) -> list[_Generation]: ...
+
+    @overload
+    def generate(
+        self,
+        features: object,
+        prompts: list[list[int]],
+        *,
+        asynchronous: Literal[True],  # each a job for one of the model's workers
+        beam_size: int,
+        num_hypotheses: int,
+        max_length: int,
+        return_scores: bool,
+        return_no_speech_prob: bool,
+    ) -> list[_Pending]: ...
 
 
 class _FeatureExtractor(Protocol):  # faster_whisper.feature_extractor.FeatureExtractor
@@ -300,9 +330,12 @@ class WhisperASR:
         if compute == "auto":
             compute = "float16" if device == "cuda" else "int8"
         try:
+            # A worker per speed a turn is heard again at (SLOWER), so those passes run side by
+            # side: ~75 ms for the two on this model's one thread each, ~150 one after the other.
             model: WhisperModel = faster_whisper.WhisperModel(
-                str(model_dir), device=device, compute_type=compute, cpu_threads=cfg.cpu_threads
-            )
+                str(model_dir), device=device, compute_type=compute, cpu_threads=cfg.cpu_threads,
+                num_workers=len(SLOWER),
+            )  # fmt: skip
         except (RuntimeError, ValueError, OSError) as e:
             raise ModelLoadError(f"cannot load Whisper from {model_dir}: {e}") from e
         self.model = model
@@ -367,9 +400,20 @@ class WhisperASR:
                     text, logprob = self._long_pass(audio)
         stable = text if final else agreed_prefix(prev.text, text) if prev else ""
         compute_ms = 1000.0 * (time.perf_counter() - t0)
+        # Heard slower where every speed still fits the largest window.
+        slows = bool(text) and audio_ms <= WINDOW_S * 1000 * min(SLOWER)
+        slower = functools.partial(self.hear_slower, audio) if slows else None
         return Transcript(
-            text, stable, final, audio_ms, compute_ms, logprob=logprob, alternatives=alternatives
-        )
+            text, stable, final, audio_ms, compute_ms, logprob=logprob, alternatives=alternatives,
+            slower=slower,
+        )  # fmt: skip
+
+    def hear_slower(self, audio: FloatPCM) -> tuple[str, ...]:
+        """What Whisper hears in ``audio`` played at each of SLOWER's speeds (``slowed_passes``),
+        with the requests' prompt; none that copies one of its sentences. Blocking; thread-safe
+        beside a pass (the model's workers take one each)."""
+        heard = slowed_passes(self.model, self.prompt, self.tok, audio, self.cfg.beam_size, SLOWER)
+        return tuple(h for h in heard if not self.copies_prompt(h))
 
     def has_speech(self, pcm16k: PCM) -> bool:
         """Any 30 ms frame that webrtcvad (mode 3) calls voice above the energy gate, and that
@@ -468,43 +512,93 @@ def windowed_pass(
     """One decode of float audio in a window_s encoder window: (text, no-speech probability,
     mean logprob, the alternatives: the beam's other hypotheses within ALT_MARGIN of it, which
     the beam search holds anyway)."""
+    with cores.busy():
+        res = model.model.generate(
+            _features(model, audio, window_s), [prompt], **_decoding(audio, beam)
+        )[0]
+    texts = _texts(res, tok)
+    alternatives = _close_behind(res, texts, {_fold(texts[0])})
+    return texts[0], res.no_speech_prob, res.scores[0], tuple(alternatives)
+
+
+def slowed_passes(
+    model: WhisperModel,
+    prompt: list[int],
+    tok: _Tokenizer,
+    audio: FloatPCM,
+    beam: int,
+    speeds: tuple[float, ...],
+) -> tuple[str, ...]:
+    """``audio`` played at each of ``speeds`` (a fraction of its own; the pitch lowered with
+    it), decoded side by side, one pass a worker of ``model``: each pass's hypotheses within
+    ALT_MARGIN of its best, best first, without repeats."""
+    with cores.busy():
+        pending = []
+        for speed in speeds:
+            slowed = resample(audio, round(RATE_HZ * speed), RATE_HZ)
+            window_s = _SMALL_WINDOW_S if len(slowed) <= 6 * RATE_HZ else WINDOW_S
+            feats = _features(model, slowed, window_s)
+            decoding = _decoding(slowed, beam)
+            pending.append(model.model.generate(feats, [prompt], asynchronous=True, **decoding))
+        results = [p[0].result() for p in pending]
+    heard: list[str] = []
+    seen: set[str] = set()
+    for res in results:
+        heard += _close_behind(res, _texts(res, tok), seen)
+    return tuple(heard)
+
+
+def _features(model: WhisperModel, audio: FloatPCM, window_s: int) -> object:
+    """The log-mel of ``audio`` in a window_s encoder window, as a (1, mels, frames) StorageView."""
     import ctranslate2
 
-    with cores.busy():
-        fe = model.feature_extractor
-        n_frames = window_s * RATE_HZ // fe.hop_length
-        # Mel of the audio plus 0.3 s of zeros (its floor value pads the rest of the window):
-        # identical to the mel of the zero-padded window, at a third of the cost. Without
-        # trailing silence in the mel, the 10 s window drops a last word that ends abruptly.
-        mel = fe(np.concatenate([audio, np.zeros(3 * RATE_HZ // 10, np.float32)]))  # (80, T)
-        mel = mel[:, :n_frames]
-        if mel.shape[1] < n_frames:
-            pad = np.full((mel.shape[0], n_frames - mel.shape[1]), mel.min(), mel.dtype)
-            mel = np.concatenate([mel, pad], axis=1)
-        feats = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))  # (1, 80, T)
-        # CTranslate2 stopped at ~max_length / 2 text tokens here (28 -> 14): speech is ~4
-        # tokens/s, so this cap only bounds a looping decode.
-        max_len = min(448, int(len(audio) / RATE_HZ * 16) + 40)
-        res = model.model.generate(
-            feats,
-            [prompt],
-            beam_size=beam,
-            num_hypotheses=beam,
-            max_length=max_len,
-            return_scores=True,
-            return_no_speech_prob=True,
-        )[0]
-    texts = [
+    fe = model.feature_extractor
+    n_frames = window_s * RATE_HZ // fe.hop_length
+    # Mel of the audio plus 0.3 s of zeros (its floor value pads the rest of the window):
+    # identical to the mel of the zero-padded window, at a third of the cost. Without
+    # trailing silence in the mel, the 10 s window drops a last word that ends abruptly.
+    mel = fe(np.concatenate([audio, np.zeros(3 * RATE_HZ // 10, np.float32)]))  # (80, T)
+    mel = mel[:, :n_frames]
+    if mel.shape[1] < n_frames:
+        pad = np.full((mel.shape[0], n_frames - mel.shape[1]), mel.min(), mel.dtype)
+        mel = np.concatenate([mel, pad], axis=1)
+    return ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))
+
+
+class _Decoding(TypedDict):
+    beam_size: int
+    num_hypotheses: int
+    max_length: int
+    return_scores: bool
+    return_no_speech_prob: bool
+
+
+def _decoding(audio: FloatPCM, beam: int) -> _Decoding:
+    # CTranslate2 stopped at ~max_length / 2 text tokens here (28 -> 14): speech is ~4
+    # tokens/s, so this cap only bounds a looping decode.
+    max_len = min(448, int(len(audio) / RATE_HZ * 16) + 40)
+    return _Decoding(
+        beam_size=beam, num_hypotheses=beam, max_length=max_len, return_scores=True,
+        return_no_speech_prob=True,
+    )  # fmt: skip
+
+
+def _texts(res: _Generation, tok: _Tokenizer) -> list[str]:
+    return [
         tok.decode(cut_trailing_repeat([t for t in ids if t < tok.eot])).strip()
         for ids in res.sequences_ids
     ]
-    seen = {_fold(texts[0])}
-    alternatives = []
-    for text, score in zip(texts[1:], res.scores[1:], strict=True):
+
+
+def _close_behind(res: _Generation, texts: list[str], seen: set[str]) -> list[str]:
+    """``res``'s hypotheses (``texts``) within ALT_MARGIN of its best's mean logprob that say
+    nothing ``seen`` holds (folded), which then holds them too."""
+    kept = []
+    for text, score in zip(texts, res.scores, strict=True):
         if score >= res.scores[0] - ALT_MARGIN and text and _fold(text) not in seen:
             seen.add(_fold(text))
-            alternatives.append(text)
-    return texts[0], res.no_speech_prob, res.scores[0], tuple(alternatives)
+            kept.append(text)
+    return kept
 
 
 def _fold(text: str) -> str:

@@ -207,7 +207,7 @@ class StreamingTranscriber:
         segments = (len(self._texts), self._prefix_k)
         return Transcript(
             last.text, last.text, True, last.audio_ms, ms, segments, last.logprob,
-            last.alternatives,
+            last.alternatives, last.slower,
         )  # fmt: skip
 
     def _short_last_again(self, n: int) -> Transcript | None:

@@ -229,6 +229,11 @@ class Listener:
         pause pass, which the final reuses; () for an older or a typed text)."""
         return self._heard.alternatives if self._heard.text == text else ()
 
+    def slower(self, text: str) -> Callable[[], tuple[str, ...]] | None:
+        """What hears the newest pass's audio again played slower (``Transcript.slower``), when
+        ``text`` is what it heard best."""
+        return self._heard.slower if self._heard.text == text else None
+
     # ---- finals --------------------------------------------------------------------------------
 
     def request_final(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING
 
@@ -91,7 +92,7 @@ class Responses:
         score = self.s.eot.scorer(a.gen, a.user_text) if a.score else None
         ans = Answer(
             self, a.gen, self.s.tm.turn, a.messages, speculative=True, end_score=score,
-            choose=self._chooser(a.user_text, a.messages),
+            choose=self._chooser(a.user_text, a.messages, self.s.tm.turn, a.gen),
         )  # fmt: skip
         self.answers[a.gen] = ans
         self._speculation_t[a.gen] = now_ms()
@@ -129,9 +130,10 @@ class Responses:
             spec.cancel()
         elif self.s.cfg.speculation.enabled:
             self.s.trace("speculation", self.s.tm.turn, a.gen, result="none", saved_ms=0)
+        ans_turn = self.s.tm.answer_turn
         ans = Answer(
-            self, a.gen, self.s.tm.answer_turn, a.messages, speculative=False, drafts=drafts,
-            choose=self._chooser(a.user_text, a.messages) if a.tools else None,
+            self, a.gen, ans_turn, a.messages, speculative=False, drafts=drafts,
+            choose=self._chooser(a.user_text, a.messages, ans_turn, a.gen) if a.tools else None,
         )  # fmt: skip
         self.answers[a.gen] = ans
         self._start_response(ans)
@@ -233,10 +235,10 @@ class Responses:
     # ---- tools ---------------------------------------------------------------------------------
 
     def _chooser(
-        self, text: str, messages: list[dict[str, str]]
+        self, text: str, messages: list[dict[str, str]], turn: int, gen: int
     ) -> Callable[[torch.Tensor | None], Choice | None] | None:
         """What picks a tool for the turn ending in ``text`` (its prompt ``messages``) from
-        its hidden state; None: no tools."""
+        its hidden state, for answer ``gen`` of ``turn``; None: no tools."""
         box, chooser = self.s.tools.box, self.s.tools.chooser
         if not len(box) or box.choice == "none":
             return None
@@ -244,10 +246,15 @@ class Responses:
         before = said[: len(said) - len(text)]
         alternatives = tuple(before + heard for heard in self.s.ears.alternatives(text))
         earlier = "" if before or new_subject(text) else self.s.tm.history.cut_short()
+        hear = self.s.ears.slower(text)
+        loop = asyncio.get_running_loop()
+        slower = (
+            functools.partial(self._heard_slower, hear, before, turn, gen, loop) if hear else None
+        )
 
         def choose(state: torch.Tensor | None) -> Choice | None:
             row = None if state is None else state.float().cpu().numpy()
-            choice = chooser.choose(box, row, said, alternatives)
+            choice = chooser.choose(box, row, said, alternatives, slower)
             if choice is None and earlier:
                 # Words that go on from the turn the user cut: read as one request only
                 # where together they name every argument.
@@ -258,6 +265,30 @@ class Responses:
             return choice
 
         return choose
+
+    def _heard_slower(
+        self,
+        hear: Callable[[], tuple[str, ...]],
+        before: str,
+        turn: int,
+        gen: int,
+        loop: asyncio.AbstractEventLoop,
+    ) -> tuple[str, ...]:
+        """What ``hear`` hears in the turn's last segment played slower, each after the
+        turn's words ``before`` it, traced (``asr_slower``); nothing where the recognizer fails,
+        which the trace says. In the LM thread."""
+        t0 = now_ms()
+        heard: tuple[str, ...] = ()
+        traced: list[tuple[str, dict[str, object]]] = []
+        try:
+            heard = tuple(before + h for h in hear())
+        except (RuntimeError, ValueError) as e:  # the turn goes on without these hearings
+            traced.append(("error", {"stage": "asr", "message": f"hearing the turn slower: {e}"}))
+        traced.insert(0, ("asr_slower", {"texts": list(heard), "ms": round(now_ms() - t0, 1)}))
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to trace
+            for name, attrs in traced:
+                loop.call_soon_threadsafe(functools.partial(self.s.trace, name, turn, gen, **attrs))
+        return heard
 
     def run_tool(self, call: calls.Call) -> asyncio.Future[calls.Outcome]:
         """Start ``call`` on its own; ``carry_out`` records it once the turn is committed."""

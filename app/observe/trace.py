@@ -38,6 +38,7 @@ EVENTS = (
     "speculation",
     "lm_start",
     "lm_first_token",
+    "asr_slower",
     "tool_call",
     "tool_filler",
     "tool_result",

@@ -44,8 +44,10 @@ class FakeASR:
         compute_s: float = 0.03,
         refine: dict[str, str] | None = None,
         logprob: float | None = None,
+        slower: dict[str, tuple[str, ...] | Exception] | None = None,
     ):
         self.script = list(script)
+        self.slower = slower or {}  # heard text -> what it is heard as played slower, or a failure
         self.logprob = logprob  # every pass's Whisper mean log-probability (None: unmeasured)
         # A long turn's refinement after its final: final text -> the refined text, 0.2 s later.
         self.refine = refine or {}
@@ -89,7 +91,21 @@ class FakeTranscriber:
         self.asr.heard_ms.append(self.fed_ms)
         text = self._item()[2 * self.stage]
         ms = self.asr.compute_s * 1000
-        return Transcript(text, text, False, self.fed_ms, ms, logprob=self.asr.logprob)
+        return Transcript(
+            text, text, False, self.fed_ms, ms, logprob=self.asr.logprob, slower=self._slower(text)
+        )
+
+    def _slower(self, text: str) -> Callable[[], tuple[str, ...]] | None:
+        heard = self.asr.slower.get(text)
+        if heard is None:
+            return None
+
+        def hear() -> tuple[str, ...]:
+            if isinstance(heard, Exception):
+                raise heard
+            return heard
+
+        return hear
 
     def refinement(self) -> Future[str] | None:
         """As StreamingTranscriber.refinement: the whole pass over a long turn, 0.2 s later."""
@@ -115,7 +131,10 @@ class FakeTranscriber:
         text = self.last_final = item[2 * self.stage + 1]
         self.stage = min(self.stage + 1, len(item) // 2 - 1)
         logprob = self.asr.logprob if text else None
-        return Transcript(text, text, True, self.fed_ms, self.asr.compute_s * 1000, logprob=logprob)
+        ms = self.asr.compute_s * 1000
+        return Transcript(
+            text, text, True, self.fed_ms, ms, logprob=logprob, slower=self._slower(text)
+        )
 
 
 @dataclass
@@ -290,8 +309,9 @@ class FakeChunker:
 class FakeComponents(Components):
     def __init__(self, script, **kw):
         asr = FakeASR(
-            script, kw.pop("asr_s", 0.03), kw.pop("refine", None), kw.pop("asr_logprob", None)
-        )
+            script, kw.pop("asr_s", 0.03), kw.pop("refine", None), kw.pop("asr_logprob", None),
+            kw.pop("slower", None),
+        )  # fmt: skip
         super().__init__(lm=FakeLM(**kw.pop("lm", {})), asr=asr, tts=FakeTTS(**kw))
         self.over_answer: list[bool] = []  # each new transcriber's, in order
 

@@ -88,8 +88,8 @@ def toolset(**cfg: object) -> Toolset:
     return Toolset(replace(ToolsConfig(), **cfg), box, ToolChooser(None, 0.5))
 
 
-def run(script, segments, tools: Toolset, ms_per_word: int = 30):
-    comps = FakeComponents(script, lm={"tail": "Fine, thanks."}, ms_per_word=ms_per_word)
+def run(script, segments, tools: Toolset, ms_per_word: int = 30, **asr):
+    comps = FakeComponents(script, lm={"tail": "Fine, thanks."}, ms_per_word=ms_per_word, **asr)
     comps.tools = tools
     events: list[dict] = []
     tracer = Tracer(None, session="t")
@@ -247,10 +247,10 @@ def test_a_timer_set_by_a_tool_speaks_through_its_context():
 class GaugeReader(ToolChooser):
     """The built-in parsers' way for read_gauge: its words read as its whole call."""
 
-    def choose(self, box, state, text, alternatives=()):
+    def choose(self, box, state, text, alternatives=(), slower=None):
         if "gauge" in text.lower():
             return Choice(box.tools["read_gauge"], 0.9, "head+words", {})
-        return super().choose(box, state, text, alternatives)
+        return super().choose(box, state, text, alternatives, slower)
 
 
 def test_words_that_read_as_a_whole_call_end_the_turn_at_once():
@@ -273,6 +273,51 @@ def test_words_with_no_whole_call_wait_as_their_score_says():
     assert not end["called"] and end["decision"] == "incomplete"
 
 
+class GaugeHearer(ToolChooser):
+    """Reads read_gauge's call in any hearing of the turn, the slower ones last."""
+
+    def choose(self, box, state, text, alternatives=(), slower=None):
+        heard = (text, *alternatives)
+        if not any("gauge" in h for h in heard) and slower is not None:
+            heard = slower()
+            if any("gauge" in h for h in heard):
+                return Choice(box.tools["read_gauge"], 0.9, "head+slower", {})
+        return super().choose(box, state, text, alternatives, slower)
+
+
+def test_a_call_heard_only_slower_is_made_and_the_hearing_traced():
+    RAN.clear()
+    tools = toolset()
+    tools.chooser = GaugeHearer(None, 0.5)
+    heard = ("Read the gorge for me.", "Read the gauge for me.")
+    _, trace, events = run(
+        ["Read the gorge for me."], [Segment(buzz(800))], tools,
+        slower={"Read the gorge for me.": heard},
+    )  # fmt: skip
+    (resp,) = done(events)
+    assert resp["output_text"] == "The gauge reads seven."
+    assert [name for name, _ in RAN] == ["read_gauge"]
+    slower = [e for e in trace if e["event"] == "asr_slower"]
+    assert slower and slower[0]["texts"] == list(heard) and slower[0]["ms"] >= 0
+    call = next(e for e in trace if e["event"] == "tool_call")
+    assert call["how"] == "head+slower"
+
+
+def test_a_recognizer_that_fails_to_hear_the_turn_slower_leaves_the_answer_to_the_lm():
+    tools = toolset()
+    tools.chooser = GaugeHearer(None, 0.5)
+    failure = RuntimeError("decoder gone")
+    _, trace, events = run(
+        ["Read the gorge for me."], [Segment(buzz(800))], tools,
+        slower={"Read the gorge for me.": failure},
+    )  # fmt: skip
+    (resp,) = done(events)
+    assert resp["status"] == "completed" and "gauge" not in resp["output_text"]
+    errors = [e for e in trace if e["event"] == "error"]
+    assert errors and errors[0]["stage"] == "asr" and "decoder gone" in errors[0]["message"]
+    assert [e["texts"] for e in trace if e["event"] == "asr_slower"][0] == []
+
+
 class UnitReader(ToolChooser):
     """The built-in parsers' way for convert_units alone; keeps the words it was given."""
 
@@ -280,7 +325,7 @@ class UnitReader(ToolChooser):
         super().__init__(None, 0.5)
         self.read: list[str] = []
 
-    def choose(self, box, state, text, alternatives=()):
+    def choose(self, box, state, text, alternatives=(), slower=None):
         self.read.append(text)
         args = units.parse_conversion(text)
         return Choice(box.tools["convert_units"], 0.9, "head+words", args) if args else None

@@ -106,6 +106,46 @@ def test_no_alternative_is_read_where_the_head_is_sure_no_tool_is_needed():
     assert ToolChooser(head, 0.9).choose(box(), state, text, alternatives) is not None
 
 
+class HeardSlower:
+    """A recognizer's ``slower``: ``heard``, and how often it was asked (each costs a pass)."""
+
+    def __init__(self, *heard: str) -> None:
+        self.heard, self.asked = heard, 0
+
+    def __call__(self) -> tuple[str, ...]:
+        self.asked += 1
+        return self.heard
+
+
+def test_the_turn_heard_slower_is_read_where_no_hearing_at_full_speed_makes_a_call():
+    head, state = head_giving({NONE: 0.6, "calculate": 0.3})
+    slower = HeardSlower("It's a multi light message for me.", "Multiply 19 by 6 for me.")
+    alternatives = ("Multiply, 19.6 for me.",)
+    choice = ToolChooser(head, 0.9).choose(
+        box(), state, "Multiply 19.6 for me.", alternatives, slower
+    )
+    assert choice is not None and choice.how == "head+slower" and slower.asked == 1
+    assert choice.tool.name == "calculate" and choice.arguments == {"expression": "19 * 6"}
+
+
+def test_the_turn_is_not_heard_slower_where_a_hearing_makes_a_call_or_no_tool_is_needed():
+    head, state = head_giving({"set_timer": 0.5, "calculate": 0.3})
+    slower = HeardSlower("Add ten and five.")
+    choice = ToolChooser(head, 0.9).choose(box(), state, "Set a timer for ten minutes.", (), slower)
+    assert choice is not None and choice.tool.name == "set_timer" and slower.asked == 0
+    alternatives = ("Set a timer for ten minutes.",)
+    choice = ToolChooser(head, 0.9).choose(
+        box(), state, "Said time for ten minutes.", alternatives, slower
+    )
+    assert choice is not None and choice.how == "head+alternative" and slower.asked == 0
+    sure, state = head_giving({NONE: 0.95})
+    slower = HeardSlower("Can parrots count 2 + 10?")
+    assert (
+        ToolChooser(sure, 0.9).choose(box(), state, "Can parrots count to ten?", (), slower) is None
+    )
+    assert slower.asked == 0
+
+
 def test_a_request_corrected_as_it_is_said_is_read_from_the_correction():
     head, state = head_giving({"set_timer": 0.6, NONE: 0.3})
     chooser = ToolChooser(head, 0.9)
