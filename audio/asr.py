@@ -42,10 +42,10 @@ _SMALL_WINDOW_S = 8  # up to 6 s: 13% less CPU than 10 s; shorter windows made t
 # misheard one stood 0.01-0.12 under the best.
 ALT_MARGIN = 0.15
 # Speeds a short pass's audio is heard again at (``Transcript.slower``), its pitch lowered with
-# it: Whisper tiny.en's slips move with the speed. Over 612 spoken tool requests in 12 voices
-# (bench/tools.py's sets and 126 fresh ones), a parser read the right call in one of these
-# hearings for 32 that no hearing at full speed gave (455 -> 487), with no new call on 337
-# requests that need none; 0.85 alone: 24.
+# it: Whisper tiny.en's slips move with the speed. bench/slower.py over the tool benchmark's 430
+# spoken tool requests: 18 more right calls with both, 12 with 0.9 alone, 14 with 0.8 or 0.85,
+# no call on the 267 that need none. At full speed it hears best (WER 13.4 % against 13.7 %
+# at 0.9 on the main set): these are other hearings, not better ones.
 SLOWER = (0.9, 0.8)
 MAX_SHORT_S = 9.0  # longer audio -> faster-whisper chunked transcribe
 FRAME = 480  # 30 ms, for energy checks
@@ -73,7 +73,7 @@ class Transcript:
     alternatives: tuple[str, ...] = ()
     # The same audio heard again, played slower (SLOWER), on demand: what it could also be when
     # neither the best hearing nor its alternatives make sense of it (a tool's parser reads
-    # none). ~75 ms of a core at each call; None where no single short pass heard the turn.
+    # none). ~150 ms at each call; None where no single short pass heard the turn.
     slower: Callable[[], tuple[str, ...]] | None = field(default=None, compare=False, repr=False)
 
 
@@ -331,7 +331,7 @@ class WhisperASR:
             compute = "float16" if device == "cuda" else "int8"
         try:
             # A worker per speed a turn is heard again at (SLOWER), so those passes run side by
-            # side: ~75 ms for the two on this model's one thread each, ~150 one after the other.
+            # side: 150 ms for the two against 180 one after the other (bench/slower.py).
             model: WhisperModel = faster_whisper.WhisperModel(
                 str(model_dir), device=device, compute_type=compute, cpu_threads=cfg.cpu_threads,
                 num_workers=len(SLOWER),

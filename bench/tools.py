@@ -104,6 +104,7 @@ class Got:
     call: dict[str, Any] | None = None
     v2v_ms: float | None = None
     ending: str | None = None  # spoken: the end-of-turn decision the answer waited on
+    slower_ms: float | None = None  # spoken: the longest hearing of the turn slower, if any
 
 
 def ordered(requests: tuple[ToolRequest, ...]) -> list[ToolRequest]:
@@ -247,6 +248,7 @@ def _spoken_got(evs: list[dict[str, Any]], filler: str) -> Got:
     got.v2v_ms = first[0]["v2v_ms"] if first else None
     endings = of("end_of_turn")
     got.ending = endings[-1]["decision"] if endings else None
+    got.slower_ms = max((e["ms"] for e in of("asr_slower")), default=None)
     made = [e for e in of("tool_call") if answer["gen"] in (None, e["gen"])]
     if made:
         result = of("tool_result", call_id=made[-1]["call_id"])
@@ -280,7 +282,9 @@ def run_spoken(
     return out
 
 
-def _said(tool: Tool, arguments: dict[str, Any], at: float, req: ToolRequest | None = None) -> str:
+def answer_for(
+    tool: Tool, arguments: dict[str, Any], at: float, req: ToolRequest | None = None
+) -> str:
     """What the agent says for a call of ``tool`` at wall-clock time ``at``, in a fresh context
     (with ``req``'s pending timers)."""
     ctx = ToolContext(now=lambda: at)
@@ -298,7 +302,7 @@ def references(req: ToolRequest, at: float) -> list[str]:
     """The expected call's sentences at ``at`` (the clock tools' a minute either side too)."""
     assert req.tool is not None and req.arguments is not None
     shifts = (0.0, -60.0, 60.0) if req.tool in CLOCK_TOOLS else (0.0,)
-    return [_said(TOOLS[req.tool], req.arguments, at + s, req) for s in shifts]
+    return [answer_for(TOOLS[req.tool], req.arguments, at + s, req) for s in shifts]
 
 
 def _with_defaults(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -351,7 +355,13 @@ def check(req: ToolRequest, got: Got) -> dict[str, Any]:
         "text": req.text,
         "heard": got.heard,
         "expected": {"tool": req.tool, "arguments": req.arguments},
-        "got": {**call, "said": got.said, "v2v_ms": got.v2v_ms, "ending": got.ending},
+        "got": {
+            **call,
+            "said": got.said,
+            "v2v_ms": got.v2v_ms,
+            "ending": got.ending,
+            "slower_ms": got.slower_ms,
+        },  # fmt: skip
         **dict.fromkeys(("right_tool", "exact_arguments", "answer_correct", "false_call")),
     }
     if req.tool is None or req.arguments is None:
@@ -415,6 +425,11 @@ def summarize(
             e: v2v([r for r in asked if str(r["got"]["ending"]) == e]) for e in endings
         }
         out["calls_run_ahead"] = sum(bool(c.get("ahead")) for c in made)
+        # the turns heard again slower (no hearing at full speed read a call): how long that took
+        slow = lambda turns: _stats(
+            [ms for r in turns if (ms := r["got"]["slower_ms"]) is not None]
+        )
+        out["heard_slower_ms"] = {"tool": slow(asked), "no_tool": slow(unasked)}
     return out
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.tools import TOOLS, _said, exact_arguments, ordered, references
+from bench.tools import TOOLS, answer_for, exact_arguments, ordered, references
 from testkit.tool_requests import REQUESTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,9 +33,9 @@ def test_a_cancel_request_meets_the_timers_it_is_about():
     that only sounds like the timer's name ("past") cancels it, as the tool does for the user."""
     (pasta,) = [r for r in REQUESTS if r.tool == "cancel_timer" and "pasta" in r.text]
     assert references(pasta, 1e9) == ["Canceled your pasta timer."]
-    wrong = _said(TOOLS["cancel_timer"], {"label": "rice"}, 1e9, pasta)
+    wrong = answer_for(TOOLS["cancel_timer"], {"label": "rice"}, 1e9, pasta)
     assert wrong == "You have no rice timer."
-    heard = _said(TOOLS["cancel_timer"], {"label": "past"}, 1e9, pasta)
+    heard = answer_for(TOOLS["cancel_timer"], {"label": "past"}, 1e9, pasta)
     assert heard == "Canceled your pasta timer."
 
 

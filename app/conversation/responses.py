@@ -276,7 +276,11 @@ class Responses:
     ) -> tuple[str, ...]:
         """What ``hear`` hears in the turn's last segment played slower, each after the
         turn's words ``before`` it, traced (``asr_slower``); nothing where the recognizer fails,
-        which the trace says. In the LM thread."""
+        which the trace says; nothing for an answer already cancelled (a speculation the
+        user's words went on past). In the LM thread."""
+        ans = self.answers.get(gen)
+        if ans is None or ans.cancelled:
+            return ()
         t0 = now_ms()
         heard: tuple[str, ...] = ()
         traced: list[tuple[str, dict[str, object]]] = []

@@ -18,7 +18,8 @@ does one whose parser knows the place or country where the best hearing's names 
 (a ``Guess``: "the time in Barco" beside "in Baku"), as a call of the same tool with every
 argument the guess names (not the local time of "What time is it?"). Where none does, the
 recognizer may hear the turn again, played slower (``slower``: "Multiply 19.6 for me." heard
-"Multiply 19 by 6 for me."), read by the same rule; only then, as it costs a pass (~75 ms).
+"Multiply 19 by 6 for me."), read by the same rule; only then, and only where the head leans
+to a tool (``HEAR_SLOWER_BELOW``), as it costs two passes (~150 ms).
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ NONE = "none"
 # the tool benchmark's spoken requests the misheard tool requests' best hearings gave it
 # 0.002-0.63, the misheard no-tool request whose alternative named a country 0.97.
 SURE_NONE = 0.9
+# The head's P(none) under which a turn that no hearing at full speed reads a call for is heard
+# again slower, the LM waiting ~150 ms for it (Xeon 207). bench/slower.py over the tool
+# benchmark's 430 spoken tool requests: under 0.7, 15 more right calls (17 under 0.9, 13 under
+# 0.5), heard slower on 15 % of its 267 requests that need none (19 %, 12 %) and on 1 of 56
+# general questions ("Which fruit has the most vitamin C?" 0.64; 5 under 0.9, 0 under 0.5).
+HEAR_SLOWER_BELOW = 0.7
 
 _WORD = re.compile(r"[a-z]+")
 _ASKS_WHY = re.compile(r"\W*(?:(?:so|and|but|okay|ok)\W+)?(?:why|how come)\b", re.IGNORECASE)
@@ -182,8 +189,10 @@ class ToolChooser:
     """Picks the tool of a turn from ``box``: a tool called by its name; else the head's
     (``_by_head``); else a tool whose description the user gave."""
 
-    def __init__(self, head: Head | None, threshold: float) -> None:
-        self.head, self.threshold = head, threshold
+    def __init__(
+        self, head: Head | None, threshold: float, slower_below: float = HEAR_SLOWER_BELOW
+    ) -> None:
+        self.head, self.threshold, self.slower_below = head, threshold, slower_below
 
     def choose(
         self,
@@ -211,7 +220,7 @@ class ToolChooser:
         if best is None or isinstance(best.arguments, Guess):
             best = self._by_alternatives(box, probs, alternatives, best) or best
         unread = best is None or isinstance(best.arguments, Guess)
-        if unread and slower is not None and _may_need_a_tool(probs):
+        if unread and slower is not None and self._hears_slower(probs, text):
             best = self._by_alternatives(box, probs, slower(), best, "head+slower") or best
         best = best or next(
             (Choice(t, 1.0, "named") for t in untrained if describes(t, text)), None
@@ -245,6 +254,12 @@ class ToolChooser:
         if sure and top is not None and top.parse is None:
             return Choice(top, probs[ranked[0]], "head")
         return None
+
+    def _hears_slower(self, probs: dict[str, float] | None, text: str) -> bool:
+        """Whether a turn no hearing reads a call for is worth a pass at slower speeds: the head
+        leans to a tool (``slower_below``) and the turn asks no reason."""
+        leans = probs is not None and probs.get(NONE, 0.0) < self.slower_below
+        return leans and not _ASKS_WHY.match(text)
 
     def _probs(self, state: np.ndarray | None) -> dict[str, float] | None:
         """The head's probabilities on ``state``; None without a head or a state it reads."""
