@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -172,11 +173,10 @@ def main() -> int:
         ]
         result[name] = measure(asr, lm, tools, cfg.conversation.system_prompt, clips, sets)
         print(f"{name}: {result[name]}", file=sys.stderr)
-    text = json.dumps(result, indent=2)
-    print(text)
+    text = json.dumps(result, indent=1)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    print(text)
     return 0
 
 
