@@ -28,7 +28,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeGuard
 
 import numpy as np
 
@@ -165,11 +164,6 @@ def describes(tool: Tool, text: str) -> bool:
     return len(described & set(_words(text))) >= 2
 
 
-def _may_need_a_tool(probs: dict[str, float] | None) -> TypeGuard[dict[str, float]]:
-    """The head is not sure the turn needs no tool (SURE_NONE)."""
-    return probs is not None and probs.get(NONE, 0.0) < SURE_NONE
-
-
 def _ranked(probs: dict[str, float], box: ToolBox) -> list[str]:
     """The box's tools the head knows, likeliest first."""
     return sorted((x for x in probs if x != NONE and x in box), key=probs.__getitem__)[::-1]
@@ -281,7 +275,7 @@ class ToolChooser:
         turn needs no tool. Where the best hearing's call is a ``guess``, only a call of its
         tool that names every argument the guess does ("in Baku" for "in Barco", not the local
         time of "What time is it?")."""
-        if not _may_need_a_tool(probs):
+        if probs is None or probs.get(NONE, 0.0) >= SURE_NONE:
             return None
         for heard in alternatives:
             read = None if _ASKS_WHY.match(heard) else _parsed(box, probs, heard, how)
