@@ -361,7 +361,7 @@ def check(req: ToolRequest, got: Got) -> dict[str, Any]:
             "v2v_ms": got.v2v_ms,
             "ending": got.ending,
             "slower_ms": got.slower_ms,
-        },  # fmt: skip
+        },
         **dict.fromkeys(("right_tool", "exact_arguments", "answer_correct", "false_call")),
     }
     if req.tool is None or req.arguments is None:

@@ -281,17 +281,18 @@ class Responses:
         ans = self.answers.get(gen)
         if ans is None or ans.cancelled:
             return ()
+
+        def post(name: str, **attrs: object) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to trace
+                loop.call_soon_threadsafe(functools.partial(self.s.trace, name, turn, gen, **attrs))
+
         t0 = now_ms()
-        heard: tuple[str, ...] = ()
-        traced: list[tuple[str, dict[str, object]]] = []
         try:
             heard = tuple(before + h for h in hear())
         except (RuntimeError, ValueError) as e:  # the turn goes on without these hearings
-            traced.append(("error", {"stage": "asr", "message": f"hearing the turn slower: {e}"}))
-        traced.insert(0, ("asr_slower", {"texts": list(heard), "ms": round(now_ms() - t0, 1)}))
-        with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to trace
-            for name, attrs in traced:
-                loop.call_soon_threadsafe(functools.partial(self.s.trace, name, turn, gen, **attrs))
+            heard = ()
+            post("error", stage="asr", message=f"hearing the turn slower: {e}")
+        post("asr_slower", texts=list(heard), ms=round(now_ms() - t0, 1))
         return heard
 
     def run_tool(self, call: calls.Call) -> asyncio.Future[calls.Outcome]:
