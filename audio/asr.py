@@ -356,7 +356,7 @@ class WhisperASR:
         self.listener_prompt = self._prompt_ids(cfg.prompt_over_answer)
         # The prompt's sentences, folded: a pass that hears one the user did not say copied it.
         sentences = re.split(r"(?<=[.?!])\s+", cfg.prompt.strip())
-        self._prompt_sentences = tuple(f for f in map(_fold, sentences) if f)
+        self._prompt_sentences = tuple(f for f in map(_said, sentences) if f)
         self.refiner: Refiner | None = None
         if cfg.refine_long_turns:
             from dllm_voice.audio import refiner  # refiner.py builds on this module
@@ -463,18 +463,23 @@ class WhisperASR:
         (``listener``: ``asr.prompt_over_answer``), heard again without it where the text holds
         a whole sentence of it: tiny.en gave "What is the capital of Chile?", a sentence of the
         prompt, for "How populous is Nigeria?" (2 of 1141 clips) and for a lone "What?"; words
-        the user did say come back the same."""
+        the user did say come back the same. An alternative that copies one is dropped (the
+        beam held that sentence for "Kenya's capital, is it Nairobi?")."""
         beam = self.cfg.beam_size
         prompt = self.listener_prompt if listener else self.prompt
         heard = windowed_pass(model, prompt, self.tok, audio, window_s, beam)
-        if listener or not self.copies_prompt(heard[0]):
+        if listener:
             return heard
+        text, no_speech, logprob, alternatives = heard
+        if not self.copies_prompt(text):
+            kept = tuple(a for a in alternatives if not self.copies_prompt(a))
+            return text, no_speech, logprob, kept
         log.debug("asr: %r copies the prompt; heard again without it", heard[0])
         return windowed_pass(model, self.bare_prompt, self.tok, audio, window_s, beam)
 
     def copies_prompt(self, text: str) -> bool:
-        """Whether ``text`` holds a whole sentence of ``asr.prompt``."""
-        heard = f" {_fold(text)} "
+        """Whether ``text`` holds a whole sentence of ``asr.prompt``, "what's" or "what is"."""
+        heard = f" {_said(text)} "
         return any(f" {sentence} " in heard for sentence in self._prompt_sentences)
 
     def _long_pass(self, audio: FloatPCM) -> tuple[str, float | None]:
@@ -604,6 +609,15 @@ def _close_behind(res: _Generation, texts: list[str], seen: set[str]) -> list[st
 def _fold(text: str) -> str:
     """A hypothesis without case and punctuation: beams that differ only there say the same."""
     return " ".join(_norm(w) for w in _words(text))
+
+
+# "What's" and "what is" are one sentence said: the beam holds the prompt's sentences either way.
+_IS = re.compile(r"\b(what|that|it|where|who|how|there|here)'s\b", re.I)
+
+
+def _said(text: str) -> str:
+    """``text`` folded (``_fold``) with its "what's" read as "what is"."""
+    return _fold(_IS.sub(r"\1 is", text))
 
 
 def whole_pass(asr: WhisperASR, pcm16k: PCM, beam_size: int = 5) -> str:
