@@ -23,7 +23,7 @@ _END = (
 _TIME_ASKED = re.compile(
     # "What is time?" asks what time is, not what time it is.
     rf"\bwhat(?!(?:'s| is|s) (?:time|hour)(?:\W*$| for\b))(?:'s| is|s)?(?: the)?"
-    rf"(?: current| local| right| exact| correct)? (?:time|hour)"
+    rf"(?: current| local| right| exact| correct)? (?:time|hours?)"  # Whisper's "what hours is it"
     rf"(?: is it| it is|'s it| is| like)?{_END}"
     rf"|\b(?:the|current|local) (?:time|hour){_END}"
     r"|(?:^|[,.!?]\s*)(?:and |so )?(?:the )?time (?:in|at|over in)\b"
@@ -83,8 +83,14 @@ def _sentence(text: str, found: re.Match[str]) -> str:
     return text[start : min(ends, default=len(text))]
 
 
-# The words of the question asked of someone else: "how do I say what time is it in Spanish".
-_SAYING = re.compile(r"\bhow (?:do|would|can|should) (?:i|you|we) (?:say|write|spell|ask)\b", re.I)
+# The words of the question asked of someone else: "how do I say what time is it in Spanish";
+# how to work a clock: "how do I check the clock on my oven".
+_SAYING = re.compile(
+    r"\bhow (?:do|would|can|should) (?:i|you|we) (?:say|write|spell|ask)\b"
+    r"|\bhow (?:do|would|can|should|to) (?:(?:i|you|we) )?"
+    r"(?:set|check|read|change|adjust|reset|fix)\b[^?.!]*\b(?:clock|watch)\b",
+    re.I,
+)
 
 
 def _parse(asked: re.Pattern[str], text: str) -> dict[str, object] | None:

@@ -81,6 +81,8 @@ PARSERS: dict[str, Parse] = {
         ("What time is it? I have a meeting tomorrow.", None),
         ("I'm flying to Rome tomorrow; what's the time there now?", "Rome"),
         ("What's the time like in Istanbul?", "Istanbul"),
+        ("What hours is it in Cairo at the moment?", "Cairo"),  # Whisper's plural
+        ("how do i check the time in tokyo", "tokyo"),
     ],
 )
 def test_time_phrasings(text: str, place: str | None) -> None:
@@ -637,6 +639,9 @@ NOT_TOOL_REQUESTS = [
     "What's the square root of negative one called?",
     "what do you call ten to the power of a hundred",
     "i dealt cards to 4 players",
+    "How do I set the clock on my oven?",
+    "how do i check the clock on my own room",
+    "what hours is the shop open",
 ]
 
 
