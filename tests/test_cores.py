@@ -70,3 +70,15 @@ def test_several_conversations_keep_short_forwards_on_one_sleeping_thread() -> N
             assert cores.threads(2, 1) == (1, False)
             assert cores.threads(2, cores.SHARED_SOLO_ROWS + 1) == (2, False)
         assert cores.threads(2, 1) == (2, True)
+
+
+def test_numpys_blas_runs_one_thread() -> None:
+    import numpy as np
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    with threadpool_limits(2, user_api="blas"):  # restored after the test
+        cores.one_blas_thread()
+        blas = [i for i in threadpool_info() if i["user_api"] == "blas"]
+        assert blas and all(i["num_threads"] == 1 for i in blas)
+        a = np.ones((256, 256))
+        assert float((a @ a)[0, 0]) == 256.0

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dllm_voice import cores
 from dllm_voice.app.conversation.ports import (
     Chunker,
     LanguageModel,
@@ -55,6 +56,7 @@ class Components:
         from dllm_voice.audio.tts import PiperTTS
         from dllm_voice.model.engine import LM
 
+        cores.one_blas_thread()
         lm = LM.load(cfg.lm)
         tools = Toolset.load(cfg.tools, lm.parameter_count())  # none when tools.enabled is off
         comps = cls(lm=lm, asr=WhisperASR(cfg.asr), tts=PiperTTS(cfg.tts, tts_rate_hz), tools=tools)
