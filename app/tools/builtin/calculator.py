@@ -372,15 +372,28 @@ _LAST_OPERAND = re.compile(
     r"(\d|\b[a-z]+)\W* (?:plus|minus|times|multiplied by|divided by|over) ([a-z]+)\W*$"
 )
 _SAID_DIGITS = sorted(w for w in _NUMBER_WORDS if digits(w).isdigit() and int(digits(w)) < 100)
+# Words that end a sum as themselves, however near a number they sound: "five times that",
+# "three times more", "ten times better" (a comparative's "-er" too).
+_NOT_OPERANDS = frozenset(
+    """that this those these more less most least worse each me you him her us them then there
+    here again so too""".split()  # noqa: SIM905 - a word table
+)
 
 
 def _heard_operand(lower: str) -> str:
     """``lower`` with its last operand read as a number by its sound, where it is a word that
-    is none ("seven times it" -> "seven times eight")."""
+    is none ("seven times it" -> "seven times eight"); a word no nearer than 1.5 phonemes, where
+    no other number is within 0.5 of it ("seven times made"): after an operator at a sum's end
+    only a number stands."""
     found = _LAST_OPERAND.search(lower)
     if found is None or _kind(found[1]) != "number" or _kind(found[2]) == "number":
         return lower
-    number = sounds.sounds_like(found[2], _SAID_DIGITS)
+    word = found[2]
+    if word in _NOT_OPERANDS or word.endswith("er"):
+        return lower
+    number = sounds.sounds_like(word, _SAID_DIGITS) or sounds.nearest(
+        word, _SAID_DIGITS, most=1.5, margin=0.5
+    )
     if number is None:
         return lower
     return lower[: found.start(2)] + number + lower[found.end(2) :]

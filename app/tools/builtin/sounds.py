@@ -110,3 +110,16 @@ def sounds_like(word: str, candidates: list[str]) -> str | None:
     ranked = sorted((distance(word, c), c) for c in candidates)
     size = min((len(p) for p in phonemes(ranked[0][1])), default=0) if ranked else 0
     return _one_nearest(ranked, size)
+
+
+def nearest(word: str, candidates: list[str], most: float, margin: float) -> str | None:
+    """The candidate nearest ``word`` in sound, within ``most`` phonemes of it and ``margin``
+    nearer than any other; None otherwise. For a slot only a candidate can fill, where
+    ``sounds_like``'s third of a short word is too tight: "made" is 1.5 from "eight" (its
+    2 phonemes allow 0.67) and 2.0 from "nine"."""
+    ranked = sorted((distance(word, c), c) for c in candidates)
+    if not ranked or ranked[0][0] > most:
+        return None
+    if len(ranked) > 1 and ranked[1][0] - ranked[0][0] < margin:
+        return None
+    return ranked[0][1]

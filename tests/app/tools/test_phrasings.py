@@ -390,6 +390,8 @@ def test_cancel_timer_phrasings(text: str, args: dict[str, object]) -> None:
         ("If a ticket costs fourteen dollars, how much are five tickets?", 70),
         ("I had two hundred dollars and paid seventy-five for groceries, what's left?", 125),
         ("i always forget what seven times it", 56),  # the last number heard by its sound
+        ("I always forget what seven times made.", 56),  # 1.5 phonemes, no other number near
+        ("what's six times late", 48),
         ("what's nine times for", 36),
         ("what is 12 divided by sex", 2),
         ("Can you add it hundred and fifty to twelve hundred?", 2050),  # "eight" by its sound
@@ -642,6 +644,9 @@ NOT_TOOL_REQUESTS = [
     "How do I set the clock on my oven?",
     "how do i check the clock on my own room",
     "what hours is the shop open",
+    "what's three times more",
+    "it's ten times better",
+    "how much is five times that",
 ]
 
 

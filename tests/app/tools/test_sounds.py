@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dllm_voice.app.tools.builtin.sounds import distance, phrase_like, said, sounds_like
+from dllm_voice.app.tools.builtin.sounds import distance, nearest, phrase_like, said, sounds_like
 
 NUMBERS = ["two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
 
@@ -29,6 +29,14 @@ def test_far_ties_and_unknown_words_give_none() -> None:
     assert sounds_like("qwzxv", NUMBERS) is None
     assert sounds_like("bat", ["pat", "bad"]) is None  # both half a phoneme away
     assert sounds_like("word", []) is None
+
+
+def test_where_only_a_candidate_fits_the_nearest_clear_one_is_taken() -> None:
+    assert nearest("made", NUMBERS, most=1.5, margin=0.5) == "eight"  # nine is 2.0
+    assert nearest("made", NUMBERS, most=1.0, margin=0.5) is None  # farther than allowed
+    assert nearest("fine", NUMBERS, most=1.5, margin=0.5) is None  # five and nine both 1.0
+    assert nearest("qwzxv", NUMBERS, most=1.5, margin=0.5) is None
+    assert nearest("made", [], most=1.5, margin=0.5) is None
 
 
 def test_a_phrase_is_heard_as_the_name_it_sounds_like() -> None:
