@@ -31,6 +31,7 @@ import numpy as np
 
 from bench.tools import HELD_OUT_VOICES, VOICES, Got, answer_for, check
 from bench.user_voices import RATE_HZ, UserVoices
+from dllm_voice import cores
 from dllm_voice.app.config import load_config
 from dllm_voice.app.tools.chooser import NONE, Choice, ToolChooser
 from dllm_voice.app.tools.toolset import Toolset
@@ -156,6 +157,7 @@ def main() -> int:
     args = ap.parse_args()
     sets = {s: tuple(float(x) for x in s.split(",")) for s in args.sets}
     cfg = load_config(None, [])
+    cores.one_blas_thread()  # as Components.load does: the passes' times as the agent has them
     asr, voices = WhisperASR(cfg.asr), UserVoices()
     lm = LM.load(cfg.lm)
     tools = Toolset.load(cfg.tools, lm.parameter_count())
