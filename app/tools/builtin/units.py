@@ -145,13 +145,10 @@ def _spelled_out(word: str, name: str) -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=8192)
 def spoken_unit_of(words: str) -> pint.Unit | None:
     """The unit ``words`` name as a whole, the way people say units ("miles", "degrees
     Fahrenheit", "miles per hour", "square feet", "fluid ounces"); None for anything else,
-    though pint may read it ("in", "cat", "miles in": a mile-inch). Cached: the parser asks
-    it of each run of a turn's words before the answer starts (the chooser's median on
-    unseen questions 2.0 -> 1.4 ms)."""
+    though pint may read it ("in", "cat", "miles in": a mile-inch)."""
     normal = _normal(words)
     if normal in ("degC", "degF"):
         return _unit(words)
