@@ -73,7 +73,7 @@ class Transcript:
     alternatives: tuple[str, ...] = ()
     # The same audio heard again, played slower (SLOWER), on demand: what it could also be when
     # neither the best hearing nor its alternatives make sense of it (a tool's parser reads
-    # none). ~150 ms at each call; None where no single short pass heard the turn.
+    # none). ~90 ms at each call (Xeon 207); None where no single short pass heard the turn.
     slower: Callable[[], tuple[str, ...]] | None = field(default=None, compare=False, repr=False)
 
 
@@ -331,7 +331,7 @@ class WhisperASR:
             compute = "float16" if device == "cuda" else "int8"
         try:
             # A worker per speed a turn is heard again at (SLOWER), so those passes run side by
-            # side: 150 ms for the two against 180 one after the other (bench/slower.py).
+            # side: 92 ms for the two (Xeon 207), 135 while numpy's BLAS spun on the other core.
             model: WhisperModel = faster_whisper.WhisperModel(
                 str(model_dir), device=device, compute_type=compute, cpu_threads=cfg.cpu_threads,
                 num_workers=len(SLOWER),
@@ -474,7 +474,7 @@ class WhisperASR:
         if not self.copies_prompt(text):
             kept = tuple(a for a in alternatives if not self.copies_prompt(a))
             return text, no_speech, logprob, kept
-        log.debug("asr: %r copies the prompt; heard again without it", heard[0])
+        log.debug("asr: %r copies the prompt; heard again without it", text)
         return windowed_pass(model, self.bare_prompt, self.tok, audio, window_s, beam)
 
     def copies_prompt(self, text: str) -> bool:

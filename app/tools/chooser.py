@@ -19,7 +19,7 @@ does one whose parser knows the place or country where the best hearing's names 
 argument the guess names (not the local time of "What time is it?"). Where none does, the
 recognizer may hear the turn again, played slower (``slower``: "Multiply 19.6 for me." heard
 "Multiply 19 by 6 for me."), read by the same rule; only then, and only where the head leans
-to a tool (``HEAR_SLOWER_BELOW``), as it costs two passes (~150 ms).
+to a tool (``HEAR_SLOWER_BELOW``), as it costs two passes (~90 ms).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ NONE = "none"
 # 0.002-0.63, the misheard no-tool request whose alternative named a country 0.97.
 SURE_NONE = 0.9
 # The head's P(none) under which a turn that no hearing at full speed reads a call for is heard
-# again slower, the LM waiting ~150 ms for it (Xeon 207). bench/slower.py over the tool
+# again slower, the LM waiting ~90 ms for it (Xeon 207). bench/slower.py over the tool
 # benchmark's 430 spoken tool requests: under 0.7, 15 more right calls (18 under 0.9, 13 under
 # 0.5), heard slower on 15 % of its 267 requests that need none (19 %, 12 %) and on 1 of 56
 # general questions ("Which fruit has the most vitamin C?" 0.64; 5 under 0.9, 0 under 0.5).

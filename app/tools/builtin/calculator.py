@@ -375,7 +375,7 @@ _SAID_DIGITS = sorted(w for w in _NUMBER_WORDS if digits(w).isdigit() and int(di
 # Words that end a sum as themselves, however near a number they sound: "five times that",
 # "three times more", "ten times better" (a comparative's "-er" too).
 _NOT_OPERANDS = frozenset(
-    """that this those these more less most least worse each me you him her us them then there
+    """that this those these more less most least worse each me you him us them then there
     here again so too""".split()  # noqa: SIM905 - a word table
 )
 
