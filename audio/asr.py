@@ -48,6 +48,7 @@ ALT_MARGIN = 0.15
 # at 0.9 on the main set): these are other hearings, not better ones.
 SLOWER = (0.9, 0.8)
 MAX_SHORT_S = 9.0  # longer audio -> faster-whisper chunked transcribe
+WHISPER_CTX = 448  # tokens in the decoder's window: prompt and text together
 FRAME = 480  # 30 ms, for energy checks
 _MERGE_WORDS = 12  # longest repeat merge_overlap() looks for (1 s of speech is ~3 words)
 _MERGE_SLACK = 4  # words the two passes may add or drop at the overlap's ends
@@ -374,7 +375,9 @@ class WhisperASR:
     def _prompt_ids(self, text: str) -> list[int]:
         """Whisper's prompt tokens: ``text`` read as what came before, then the task's."""
         tok = self.tok
-        context = [tok.sot_prev, *tok.encode(" " + text.strip())] if text.strip() else []
+        # Whisper reads at most half its context as the previous text: the newest words of it.
+        said = tok.encode(" " + text.strip())[-(WHISPER_CTX // 2 - 1) :]
+        context = [tok.sot_prev, *said] if text.strip() else []
         return [*context, *tok.sot_sequence, tok.no_timestamps]
 
     def transcribe(
@@ -519,7 +522,7 @@ def windowed_pass(
     the beam search holds anyway)."""
     with cores.busy():
         res = model.model.generate(
-            _features(model, audio, window_s), [prompt], **_decoding(audio, beam)
+            _features(model, audio, window_s), [prompt], **_decoding(audio, beam, prompt)
         )[0]
     texts = _texts(res, tok)
     alternatives = _close_behind(res, texts, {_fold(texts[0])})
@@ -543,7 +546,7 @@ def slowed_passes(
             slowed = resample(audio, round(RATE_HZ * speed), RATE_HZ)
             window_s = _SMALL_WINDOW_S if len(slowed) <= 6 * RATE_HZ else WINDOW_S
             feats = _features(model, slowed, window_s)
-            decoding = _decoding(slowed, beam)
+            decoding = _decoding(slowed, beam, prompt)
             pending.append(model.model.generate(feats, [prompt], asynchronous=True, **decoding))
         results = [p[0].result() for p in pending]
     heard: list[str] = []
@@ -578,10 +581,11 @@ class _Decoding(TypedDict):
     return_no_speech_prob: bool
 
 
-def _decoding(audio: FloatPCM, beam: int) -> _Decoding:
-    # CTranslate2 stopped at ~max_length / 2 text tokens here (28 -> 14): speech is ~4
-    # tokens/s, so this cap only bounds a looping decode.
-    max_len = min(448, int(len(audio) / RATE_HZ * 16) + 40)
+def _decoding(audio: FloatPCM, beam: int, prompt: list[int]) -> _Decoding:
+    # CTranslate2 counts the prompt in max_length: one over it yields no hypothesis at all. The
+    # text's share bounds a looping decode; speech is ~4 tokens/s.
+    text_len = int(len(audio) / RATE_HZ * 16) + 8
+    max_len = min(WHISPER_CTX, len(prompt) + text_len)
     return _Decoding(
         beam_size=beam, num_hypotheses=beam, max_length=max_len, return_scores=True,
         return_no_speech_prob=True,

@@ -210,6 +210,19 @@ def test_the_prompt_is_read_as_what_came_before(asr) -> None:
     assert bare.prompt == [*tok.sot_sequence, tok.no_timestamps]
 
 
+def test_a_long_prompt_still_hears_a_short_word() -> None:
+    # CTranslate2 counts the prompt in its length cap: a 59-token prompt over a 0.9 s "Yes."
+    # had left no room for any hypothesis, and the pass raised.
+    prompt = "Set a timer for eight minutes. What is the capital of Chile? " * 4
+    long = WhisperASR(replace(ASRConfig(), prompt=prompt))
+    assert len(long.prompt) > 55
+    pcm = speech_pcm("Yes.", lead_ms=300, tail_ms=300)
+    assert words(long.transcribe(pcm, final=True).text) == ["yes"]
+    huge = WhisperASR(replace(ASRConfig(), prompt="Set a timer for eight minutes. " * 60))
+    assert len(huge.prompt) < 448 // 2 + 4  # Whisper reads the newest half-window of it
+    assert words(huge.transcribe(pcm, final=True).text) == ["yes"]
+
+
 def test_a_pass_that_copies_a_prompt_sentence_is_heard_again_without_the_prompt(asr) -> None:
     assert asr.copies_prompt("What is the capital of Chile?")
     assert asr.copies_prompt("Okay. Set a timer for eight minutes!")
