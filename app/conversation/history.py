@@ -138,7 +138,7 @@ class History:
             return []
         if self.mode == "follow_up":
             starts = [i for i, m in enumerate(past) if m.role == "user"]
-            past = past[starts[-self.follow_up_turns] :] if starts else []
+            past = past[starts[-min(self.follow_up_turns, len(starts))] :] if starts else []
         kept: list[Message] = []
         used = self.count_tokens(pending.content)
         for msg in reversed(past):

@@ -816,6 +816,24 @@ def test_follow_up_history_carries_the_last_exchange_only_when_referred_to():
     assert len(none.prompt("sys")) == 2
 
 
+def test_follow_ups_may_carry_more_exchanges_than_there_are():
+    # follow_up_turns above the exchanges so far: all of them (it had raised an IndexError in
+    # the warm-up after the first answer).
+    h = History(budget_tokens=1000, mode="follow_up", follow_up_turns=3)
+    assert h.lead("sys") == [{"role": "system", "content": "sys"}]
+    h.add_user("What is the capital of France?")
+    h.add_assistant("Paris.", interrupted=False)
+    assert len(h.lead("sys")) == 3
+    assert [m["content"] for m in h.prompt("sys", "And what about it?")] == [
+        "sys", "What is the capital of France?", "Paris.", "And what about it?",
+    ]  # fmt: skip
+    for q in ("Why is the sky blue?", "Who wrote Hamlet?", "How far is the moon?"):
+        h.add_user(q)
+        h.add_assistant("An answer.", interrupted=False)
+    said = [m["content"] for m in h.prompt("sys", "And what about it?")]
+    assert said[1] == "Why is the sky blue?" and len(said) == 8  # the last three exchanges
+
+
 def test_the_lead_is_what_a_follow_up_prompt_starts_with():
     # The LM cache is warmed with it while the user speaks: a follow-up's prompt must extend it,
     # and a turn that carries no history shares its system message.
