@@ -131,6 +131,7 @@ class Endpointer:
         """Forget everything: state, counters, buffered audio; the audio clock restarts at 0."""
         self._pending: PCM16 = np.zeros(0, dtype=np.int16)
         self.last_voiced = False  # decision on the newest frame (feeds BargeInDetector.update)
+        self.voiced_end_ms = 0.0  # audio ms at the end of the newest voiced frame
         self._frame_idx = 0  # frames processed so far
         self.state = "silence"  # silence | speech | paused
         self._run: list[PCM16] = []  # current voiced run (not yet speech) frames
@@ -206,6 +207,8 @@ class Endpointer:
             frame = samples[i * self.frame_len : (i + 1) * self.frame_len]
             self.last_voiced = self.is_voiced(frame)
             events.extend(self._step(frame, self.last_voiced))
+            if self.last_voiced:
+                self.voiced_end_ms = self._ms(self._frame_idx)
         return events
 
     def _step(self, frame: PCM16, voiced: bool) -> list[VADEvent]:

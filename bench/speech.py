@@ -380,13 +380,13 @@ def bench_final_edge() -> dict:
         for text in ASR_QUESTIONS:
             pcm = clip(text, voice)
             ep, bounds, fed = Endpointer(VADConfig()), {}, 0
-            ends = WordEnd(cfg.min_rms_dbfs)
+            ends = WordEnd(cfg.min_rms_dbfs, ep.cfg.frame_ms)
             for i in range(0, len(pcm), 480):
                 fed += len(pcm[i : i + 480])
                 for e in ep.process(pcm[i : i + 480]):
                     bounds.setdefault(e.kind, (int(e.audio_ms * 16), fed))
                 if "speech_end" not in bounds:
-                    ends.update(pcm[i : i + 480], ep.last_voiced, fed / 16)
+                    ends.update(pcm[i : i + 480], fed / 16, ep.voiced_end_ms)
             sound_after_voice.append(ends.sound_ms - ends.voiced_ms)
             start, (voice_end, stop) = bounds["speech_start"][0], bounds["speech_end"]
             utt = pcm[start:stop]

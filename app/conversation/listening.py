@@ -68,8 +68,8 @@ class Listener:
         self._heard = EMPTY  # the newest pass's transcript, partial or final
         self._heard_ms = 0.0  # audio ms fed to the transcriber; ASR worker only
         # Where the user's words end (a final "s" included): what the pause's pass must hear.
-        frames = RECENT_MS // session.cfg.audio.frame_ms + 1
-        self.word_end = WordEnd(session.cfg.asr.min_rms_dbfs, frames)
+        cfg = session.cfg
+        self.word_end = WordEnd(cfg.asr.min_rms_dbfs, cfg.vad.frame_ms, RECENT_MS)
         self.final_pending = False
         self._finals = 0  # finals asked for
         self._refinements: set[Future[str]] = set()  # whole passes over long turns, asked for
@@ -179,7 +179,7 @@ class Listener:
             return False  # an interruption is confirmed on words two passes agree on
         utt, heard_ms, tr = self.last_pass
         words = self.word_end.sound_ms
-        if utt != self.utt or words >= s.audio_ms or heard_ms < max(pause_end, words):
+        if utt != self.utt or words >= s.audio_ms or heard_ms < words:
             return False
         if self._pause_heard == pause_end:
             return True
@@ -205,7 +205,7 @@ class Listener:
         # the pass heard: the pass that covers it starts from pass_if_due once it has ended.
         pause_end, words = s.pause_end, self.word_end.sound_ms
         sounding = words >= s.audio_ms
-        complete = pause_end is not None and not sounding and heard_ms >= max(pause_end, words)
+        complete = pause_end is not None and not sounding and heard_ms >= words
         if complete:
             self._partial_again = False
             self._pause_heard = pause_end

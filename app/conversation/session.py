@@ -188,7 +188,7 @@ class VoiceSession:
             self.do(self.tm.on_near_end(start, echo.near_end, echo.near_end_sure))
         was_speaking = self.vad.in_speech
         vad_events = self.vad.process(frame)
-        self.ears.word_end.update(frame, self.vad.last_voiced, self.audio_ms)
+        self.ears.word_end.update(frame, self.audio_ms, self.vad.voiced_end_ms)
         if was_speaking and self.vad.in_speech:
             self.ears.feed(frame)
         for ev in vad_events:

@@ -45,7 +45,9 @@ def run(script, segments, realtime=True, cfg=CFG, turn_audio=None, **kw):
     tracer = Tracer(None, session="t")
     sink = ClockSink(comps.tts.sample_rate_hz)
     tail_ms = cfg.vad.speech_end_ms + 300
-    source = TimelineSource(segments, realtime=realtime, tail_ms=tail_ms, lead_ms=LEAD_MS)
+    source = TimelineSource(
+        segments, frame_ms=cfg.audio.frame_ms, realtime=realtime, tail_ms=tail_ms, lead_ms=LEAD_MS
+    )
     try:
         session = asyncio.run(
             asyncio.wait_for(run_session(comps, cfg, source, sink, tracer, events.append), 30)
@@ -455,6 +457,20 @@ def test_a_pass_done_before_the_pause_is_the_pauses_pass():
     assert names(trace).index("speculation_start") > names(trace).index("pause")
     assert [e["result"] for e in trace if e["event"] == "speculation"] == ["hit"]
     assert done(events)[0]["status"] == "completed"
+
+
+def test_in_10_ms_blocks_the_pause_pass_starts_10_ms_after_the_words():
+    # The words end 10 ms into a 30 ms VAD frame: in 10 ms blocks the pass the end of the turn
+    # waits on starts at the next block, before the VAD has even decided that frame, and the
+    # pause takes it (no other pass).
+    cfg = replace(CFG, audio=replace(CFG.audio, frame_ms=10))
+    _, comps, trace, _ = run(["What is the capital of France?"], [Segment(buzz(910))], cfg=cfg)
+    words_end, heard = LEAD_MS + 910, comps.asr.heard_ms
+    assert [h for h in heard if words_end < h <= words_end + 10], heard
+    assert not [h for h in heard if words_end + 10 < h < words_end + 300], heard
+    (reused,) = [e for e in trace if e["event"] == "asr_partial" and e.get("reused")]
+    assert reused["text"] == "What is the capital of France?"
+    assert [e["result"] for e in trace if e["event"] == "speculation"] == ["hit"]
 
 
 def test_a_refinement_done_after_the_final_revises_the_history_not_the_answer():

@@ -74,22 +74,55 @@ def test_sound_goes_on_at_a_word_end_not_in_noise() -> None:
 
 def test_word_end_runs_over_the_last_words_unvoiced_sound_only() -> None:
     rng = np.random.default_rng(0)
-    ends = WordEnd(-50.0)
+    ends = WordEnd(-50.0, vad_frame_ms=30)
     hum = (rng.standard_normal(480) * 30).astype(np.int16)  # -61 dBFS: the room
     hiss = (rng.standard_normal(480) * 1000).astype(np.int16)  # -30 dBFS: a final "s"
-    t = 0.0
+    t, vad_end = 0.0, 0.0
     for frame, voiced in [(hum, False)] * 5 + [(hiss, True)] * 3 + [(hiss, False)] * 3:
         t += 30.0
-        ends.update(frame, voiced, t)
+        vad_end = t if voiced else vad_end
+        ends.update(frame, t, vad_end)
     assert (ends.voiced_ms, ends.sound_ms) == (240.0, 330.0)
     for _ in range(5):  # the sound goes on: after 150 ms it is not the word's any more
         t += 30.0
-        ends.update(hiss, False, t)
+        ends.update(hiss, t, vad_end)
     assert ends.sound_ms == 240.0 + 150.0
-    ends.update(hiss, True, t + 30)
-    ends.update(hum, False, t + 60)
-    ends.update(hiss, False, t + 90)  # after a quiet frame: a new sound, not the word's
+    ends.update(hiss, t + 30, t + 30)
+    ends.update(hum, t + 60, t + 30)
+    ends.update(hiss, t + 90, t + 30)  # after a quiet frame: a new sound, not the word's
     assert ends.sound_ms == ends.voiced_ms == t + 30
+
+
+def test_word_end_to_10_ms_in_10_ms_blocks() -> None:
+    rng = np.random.default_rng(1)
+    hum = (rng.standard_normal(160) * 30).astype(np.int16)
+    voice = (rng.standard_normal(160) * 3000).astype(np.int16)
+    ends = WordEnd(-50.0, vad_frame_ms=30)
+    t = 0.0
+
+    def block(pcm: np.ndarray, vad_end: float) -> None:
+        nonlocal t
+        t += 10.0
+        ends.update(pcm, t, vad_end)
+
+    for _ in range(9):
+        block(hum, 0.0)
+    for _ in range(3):  # the VAD decides a frame when its third block is in
+        block(voice, 0.0)
+    assert ends.sound_ms == 0.0  # no voice yet: sound alone is no word
+    block(voice, 120.0)
+    assert (ends.voiced_ms, ends.sound_ms) == (120.0, 130.0)
+    block(voice, 120.0)
+    block(hum, 120.0)
+    assert ends.sound_ms == 140.0  # the words stop 20 ms into the frame
+    block(hum, 150.0)  # the VAD found the frame voiced: its sound still ends at 140
+    assert (ends.voiced_ms, ends.sound_ms) == (140.0, 140.0)
+    block(voice, 150.0)  # a release after 20 ms of quiet is still the word's
+    assert ends.sound_ms == 170.0
+    for _ in range(3):
+        block(hum, 150.0)
+    block(voice, 150.0)  # after 30 ms of quiet, another sound
+    assert ends.sound_ms == 170.0
 
 
 def test_helpers() -> None:
