@@ -19,7 +19,11 @@ class AudioConfig:
     sample_rate_hz: int = setting(
         16000, "pipeline input rate (Whisper and VAD run at 16 kHz)", choices=(16000,)
     )
-    frame_ms: int = setting(30, "length of one input frame", choices=(10, 20, 30))
+    frame_ms: int = setting(
+        10,
+        "input block; 10: the pause's ASR pass starts 10 ms after the words, not 31",
+        choices=(10, 20, 30),
+    )
     input_device: str = setting("", "microphone: name substring or index; '' = system default")
     output_device: str = setting("", "speaker: name substring or index; '' = system default")
     output_buffer_ms: int = setting(

@@ -106,7 +106,7 @@ class EndOfTurnConfig:
         -0.5, "ASR logprob below which an unsure LM score waits (-100 = off)", min=-100.0, max=0.0
     )
     complete_ms: int = setting(
-        200, "silence that ends a turn the LM scores likely complete", min=30, max=10000
+        180, "silence that ends a turn the LM scores likely complete", min=30, max=10000
     )
     incomplete_ms: int = setting(
         1500,

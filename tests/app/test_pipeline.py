@@ -356,7 +356,7 @@ def test_speculation_hit_released_before_its_first_clause_continues():
 def test_adaptive_end_plays_before_the_fixed_wait():
     _, comps, trace, events = run(["What is the capital of France?"], [Segment(buzz(900))])
     (score,) = [e for e in trace if e["event"] == "end_of_turn"]
-    assert score["decision"] == "complete" and score["wait_ms"] == 200
+    assert score["decision"] == "complete" and score["wait_ms"] == CFG.end_of_turn.complete_ms
     assert [e["result"] for e in trace if e["event"] == "speculation"] == ["hit"]
     assert len(comps.lm.calls) == 1
     # The speculation's first forward scored the end of the turn: no forward of its own.
@@ -364,7 +364,7 @@ def test_adaptive_end_plays_before_the_fixed_wait():
     (resp,) = done(events)
     assert resp["status"] == "completed"
     (lat,) = [e for e in events if e["type"] == "latency"]
-    assert 200 <= lat["stages"]["endpoint"] < 400  # vs ~500 ms with end_of_turn: fixed
+    assert 180 <= lat["stages"]["endpoint"] < 400  # vs ~500 ms with end_of_turn: fixed
     fixed = replace(CFG, end_of_turn=replace(CFG.end_of_turn, mode="fixed"))
     _, _, trace, events = run(["What is the capital of France?"], [Segment(buzz(900))], cfg=fixed)
     assert "end_of_turn" not in names(trace)
