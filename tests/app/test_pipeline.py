@@ -474,6 +474,20 @@ def test_in_10_ms_blocks_the_pause_pass_starts_10_ms_after_the_words():
     assert [e["result"] for e in trace if e["event"] == "speculation"] == ["hit"]
 
 
+@pytest.mark.parametrize("after_gap_ms", [20, 30])
+def test_a_pass_started_in_the_last_word_does_not_hold_back_the_pause_pass(after_gap_ms):
+    # A 20 ms quiet inside the last word starts a pass; the words end 40-50 ms later. The
+    # pass the end of the turn waits on starts once the quiet has ended the words (30 ms),
+    # not 100 ms after the one before it.
+    cfg = replace(CFG, audio=replace(CFG.audio, frame_ms=10))
+    pcm = np.concatenate([buzz(700), silence(20), buzz(after_gap_ms)])
+    _, comps, _, _ = run(["What is the capital of France?"], [Segment(pcm)], cfg=cfg)
+    words_end = LEAD_MS + 720 + after_gap_ms
+    heard = [h - words_end for h in comps.asr.heard_ms]
+    assert [h for h in heard if -60 <= h < 0], heard  # the pass in the word
+    assert [h for h in heard if 0 < h <= 40], heard
+
+
 def test_a_refinement_done_after_the_final_revises_the_history_not_the_answer():
     final, better = "My dog nob likes the park.", "My dog Bob likes the park."
     script = [final, "What is my dog's name?"]
