@@ -327,6 +327,23 @@ def cut_trailing_repeat(ids: list[int]) -> list[int]:
     return ids
 
 
+_SENTENCES = re.compile(r"(?<=[.!?])\s+")
+LOOP_MIN_WORDS = 4  # "No. No." and "Wait. Wait." are said; a 4-word sentence twice is a loop
+
+
+def cut_repeated_sentences(text: str) -> str:
+    """``text`` without a sentence of LOOP_MIN_WORDS or more that repeats the one before it:
+    a pass over a segment's overlap and its silence looped "How many grams should I use? How
+    many grams should I use?", where the token tails differ by the first word's space, so
+    ``cut_trailing_repeat`` cannot see it."""
+    kept: list[str] = []
+    for sentence in _SENTENCES.split(text.strip()):
+        repeat = kept and _fold(sentence) == _fold(kept[-1])
+        if not (repeat and len(sentence.split()) >= LOOP_MIN_WORDS):
+            kept.append(sentence)
+    return " ".join(kept)
+
+
 def _compression_ratio(text: str) -> float:
     data = text.encode("utf-8")
     return len(data) / max(1, len(zlib.compress(data)))
@@ -618,7 +635,7 @@ def _decoding(audio: FloatPCM, beam: int, prompt: list[int]) -> _Decoding:
 
 def _texts(res: _Generation, tok: _Tokenizer) -> list[str]:
     return [
-        tok.decode(cut_trailing_repeat([t for t in ids if t < tok.eot])).strip()
+        cut_repeated_sentences(tok.decode(cut_trailing_repeat([t for t in ids if t < tok.eot])))
         for ids in res.sequences_ids
     ]
 

@@ -13,6 +13,7 @@ from dllm_voice.audio.asr import (
     WhisperASR,
     WordEnd,
     agreed_prefix,
+    cut_repeated_sentences,
     cut_trailing_repeat,
     sound_goes_on,
     windowed_pass,
@@ -131,6 +132,12 @@ def test_helpers() -> None:
     assert cut_trailing_repeat([5, 6, 7, 8, 5, 6]) == [5, 6, 7, 8]
     assert cut_trailing_repeat([1, 2, 3, 4, 5, 6, 3, 4, 5, 6]) == [1, 2, 3, 4, 5, 6]
     assert cut_trailing_repeat([1, 2, 3, 3]) == [1, 2, 3, 3]
+    looped = "A flower. How many grams should I use? How many grams should I use?"
+    assert cut_repeated_sentences(looped) == "A flower. How many grams should I use?"
+    thrice = "How many grand should I use? How many grand should I use? how many grand should I use"
+    assert cut_repeated_sentences(thrice) == "How many grand should I use?"
+    for said in ("No. No.", "Wait. Wait. What time is it?", "It is late. It is late, really."):
+        assert cut_repeated_sentences(said) == said
 
 
 def test_bad_input(asr) -> None:
