@@ -258,8 +258,13 @@ def _spoken_got(evs: list[dict[str, Any]], filler: str) -> Got:
 
 
 def run_spoken(
-    cfg: Config, requests: list[ToolRequest], voice_names: tuple[str, ...] = VOICES
+    cfg: Config,
+    requests: list[ToolRequest],
+    voice_names: tuple[str, ...] = VOICES,
+    trace: Path | None = None,
 ) -> list[Got]:
+    """Each request spoken through the pipeline, BATCH to a session; ``trace``: also append
+    every trace event there (JSONL, with its request's index), to read a miss afterwards."""
     from dllm_voice.app.conversation.components import Components
 
     comps = Components.load(cfg)
@@ -273,6 +278,8 @@ def run_spoken(
                 for i, r in enumerate(batch)
             ]
             events = asyncio.run(_converse(comps, cfg, segments, {r.text: r for r in batch}))
+            if trace is not None:
+                write_trace(trace, events, start)
             for i in range(len(batch)):
                 got = _spoken_got([e for e in events if e["playing"] == i], cfg.tools.filler)
                 out.append(got)
@@ -280,6 +287,14 @@ def run_spoken(
     finally:
         comps.close()
     return out
+
+
+def write_trace(path: Path, events: list[dict[str, Any]], first: int) -> None:
+    """Append ``events`` (one batch's, ``playing`` counted from its first request) to ``path``
+    as JSONL, each with ``request``: the index of the request whose audio came last."""
+    with path.open("a", encoding="utf-8") as f:
+        for e in events:
+            f.write(json.dumps({**e, "request": first + e["playing"]}, default=str) + "\n")
 
 
 def answer_for(
@@ -438,12 +453,14 @@ def _failed(row: dict[str, Any]) -> bool:
     return bool(row["false_call"]) or False in checks
 
 
-def run_mode(mode: str, cfg: Config, requests: list[ToolRequest], name: str) -> dict[str, Any]:
+def run_mode(
+    mode: str, cfg: Config, requests: list[ToolRequest], name: str, trace: Path | None = None
+) -> dict[str, Any]:
     log(f"{mode}: {len(requests)} requests ({name})")
     _, hard, voice_names = SETS[name]
     t0 = time.perf_counter()
     spoken = mode == "spoken"
-    got = run_spoken(cfg, requests, voice_names) if spoken else run_typed(cfg, requests)
+    got = run_spoken(cfg, requests, voice_names, trace) if spoken else run_typed(cfg, requests)
     wall_s = round(time.perf_counter() - t0, 1)
     rows = [check(r, g) for r, g in zip(requests, got, strict=True)]
     failures = [r for r in rows if _failed(r)]
@@ -467,6 +484,7 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--config", default=None)
     ap.add_argument("--set", action="append", default=[], dest="overrides")
     ap.add_argument("--out", default="", help="also write the JSON here")
+    ap.add_argument("--trace", default="", help="spoken: also append the trace events here")
     return ap.parse_args()
 
 
@@ -479,8 +497,9 @@ def main() -> int:
         "bench": "tools", "requests": args.requests, "overrides": overrides,
         "decoder": cfg.lm.decoder,
     }  # fmt: skip
+    trace = Path(args.trace) if args.trace else None
     for mode in MODES[args.mode]:
-        result[mode] = run_mode(mode, cfg, requests, args.requests)
+        result[mode] = run_mode(mode, cfg, requests, args.requests, trace)
     result["machine"] = _machine()
     text = json.dumps(result, indent=1)
     if args.out:

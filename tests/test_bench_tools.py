@@ -1,4 +1,5 @@
-"""bench/tools.py: the argument rules, the request order, and one short typed run (slow)."""
+"""bench/tools.py: the argument rules, the request order, its trace, and one short typed run
+(slow)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.tools import TOOLS, answer_for, exact_arguments, ordered, references
+from bench.tools import TOOLS, answer_for, exact_arguments, ordered, references, write_trace
 from testkit.tool_requests import REQUESTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,3 +66,13 @@ def test_short_typed_run_prints_the_metrics(tmp_path):
     assert t["choice_recall"]["n"] == t["tool_requests"] and t["false_calls"]["n"] >= 1
     for row in t["failures"]:  # each one with what was asked for and what came
         assert {"text", "expected", "got"} <= set(row)
+
+
+def test_a_batch_trace_names_each_event_s_request(tmp_path):
+    path = tmp_path / "trace.jsonl"
+    write_trace(path, [{"event": "asr_final", "playing": 0}, {"event": "pause", "playing": 2}], 12)
+    write_trace(path, [{"event": "turn_done", "playing": 1}], 24)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["event"], r["request"]) for r in rows] == [
+        ("asr_final", 12), ("pause", 14), ("turn_done", 25),
+    ]  # fmt: skip
