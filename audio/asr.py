@@ -338,7 +338,7 @@ def cut_repeated_sentences(text: str) -> str:
     ``cut_trailing_repeat`` cannot see it."""
     kept: list[str] = []
     for sentence in _SENTENCES.split(text.strip()):
-        repeat = kept and _fold(sentence) == _fold(kept[-1])
+        repeat = bool(kept) and _fold(sentence) == _fold(kept[-1])
         if not (repeat and len(sentence.split()) >= LOOP_MIN_WORDS):
             kept.append(sentence)
     return " ".join(kept)
@@ -397,7 +397,7 @@ class WhisperASR:
         # sounds stopped the answer with it, 17 with this one; requests missed 23 and 19 of 216).
         self.listener_prompt = self._prompt_ids(cfg.prompt_over_answer)
         # The prompt's sentences, folded: a pass that hears one the user did not say copied it.
-        sentences = re.split(r"(?<=[.?!])\s+", cfg.prompt.strip())
+        sentences = _SENTENCES.split(cfg.prompt.strip())
         self._prompt_sentences = tuple(f for f in map(_said, sentences) if f)
         self.refiner: Refiner | None = None
         if cfg.refine_long_turns:
