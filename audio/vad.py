@@ -156,6 +156,12 @@ class Endpointer:
         """True between speech_start and speech_end."""
         return self.state != "silence"
 
+    @property
+    def voice_rising(self) -> bool:
+        """Between turns, the newest frames are voiced but not yet ``min_speech_ms`` of them:
+        speech may be starting that no speech_start has announced yet."""
+        return self.state == "silence" and bool(self._run)
+
     def speech_audio(self) -> PCM16:
         """The current (or just ended) turn's audio since its start (with the pre-roll) or its
         last `segment` cut, int16.

@@ -8,10 +8,11 @@ per end-of-turn rule: ``fixed`` (vad.pause_ms 200, the turn ends after vad.speec
 silence) and ``adaptive`` (the configured rule: the LM's end-of-turn score at a 90 ms pause).
 Then P utterances with a 300-700 ms pause in mid-sentence ("What is the capital of ...
 Germany?"), answers played in real time, per rule: an answer whose audio starts before the
-user's second part is premature. Then B barge-in scenarios (adaptive): a question, and 1 s
-into the answer an interruption. Prints JSON: voice-to-voice p50/p95 per rule and their ratio,
-stage medians, end-of-turn decisions, premature answers, reopened turns, barge-in stop
-latency, machine load.
+user's second part is premature; one heard and cut when the user goes on is a blurt (also
+when it started just after their onset). Then B barge-in scenarios (adaptive): a question, and
+1 s into the answer an interruption. Prints JSON: voice-to-voice p50/p95 per rule and their
+ratio, stage medians, end-of-turn decisions, premature answers, blurts, reopened turns,
+barge-in stop latency, machine load.
 
     .venv/bin/python -m bench.voice [--n 24] [--paused 20] [--barge 3] [--set lm.decoder=ar]
 
@@ -176,6 +177,8 @@ def _rule(comps, cfg, tracer, name, questions, paused) -> dict:
             "premature": sum(premature),
             "premature_rate": round(sum(premature) / max(1, len(paused)), 3),
             "reopened": sum(e["event"] == "reopen" for e in p_events),
+            # an answer heard, then cut by the user going on (also after their onset)
+            "blurts": sum(e["event"] == "reopen_cancel" and bool(e["audible"]) for e in p_events),
             "end_of_turn": _decisions(p_events),
             "voice_to_voice_ms": _stats(_v2v(p_events)),
             "premature_turns": [s.label for (s, _), p in zip(paused, premature, strict=True) if p],

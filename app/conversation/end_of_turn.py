@@ -392,6 +392,7 @@ def _asks(words: list[str]) -> bool:
 # Takes the LM's P(end of turn) of a pause's words (None: not scored) and the tool chosen on
 # them (None: none, or none chosen).
 EndScore = Callable[[float | None, "Choice | None"], None]
+_Scored = tuple[float | None, "Choice | None"]
 
 
 class Scoring(Protocol):
@@ -421,6 +422,9 @@ class EndOfTurn:
         # The speech's own P(end of turn) for the current pause: (p, compute ms), scored in the
         # LM thread while the pause's ASR pass runs; None when end_of_turn.audio is off.
         self._speech_end: asyncio.Future[tuple[float | None, float]] | None = None
+        # The P(end of turn) a speculation read of words no pass had shown to be all the
+        # speech yet (``ahead``): the utterance, the pause, the words, and the score to come.
+        self._ahead: tuple[int, float | None, str, asyncio.Future[_Scored]] | None = None
 
     def hear(self, frame: np.ndarray) -> None:
         self._recent.append(frame)
@@ -439,9 +443,34 @@ class EndOfTurn:
 
         self._speech_end = self.s.lm_thread.run(score)
 
+    def ahead(self, text: str) -> EndScore:
+        """What takes the P(end of turn) a speculation reads of ``text`` on its first forward
+        (free) where no pass has shown ``text`` to be all the speech yet (a pause's latest
+        partial, ``speculation.on_last_partial``): once the pause's pass hears the same words,
+        its ``ScoreEnd`` decides from this score, without a forward of its own (which would
+        also take the LM's cache from the speculation and stop it)."""
+        s, loop = self.s, asyncio.get_running_loop()
+        scored: asyncio.Future[_Scored] = loop.create_future()
+        self._ahead = (s.ears.utt, s.pause_end, normalize(text), scored)
+
+        def settle(p: float | None, choice: Choice | None) -> None:
+            if not scored.done():
+                scored.set_result((p, choice))
+
+        def from_any_thread(p: float | None, choice: Choice | None) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(settle, p, choice)
+
+        return from_any_thread
+
     def score_words(self, a: ScoreEnd) -> None:
-        """P(end of turn) of the pause's words in the LM worker, ahead of any speculation."""
+        """P(end of turn) of the pause's words in the LM worker, ahead of any speculation, or
+        the one a speculation on the same words in this pause read already (``ahead``)."""
         decide = self.scorer(a.gen, a.text)
+        s, ahead = self.s, self._ahead
+        if ahead is not None and ahead[:3] == (s.ears.utt, s.pause_end, normalize(a.text)):
+            ahead[3].add_done_callback(lambda f: decide(*f.result()))
+            return
         fut = self.s.lm_thread.run(self.s.lm_thread.session.end_of_turn, a.messages)
 
         def done(f: asyncio.Future[float | None]) -> None:

@@ -89,7 +89,8 @@ class Responses:
     # ---- the turn manager's actions ------------------------------------------------------------
 
     def speculate(self, a: StartSpeculation) -> None:
-        score = self.s.eot.scorer(a.gen, a.user_text) if a.score else None
+        eot = self.s.eot
+        score = eot.scorer(a.gen, a.user_text) if a.score else eot.ahead(a.user_text)
         ans = Answer(
             self, a.gen, self.s.tm.turn, a.messages, speculative=True, end_score=score,
             choose=self._chooser(a.user_text, a.messages, self.s.tm.turn, a.gen),
@@ -209,9 +210,14 @@ class Responses:
             )  # fmt: skip
 
     def may_play(self) -> bool:
-        """The turn manager's hold is over in input time, or in the wall-clock time that input
-        would reach it (a client that stops sending after its words)."""
+        """Whether an answer's first audio may start: the turn manager's hold is over in input
+        time, or in the wall-clock time that input would reach it (a client that stops sending
+        after its words); and no voice the VAD has yet to call speech is rising in the input
+        (at most ``vad.min_speech_ms``): a user going on reopens the turn before the answer's
+        first word is heard, where it said "The" over them 80 ms into their words."""
         s, until = self.s, self.s.tm.ending.audible_from
+        if s.vad.voice_rising and now_ms() < s.t_of(s.audio_ms) + s.cfg.vad.min_speech_ms:
+            return False
         return until is None or s.tm.ending.may_play(s.audio_ms) or now_ms() >= s.t_of(until)
 
     def on_audio_started(self, ans: Answer) -> None:

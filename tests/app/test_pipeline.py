@@ -413,6 +413,27 @@ def test_speech_that_sounds_cut_waits_although_its_text_reads_complete():
     assert score["decision"] == "complete" and score["p_audio"] is None
 
 
+def test_a_guess_on_the_latest_partial_is_scored_on_its_way_when_the_pause_pass_agrees():
+    # The pause speculates at once on the words a pass heard before it; the pause's own pass,
+    # 150 ms later, hears the same words: the end of turn is decided on the score the guess's
+    # first forward read, not on a forward of its own (which would also stop the guess).
+    spec = replace(CFG.speculation, on_last_partial=True)
+    cfg = replace(CFG, speculation=spec, end_of_turn=replace(CFG.end_of_turn, audio=False))
+    slow = {**SHORT, "asr_s": 0.15}
+    _, comps, trace, events = run(
+        ["What is the capital of France?"], [Segment(buzz(900))], cfg=cfg, **slow
+    )
+    (pause,) = [i for i, e in enumerate(trace) if e["event"] == "pause"]
+    (start,) = [i for i, e in enumerate(trace) if e["event"] == "speculation_start"]
+    pause_pass = next(i for i, e in enumerate(trace[pause:], pause) if e["event"] == "asr_partial")
+    assert pause < start < pause_pass  # the guess did not wait for the pause's pass
+    (score,) = [e for e in trace if e["event"] == "end_of_turn"]
+    assert score["decision"] == "complete" and score["wait_ms"] == CFG.end_of_turn.complete_ms
+    assert len(comps.lm.calls) == 1 and comps.lm.scored_alone == 0
+    assert [e["result"] for e in trace if e["event"] == "speculation"] == ["hit"]
+    assert done(events)[0]["status"] == "completed"
+
+
 def test_an_unsure_score_on_words_whisper_barely_heard_waits_as_incomplete():
     # The fake LM scores text without an end mark 0.001: unsure between these thresholds.
     eot = replace(CFG.end_of_turn, likely=0.5, unlikely=0.0005, audio=False)
@@ -595,6 +616,24 @@ def test_an_early_end_the_lm_was_not_sure_of_reopens_before_its_answer_is_heard(
         assert cut["heard"] == "" and cut["gen"] not in audible and not cut["audible"]
     else:
         assert cut["heard"] and cut["gen"] in audible and cut["audible"]  # a blurt
+
+
+def test_a_held_answer_waits_for_voice_that_starts_as_its_hold_ends():
+    # The user goes on 720 ms after an early end held 750 ms: when the hold ends they have
+    # spoken 30 ms, which the VAD calls speech only after 90. The answer waits for that
+    # speech_start, which reopens the turn, instead of starting under the user's words.
+    script = [("What is the capital.", "What is the capital.",
+               "What is the capital of France?", "What is the capital of France?")]  # fmt: skip
+    pcm = np.concatenate([buzz(900), silence(720), buzz(600)])
+    eot = replace(CFG.end_of_turn, audio_gate=1.0)
+    _, _, trace, events = run(
+        script, [Segment(pcm)], cfg=replace(CFG, end_of_turn=eot), **{**SHORT, "ms_per_word": 100}
+    )
+    (cut,) = [e for e in trace if e["event"] == "reopen_cancel"]
+    audible = [e["gen"] for e in trace if e["event"] == "audio_out_first"]
+    assert cut["gen"] not in audible and not cut["audible"] and cut["heard"] == ""
+    (completed,) = [r for r in done(events) if r["status"] == "completed"]
+    assert completed["output_text"].startswith("You said: What is the capital of France")
 
 
 def test_answer_ends_after_max_spoken_sentences_and_lm_stops_there():

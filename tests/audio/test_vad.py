@@ -49,6 +49,20 @@ def test_events_land_on_frame_boundaries_of_synthetic_speech() -> None:
     assert abs(ev[4][2] - (2400 + 510)) <= 30
 
 
+def test_voice_rising_between_turns_until_the_vad_calls_it_speech() -> None:
+    script = iter([1, 0, 1, 1, 1, 0])
+    ep = Endpointer(
+        VADConfig(min_speech_ms=90, silero=False), classify=lambda f: bool(next(script))
+    )
+    rising = []
+    for f in frames(np.full(480 * 6, 3000, np.int16), 480):
+        ep.process(f)
+        rising.append(ep.voice_rising)
+    # A voiced frame rises, a silent one ends it; the third voiced frame in a row is speech.
+    assert rising == [True, False, True, True, False, False]
+    assert ep.in_speech
+
+
 def test_exact_state_machine_with_scripted_frames() -> None:
     script = iter([0] * 5 + [1, 0, 1] + [1] * 10 + [0] * 20)
     ep = Endpointer(
