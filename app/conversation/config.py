@@ -141,7 +141,7 @@ class SpeculationConfig:
 
     enabled: bool = setting(True, "start answering on a pause, from the stable partial transcript")
     on_last_partial: bool = setting(
-        False, "guess at a pause from the latest partial, not a fresh pass (right 2 of 12 times)"
+        True, "at a pause, guess at once from the latest partial; the pause's pass confirms it"
     )
     min_words: int = setting(2, "stable words needed before speculating", min=1, max=50)
     tts: bool = setting(True, "also synthesize the speculative first clause (audio held)")
