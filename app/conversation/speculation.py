@@ -1,10 +1,11 @@
 """Speculation: an answer started on a pause's partial transcript, kept if the final agrees.
 
 The turn manager drives it (the user pauses ~200 ms mid-turn):
-  pause        -> ``RequestPartial``: a pass over all the speech (with
-                  ``speculation.on_last_partial``, also ``StartSpeculation`` on the latest partial)
+  pause        -> ``StartSpeculation`` on the latest partial (``speculation.on_last_partial``)
+                  and ``RequestPartial``: a pass over all the speech
   that partial -> ``StartSpeculation``: the LM answers it, first clause synthesized, audio held
-                  (a different earlier guess is dropped first: ``DropSpeculation("changed")``)
+                  (a different earlier guess is dropped first: ``DropSpeculation("changed")``;
+                  the same words keep the guess, whose first forward scored the end of turn)
   resume       -> ``DropSpeculation`` (miss); the LM session keeps the shared KV prefix itself
   final == speculated text (normalized) -> ``ReleaseSpeculation`` (hit): play it at once
   final != speculated text             -> ``StartAnswer(refine_of=spec gen)``: the pipeline hands
