@@ -329,18 +329,35 @@ def cut_trailing_repeat(ids: list[int]) -> list[int]:
 
 _SENTENCES = re.compile(r"(?<=[.!?])\s+")
 LOOP_MIN_WORDS = 4  # "No. No." and "Wait. Wait." are said; a 4-word sentence twice is a loop
+LOOP_MAX_SENTENCES = 3  # the longest run of sentences a loop repeats
 
 
 def cut_repeated_sentences(text: str) -> str:
-    """``text`` without a sentence of LOOP_MIN_WORDS or more that repeats the one before it:
-    a pass over a segment's overlap and its silence looped "How many grams should I use? How
-    many grams should I use?", where the token tails differ by the first word's space, so
-    ``cut_trailing_repeat`` cannot see it."""
+    """``text`` without what says again the one to LOOP_MAX_SENTENCES sentences right before
+    it (LOOP_MIN_WORDS words or more), nor a tail that starts them over: passes over a turn's
+    last words and silence looped "How many grams should I use? How many grams should I use?"
+    (the token tails differ by the first word's space, so ``cut_trailing_repeat`` cannot see
+    it) and "Never mind. What is 10 times 10? Never mind. ...": four times over (a 205 ms pass
+    against ~80), its compression ratio (3.1 > 2.4) dropped the whole pass, the final reused it
+    and the turn was lost."""
+    sentences = _SENTENCES.split(text.strip())
     kept: list[str] = []
-    for sentence in _SENTENCES.split(text.strip()):
-        repeat = bool(kept) and _fold(sentence) == _fold(kept[-1])
-        if not (repeat and len(sentence.split()) >= LOOP_MIN_WORDS):
-            kept.append(sentence)
+    loop: list[str] = []  # the folded words of the latest run said again
+    tail = 0  # sentences kept since it was
+    i = 0
+    while i < len(sentences):
+        for k in range(1, LOOP_MAX_SENTENCES + 1):
+            run = " ".join(_fold(x) for x in kept[-k:]).split() if len(kept) >= k else []
+            again = " ".join(_fold(x) for x in sentences[i : i + k]).split()
+            if len(run) >= LOOP_MIN_WORDS and again == run:
+                loop, tail, i = run, 0, i + k
+                break
+        else:
+            kept.append(sentences[i])
+            tail, i = tail + 1, i + 1
+    said = " ".join(_fold(x) for x in kept[len(kept) - tail :]).split() if tail else []
+    if loop and said and len(said) < len(loop) and loop[: len(said)] == said:
+        kept = kept[: len(kept) - tail]  # the loop starting over, cut off by the window
     return " ".join(kept)
 
 

@@ -12,6 +12,7 @@ from dllm_voice.app.conversation.text import normalize
 from dllm_voice.audio.asr import (
     WhisperASR,
     WordEnd,
+    _compression_ratio,
     agreed_prefix,
     cut_repeated_sentences,
     cut_trailing_repeat,
@@ -136,7 +137,23 @@ def test_helpers() -> None:
     assert cut_repeated_sentences(looped) == "A flower. How many grams should I use?"
     thrice = "How many grand should I use? How many grand should I use? how many grand should I use"
     assert cut_repeated_sentences(thrice) == "How many grand should I use?"
-    for said in ("No. No.", "Wait. Wait. What time is it?", "It is late. It is late, really."):
+    pair = "Never mind. What is 10 times 10? Never mind. What is 10 times 10? Never mind."
+    assert cut_repeated_sentences(pair) == "Never mind. What is 10 times 10?"
+    # Four times over, the loop reads as a hallucination (the whole pass dropped); cut, it does not.
+    four = "Never mind. What is 10 times 10? " * 4 + "Never"
+    limit = ASRConfig().compression_ratio_threshold
+    assert _compression_ratio(four) > limit > _compression_ratio(cut_repeated_sentences(four))
+    assert cut_repeated_sentences(four) == "Never mind. What is 10 times 10?"
+    three = "Hi. I am Ann. Where is it? Hi. I am Ann. Where is it? Hi. I am"
+    assert cut_repeated_sentences(three) == "Hi. I am Ann. Where is it?"
+    for said in (
+        "No. No.",
+        "Wait. Wait. What time is it?",
+        "It is late. It is late, really.",
+        "No. Stop. No. Stop.",
+        "Set a timer. Set a timer for ten minutes.",
+        "What is two plus two? Two plus two, please.",
+    ):
         assert cut_repeated_sentences(said) == said
 
 
